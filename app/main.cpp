@@ -1,0 +1,215 @@
+// mocbench command line. Exit codes: 0 success, 1 runtime failure, 2 bad input (config/arguments).
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/config.h"
+#include "model/decoder.h"
+#include "model/memory_model.h"
+#include "model/trainer.h"
+#include "model/transformer.h"
+#include "profiling/ranges.h"
+#ifdef MOCBENCH_HAVE_CUDA
+#include "kernels/cuda/cuda_info.h"
+#endif
+
+#ifndef MOCBENCH_VERSION
+#define MOCBENCH_VERSION "unknown"
+#endif
+
+namespace {
+using namespace moc;
+
+constexpr int kExitRuntime = 1;
+constexpr int kExitBadInput = 2;
+
+void apply_overrides(ModelConfig& cfg, const std::vector<std::string>& sets) {
+  for (const auto& kv : sets) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) throw ConfigError("--set expects key=value, got '" + kv + "'");
+    apply_override(cfg, kv.substr(0, eq), kv.substr(eq + 1));
+  }
+}
+
+std::string gb(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f GB", bytes / 1e9);
+  return buf;
+}
+
+int cmd_memory_model(const std::string& preset_name, long batch, long seq, const std::string& ffn, const std::string& k,
+                     bool gcp, const std::vector<std::string>& sets) {
+  ModelConfig cfg = preset(preset_name);
+  apply_override(cfg, "ffn", ffn);
+  if (!k.empty()) apply_override(cfg, "k", k);
+  cfg.ffn.gcp = gcp;
+  apply_overrides(cfg, sets);
+  if (batch <= 0 || seq <= 0) throw ConfigError("batch and seq must be positive");
+  cfg.validate();
+  const auto paper = paper_activation_model(cfg, batch, seq, 2.0);
+  ModelConfig bf = cfg;
+  bf.act_dtype = DType::bf16;
+  const auto engine = engine_activation_model(bf, batch, seq);
+  std::printf("%s\nbatch %ld, seq %ld; bf16 activations (paper: 2 bytes per element)\n", cfg.describe().c_str(), batch,
+              seq);
+  std::printf("FFN activation (paper Table 2): %.2f bsd\n\n", paper_ffn_bsd(cfg));
+  std::printf("%-22s %14s %14s\n", "", "paper model", "mocbench keeps");
+  auto row = [](const char* name, double a, double b) { std::printf("%-22s %14s %14s\n", name, gb(a).c_str(), gb(b).c_str()); };
+  row("attention / layer", paper.attention, engine.attention);
+  row("ffn / layer", paper.ffn, engine.ffn);
+  row("others / layer", paper.others_per_layer(), engine.others_per_layer());
+  row("  norm", paper.norm, engine.norm);
+  row("  residual", paper.residual, engine.residual);
+  row("LM head", paper.head, engine.head);
+  row("total", paper.total(), engine.total());
+  std::printf("\nffn / attention = %.2f (paper model), %.2f (mocbench)\n", paper.ffn / paper.attention,
+              engine.ffn / engine.attention);
+  return 0;
+}
+
+int cmd_smoke(const std::string& preset_name, int batch, int seq, int steps, int gen, const std::vector<std::string>& sets) {
+  ModelConfig cfg = preset(preset_name);
+  if (cfg.ffn.kind == FfnKind::dense && preset_name.starts_with("tiny")) apply_override(cfg, "ffn", "moc");
+  apply_overrides(cfg, sets);
+  if (batch <= 0 || seq <= 0 || steps < 0 || gen < 0) throw ConfigError("batch, seq must be positive; steps, gen >= 0");
+  cfg.seq_len = std::max(cfg.seq_len, seq);
+  cfg.validate();
+  auto ops = make_cpu_ops();
+  HostRangeTimer timer;
+  Transformer model(*ops, cfg);
+  model.set_ranges(&timer);
+  std::printf("mocbench %s smoke on %s: %s, %.2fM parameters\n", MOCBENCH_VERSION, ops->name().c_str(),
+              cfg.describe().c_str(), static_cast<double>(model.parameter_count()) / 1e6);
+
+  // A fixed batch of a repeating pattern: the loss must fall as the model memorizes it.
+  const std::int64_t n = static_cast<std::int64_t>(batch) * seq;
+  std::vector<std::int32_t> tok(static_cast<std::size_t>(n)), tgt(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    tok[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7 + i / seq) % cfg.vocab);
+    tgt[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(((i + 1) * 7 + i / seq) % cfg.vocab);
+  }
+  Tensor tokens = ops->empty({n}, DType::i32, workspace_tag());
+  Tensor targets = ops->empty({n}, DType::i32, workspace_tag());
+  ops->upload_i32(tokens, tok);
+  ops->upload_i32(targets, tgt);
+
+  TrainConfig tc;
+  tc.lr = 3e-3f;
+  tc.warmup_steps = std::max(1, steps / 10);
+  tc.total_steps = std::max(1, steps);
+  Trainer trainer(model, tc);
+  double first = 0, last = 0, total_ms = 0;
+  for (int s = 0; s < steps; ++s) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = trainer.step(tokens, targets, batch, seq);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    total_ms += ms;
+    if (s == 0) first = r.loss;
+    last = r.loss;
+    if (s == 0 || (s + 1) % std::max(1, steps / 5) == 0)
+      std::printf("  step %4d  loss %.4f  grad-norm %.3f  lr %.2e  %.1f ms\n", s + 1, r.loss, r.grad_norm, r.lr, ms);
+  }
+  if (steps) {
+    std::printf("train: loss %.4f -> %.4f, %.2f ms/step (mean of %d, batch %d x seq %d)\n", first, last,
+                total_ms / steps, steps, batch, seq);
+    auto peak = ops->memory().at_peak();
+    std::printf("peak memory %s:", format_bytes(ops->memory().peak_total()).c_str());
+    for (std::size_t c = 0; c < kMemCategories; ++c)
+      if (peak.by_category[c])
+        std::printf(" %s %s", std::string(category_name(static_cast<MemCategory>(c))).c_str(),
+                    format_bytes(peak.by_category[c]).c_str());
+    std::printf("\n");
+    const auto engine = engine_activation_model(cfg, batch, seq);
+    std::printf("activations at peak: measured %s, engine model %s\n",
+                format_bytes(peak.category(MemCategory::activations)).c_str(),
+                format_bytes(static_cast<std::int64_t>(engine.total())).c_str());
+    std::printf("host time per range (all steps):\n");
+    for (const auto& [name, st] : timer.stats())
+      if (!name.starts_with("layer."))
+        std::printf("  %-14s %9.2f ms  (%lld calls)\n", name.c_str(), static_cast<double>(st.total_ns) / 1e6,
+                    static_cast<long long>(st.calls));
+  }
+  if (gen > 0) {
+    const int prompt_len = std::min(seq, 8);
+    std::vector<std::int32_t> prompt(tok.begin(), tok.begin() + prompt_len);
+    Decoder dec(model, 1, prompt_len + gen, {});
+    auto t0 = std::chrono::steady_clock::now();
+    auto outs = dec.generate(prompt, prompt_len, gen, true);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("decode: prompt %d, %d new tokens greedy in %.2f ms:", prompt_len, gen, ms);
+    for (auto t : outs[0]) std::printf(" %d", t);
+    std::printf("\n");
+  }
+  return 0;
+}
+
+int cmd_devices() {
+  std::printf("cpu: OpenBLAS fp32 reference backend (always available)\n");
+#ifdef MOCBENCH_HAVE_CUDA
+  std::string why;
+  auto gpus = cuda::list_gpus(&why);
+  if (gpus.empty()) std::printf("cuda: no GPU (%s)\n", why.c_str());
+  for (const auto& g : gpus)
+    std::printf("cuda:%d %s  sm_%d%d  %d SMs  %s HBM  L2 %s  SM clock %d MHz  mem clock %d MHz  bus %d bit  "
+                "driver %d  runtime %d\n",
+                g.index, g.name.c_str(), g.cc_major, g.cc_minor, g.sm_count,
+                format_bytes(static_cast<std::int64_t>(g.total_mem_bytes)).c_str(),
+                format_bytes(static_cast<std::int64_t>(g.l2_bytes)).c_str(), g.sm_clock_khz / 1000,
+                g.mem_clock_khz / 1000, g.mem_bus_bits, g.driver_version, g.runtime_version);
+#else
+  std::printf("cuda: not built (nvcc was not found at configure time)\n");
+#endif
+  return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mocbench: benchmark and profile Mixture-of-Channels FFNs against dense SwiGLU"};
+  app.set_version_flag("--version", std::string(MOCBENCH_VERSION));
+  app.require_subcommand(1);
+
+  auto* smoke = app.add_subcommand("smoke", "Train a small model for a few steps on the CPU, then decode");
+  std::string smoke_preset = "tiny";
+  int smoke_batch = 4, smoke_seq = 16, smoke_steps = 50, smoke_gen = 16;
+  std::vector<std::string> smoke_sets;
+  smoke->add_option("--preset", smoke_preset, "Model preset")->capture_default_str();
+  smoke->add_option("--batch", smoke_batch, "Batch size")->capture_default_str();
+  smoke->add_option("--seq", smoke_seq, "Sequence length")->capture_default_str();
+  smoke->add_option("--steps", smoke_steps, "Training steps")->capture_default_str();
+  smoke->add_option("--gen", smoke_gen, "Tokens to generate after training")->capture_default_str();
+  smoke->add_option("--set", smoke_sets, "Model override key=value (e.g. ffn=moc_2:8, k=0.2, gcp=true)");
+
+  auto* mm = app.add_subcommand("memory-model", "Activation memory: the paper's model beside what mocbench keeps");
+  std::string mm_preset = "1b", mm_ffn = "dense", mm_k;
+  long mm_batch = 64, mm_seq = 256;
+  bool mm_gcp = false;
+  std::vector<std::string> mm_sets;
+  mm->add_option("--preset", mm_preset, "Model preset")->capture_default_str();
+  mm->add_option("--batch", mm_batch, "Batch size")->capture_default_str();
+  mm->add_option("--seq", mm_seq, "Sequence length")->capture_default_str();
+  mm->add_option("--ffn", mm_ffn, "dense | moc | moc_a:b")->capture_default_str();
+  mm->add_option("--k", mm_k, "Kept channels (integer or fraction of d_ffn); default: the preset's K");
+  mm->add_flag("--gcp", mm_gcp, "Gradient checkpointing of the FFN element-wise part");
+  mm->add_option("--set", mm_sets, "Model override key=value");
+
+  auto* dev = app.add_subcommand("devices", "List the backends and GPUs mocbench can use");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*smoke) return cmd_smoke(smoke_preset, smoke_batch, smoke_seq, smoke_steps, smoke_gen, smoke_sets);
+    if (*mm) return cmd_memory_model(mm_preset, mm_batch, mm_seq, mm_ffn, mm_k, mm_gcp, mm_sets);
+    if (*dev) return cmd_devices();
+  } catch (const moc::ConfigError& e) {
+    std::fprintf(stderr, "mocbench: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mocbench: error: %s\n", e.what());
+    return kExitRuntime;
+  }
+  return 0;
+}

@@ -1,0 +1,63 @@
+#include "kernels/ops.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace moc {
+
+int MocSelect::kept(int d_ffn) const {
+  if (!grouped()) return k;
+  return group_a * (d_ffn / group_b) + std::min(group_a, d_ffn % group_b);
+}
+
+void Ops::upload_f32(Tensor& dst, const std::vector<float>& host) {
+  if (static_cast<std::int64_t>(host.size()) != dst.numel())
+    throw std::invalid_argument("upload_f32: " + std::to_string(host.size()) + " values for " + shape_str(dst.shape()));
+  if (dst.dtype() == DType::f32) return upload(dst, host.data());
+  if (dst.dtype() != DType::bf16) throw std::invalid_argument("upload_f32 into a non-float tensor");
+  std::vector<std::uint16_t> h(host.size());
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = f32_to_bf16(host[i]);
+  upload(dst, h.data());
+}
+
+std::vector<float> Ops::download_f32(const Tensor& src) {
+  std::vector<float> out(static_cast<std::size_t>(src.numel()));
+  if (src.dtype() == DType::f32) {
+    download(src, out.data());
+  } else if (src.dtype() == DType::bf16) {
+    std::vector<std::uint16_t> h(out.size());
+    download(src, h.data());
+    for (std::size_t i = 0; i < h.size(); ++i) out[i] = bf16_to_f32(h[i]);
+  } else {
+    throw std::invalid_argument("download_f32 of a non-float tensor");
+  }
+  return out;
+}
+
+void Ops::upload_i32(Tensor& dst, const std::vector<std::int32_t>& host) {
+  if (static_cast<std::int64_t>(host.size()) != dst.numel() || dst.dtype() != DType::i32)
+    throw std::invalid_argument("upload_i32: size or dtype mismatch for " + shape_str(dst.shape()));
+  upload(dst, host.data());
+}
+
+std::vector<std::int32_t> Ops::download_i32(const Tensor& src) {
+  std::vector<std::int32_t> out(static_cast<std::size_t>(src.numel()));
+  if (src.dtype() == DType::i32) {
+    download(src, out.data());
+  } else if (src.dtype() == DType::i16) {
+    std::vector<std::uint16_t> h(out.size());
+    download(src, h.data());
+    for (std::size_t i = 0; i < h.size(); ++i) out[i] = h[i];
+  } else {
+    throw std::invalid_argument("download_i32 of a non-index tensor");
+  }
+  return out;
+}
+
+std::unique_ptr<Ops> make_cpu_ops(std::size_t memory_limit_bytes) {
+  return std::make_unique<cpu::CpuOps>(memory_limit_bytes);
+}
+
+}  // namespace moc

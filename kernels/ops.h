@@ -1,0 +1,161 @@
+// The ops interface the model is written against (llama.cpp/ggml-style backends): the CPU backend
+// (kernels/cpu) implements it in fp32 now and is the oracle for the CUDA backend (kernels/cuda).
+//
+// Conventions
+// - Tensors are row-major and contiguous. Float tensors are f32 or bf16 (a backend computes in fp32 and
+//   converts at the boundary); indices are i32, channel indices i16 read as unsigned (d_ffn <= 65535).
+// - Ops are issued in order on the backend's current stream; nothing returns data to the host except
+//   download(). Ops read everything that varies between decode steps (tokens, positions, step counters)
+//   from tensors, never from host arguments, so a decode step can be captured once and replayed.
+// - Temporary memory comes from the backend allocator with a workspace tag.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.h"
+
+namespace moc {
+
+// Which value ranks the channels in a MoC row selection (paper eq. 4 and appendix A remark).
+enum class SelectRule : std::uint8_t {
+  gate,      // largest G (the paper's practical rule, before SiLU)
+  silu,      // largest SiLU(G) (the "top-K after SiLU" ablation)
+  abs_silu,  // largest |SiLU(G)| (the rule of the proof of Theorem 1)
+};
+
+// Row selection: the K best channels of each row, or, when group_b > 0, the group_a best of every
+// group_b consecutive channels. A partial last group of r = d_ffn mod b channels keeps min(a, r).
+// Ties are broken towards the lower channel index. Selected indices are written in ascending order.
+struct MocSelect {
+  int k = 0;
+  int group_a = 0;
+  int group_b = 0;
+  SelectRule rule = SelectRule::gate;
+  bool grouped() const { return group_b > 0; }
+  // Channels kept per row for a row of width d_ffn.
+  int kept(int d_ffn) const;
+};
+
+// A captured sequence of ops (a CUDA graph on the GPU). replay() re-issues it.
+class OpGraph {
+ public:
+  virtual ~OpGraph() = default;
+  virtual void replay() = 0;
+};
+
+struct AdamWParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  int step = 1;             // 1-based, for bias correction
+  float grad_scale = 1.0f;  // multiplies gradients first (gradient clipping)
+};
+
+// One parameter for the multi-tensor optimizer. master (f32), when defined, is the value that is
+// updated; param then receives its rounded copy (bf16 compute with fp32 master weights).
+struct ParamSlot {
+  Tensor* param;
+  const Tensor* grad;
+  Tensor* m;
+  Tensor* v;
+  Tensor* master = nullptr;
+  bool decay = true;
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual DeviceKind device() const = 0;
+  virtual std::string name() const = 0;
+  virtual Allocator& allocator() = 0;
+  MemoryTracker& memory() { return allocator().tracker(); }
+  Tensor empty(const Shape& shape, DType dt, const MemTag& tag) {
+    return Tensor::empty(allocator(), device(), shape, dt, tag);
+  }
+  virtual void synchronize() = 0;
+  // Records the ops fn issues and returns a graph that re-issues them (the CPU backend re-runs fn).
+  virtual std::unique_ptr<OpGraph> capture(std::function<void()> fn) = 0;
+
+  // ---- data movement
+  virtual void upload(Tensor& dst, const void* host) = 0;      // host holds dst.nbytes() of dst.dtype()
+  virtual void download(const Tensor& src, void* host) = 0;
+  virtual void copy(Tensor& dst, const Tensor& src) = 0;       // same numel; float dtypes convert
+  virtual void fill(Tensor& t, float value) = 0;
+  void upload_f32(Tensor& dst, const std::vector<float>& host);  // converts to dst's float dtype
+  std::vector<float> download_f32(const Tensor& src);
+  void upload_i32(Tensor& dst, const std::vector<std::int32_t>& host);
+  std::vector<std::int32_t> download_i32(const Tensor& src);     // i16 is widened (unsigned)
+
+  // ---- dense algebra
+  // C = alpha * op(A) * op(B) + beta * C on 2-D views (rows x cols of each tensor).
+  virtual void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha = 1.0f,
+                    float beta = 0.0f) = 0;
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;  // out may alias a or b
+
+  // ---- model ops
+  // out[i, :] = table[tokens[i], :]; backward accumulates dtable[tokens[i], :] += dout[i, :].
+  virtual void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) = 0;
+  virtual void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) = 0;
+  // y = x / rms(x) * w per row; rstd [rows] f32 keeps 1/rms for backward.
+  virtual void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) = 0;
+  // dx += d/dx, dw += d/dw (both accumulate: the residual gradient is already in dx).
+  virtual void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
+                                Tensor& dw) = 0;
+  // x [rows, heads, head_dim], positions i32 [rows]. Rotates pairs (i, i + head_dim/2) by
+  // pos * theta^(-2i/head_dim) (the LLaMA "rotate half" form); inverse rotates back (its backward).
+  virtual void rope(Tensor& x, const Tensor& positions, float theta, bool inverse) = 0;
+  // Causal attention with GQA. q [b, s, h, hd], k/v [b, s, kvh, hd] -> out [b, s, h, hd] and
+  // lse [b, h, s] (f32). Only these are kept for backward, as flash attention does.
+  virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse) = 0;
+  virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) = 0;
+  // k/v [b, n, kvh, hd] are written to caches [b, kvh, max_seq, hd] at positions start[i] .. start[i]+n-1.
+  virtual void kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& start, Tensor& k_cache,
+                              Tensor& v_cache) = 0;
+  // One query per sequence: q [b, h, hd] attends to cache positions 0..pos[i] (inclusive) -> out [b, h, hd].
+  virtual void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
+                                Tensor& out) = 0;
+  // SwiGLU element-wise part: s = SiLU(g) (skipped when s is null), z = s * u.
+  virtual void swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor& z) = 0;
+  // dg = dz * u * SiLU'(g), du = dz * SiLU(g) (paper eq. 7); s, when given, is the stored SiLU(g).
+  virtual void swiglu_backward(const Tensor& dz, const Tensor& g, const Tensor& u, const Tensor* s, Tensor& dg,
+                               Tensor& du) = 0;
+
+  // ---- Mixture-of-Channels (paper eq. 4-7)
+  // idx [rows, kept] (i16): the selected channels of each row of g [rows, d_ffn], ascending.
+  virtual void moc_select(const Tensor& g, const MocSelect& sel, Tensor& idx) = 0;
+  // out[i, j] = src[i, idx[i, j]]
+  virtual void gather_cols(const Tensor& src, const Tensor& idx, Tensor& out) = 0;
+  // dense[i, :] = 0, then dense[i, idx[i, j]] = compact[i, j]
+  virtual void scatter_cols(const Tensor& compact, const Tensor& idx, Tensor& dense) = 0;
+  // out[i, :] = beta * out[i, :] + sum_j z[i, j] * w[idx[i, j], :]  (Z' W_down with Z' kept compact)
+  virtual void sparse_rows_matmul(const Tensor& z, const Tensor& idx, const Tensor& w, Tensor& out, float beta) = 0;
+  // dz[i, j] = dout[i, :] . w[idx[i, j], :];  dw[idx[i, j], :] += z[i, j] * dout[i, :]
+  virtual void sparse_rows_matmul_backward(const Tensor& dout, const Tensor& z, const Tensor& idx, const Tensor& w,
+                                           Tensor& dz, Tensor& dw) = 0;
+
+  // ---- loss, optimizer, sampling
+  // logits [rows, V], targets i32 [rows] (negative: ignored) -> losses [rows] f32 (0 where ignored).
+  virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) = 0;
+  // logits <- scale * (softmax(logits) - onehot(target)) in place; ignored rows become 0.
+  virtual void cross_entropy_backward(Tensor& logits, const Tensor& targets, float scale) = 0;
+  // acc[0] += sum(t^2), acc an f32 tensor of one element.
+  virtual void sum_squares(const Tensor& t, Tensor& acc) = 0;
+  virtual void adamw_step(const std::vector<ParamSlot>& slots, const AdamWParams& p) = 0;
+  // next[i] = argmax(logits[i]) (ties: lowest id) when temperature <= 0, else a draw from
+  // softmax(logits[i] / temperature) with a counter-based RNG keyed by (seed, i, counter[0]).
+  virtual void sample(const Tensor& logits, float temperature, std::uint64_t seed, const Tensor& counter,
+                      Tensor& next) = 0;
+  // t[i] += by for an i32 tensor (positions and counters that graphs advance on the device).
+  virtual void increment(Tensor& t, int by) = 0;
+};
+
+// The backend for a device: "cpu" always; "cuda" when built with the CUDA backend and a GPU is present.
+std::unique_ptr<Ops> make_cpu_ops(std::size_t memory_limit_bytes = 0);
+
+}  // namespace moc

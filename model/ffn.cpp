@@ -1,0 +1,203 @@
+#include "model/ffn.h"
+
+#include <stdexcept>
+
+namespace moc {
+
+std::int64_t Ffn::stored_bytes(const ModelConfig& cfg, std::int64_t rows) {
+  const std::int64_t act = static_cast<std::int64_t>(dtype_bytes(cfg.act_dtype));
+  const std::int64_t values = cfg.ffn.gcp ? 2 : 4;  // G, U (+ S, Z without GCP)
+  if (cfg.ffn.kind == FfnKind::dense) return values * rows * cfg.d_ffn * act;
+  const std::int64_t kept = cfg.kept_channels();
+  return values * rows * kept * act + rows * kept * static_cast<std::int64_t>(dtype_bytes(DType::i16));
+}
+
+void Ffn::release() {
+  g_.reset();
+  u_.reset();
+  s_.reset();
+  z_.reset();
+  idx_.reset();
+}
+
+void Ffn::forward(const Tensor& x, const FfnWeights& w, Tensor& out, float beta, bool keep, RangeSink* r) {
+  release();
+  if (cfg_->ffn.kind == FfnKind::dense) forward_dense(x, w, out, beta, keep, r);
+  else forward_moc(x, w, out, beta, keep, r);
+}
+
+void Ffn::backward(const Tensor& x, const Tensor& dout, const FfnWeights& w, Tensor& dx, const FfnGrads& g,
+                   RangeSink* r) {
+  if (!g_.defined()) throw std::logic_error("Ffn::backward without a forward that kept its activations");
+  if (cfg_->ffn.kind == FfnKind::dense) backward_dense(x, dout, w, dx, g, r);
+  else backward_moc(x, dout, w, dx, g, r);
+  release();
+}
+
+// ---- dense SwiGLU (paper eq. FFN-1, FFN-2)
+void Ffn::forward_dense(const Tensor& x, const FfnWeights& w, Tensor& out, float beta, bool keep, RangeSink* r) {
+  Ops& o = *ops_;
+  const std::int64_t n = x.rows(), F = cfg_->d_ffn;
+  const DType act = cfg_->act_dtype;
+  Tensor G = o.empty({n, F}, act, keep_tag(keep));
+  Tensor U = o.empty({n, F}, act, keep_tag(keep));
+  {
+    ScopedRange sr(r, "ffn.gate");
+    o.gemm(x, false, *w.w_gate, false, G);
+  }
+  {
+    ScopedRange sr(r, "ffn.up");
+    o.gemm(x, false, *w.w_up, false, U);
+  }
+  const bool store_sz = keep && !cfg_->ffn.gcp;
+  Tensor S, Z = o.empty({n, F}, act, keep_tag(store_sz));
+  {
+    ScopedRange sr(r, "ffn.act");
+    if (store_sz) S = o.empty({n, F}, act, keep_tag(true));
+    o.swiglu_forward(G, U, store_sz ? &S : nullptr, Z);
+  }
+  {
+    ScopedRange sr(r, "ffn.down");
+    o.gemm(Z, false, *w.w_down, false, out, 1.0f, beta);
+  }
+  if (keep) {
+    g_ = G;
+    u_ = U;
+    if (store_sz) {
+      s_ = S;
+      z_ = Z;
+    }
+  }
+}
+
+void Ffn::backward_dense(const Tensor& x, const Tensor& dout, const FfnWeights& w, Tensor& dx, const FfnGrads& g,
+                         RangeSink* r) {
+  Ops& o = *ops_;
+  const std::int64_t n = x.rows(), F = cfg_->d_ffn;
+  const DType act = cfg_->act_dtype;
+  Tensor Z = z_;
+  if (!Z.defined()) {  // GCP: recompute Z = SiLU(G) * U (S is recomputed inside swiglu_backward)
+    ScopedRange sr(r, "ffn.recompute");
+    Z = o.empty({n, F}, act, workspace_tag());
+    o.swiglu_forward(g_, u_, nullptr, Z);
+  }
+  Tensor dZ = o.empty({n, F}, act, workspace_tag());
+  {
+    ScopedRange sr(r, "ffn.down");
+    o.gemm(dout, false, *w.w_down, true, dZ);               // ∇Z = ∇D W_downᵀ
+    o.gemm(Z, true, dout, false, *g.w_down, 1.0f, 1.0f);     // ∇W_down += Zᵀ ∇D
+  }
+  Z.reset();
+  Tensor dG = o.empty({n, F}, act, workspace_tag());
+  Tensor dU = o.empty({n, F}, act, workspace_tag());
+  {
+    ScopedRange sr(r, "ffn.act");
+    o.swiglu_backward(dZ, g_, u_, s_.defined() ? &s_ : nullptr, dG, dU);
+  }
+  dZ.reset();
+  {
+    ScopedRange sr(r, "ffn.gate");
+    o.gemm(x, true, dG, false, *g.w_gate, 1.0f, 1.0f);  // ∇W_gate += Xᵀ ∇G
+    o.gemm(dG, false, *w.w_gate, true, dx);             // ∇X = ∇G W_gateᵀ
+  }
+  {
+    ScopedRange sr(r, "ffn.up");
+    o.gemm(x, true, dU, false, *g.w_up, 1.0f, 1.0f);      // ∇W_up += Xᵀ ∇U
+    o.gemm(dU, false, *w.w_up, true, dx, 1.0f, 1.0f);     //  ∇X += ∇U W_upᵀ
+  }
+}
+
+// ---- Mixture-of-Channels (paper eq. 4-6 forward, eq. 7 backward)
+void Ffn::forward_moc(const Tensor& x, const FfnWeights& w, Tensor& out, float beta, bool keep, RangeSink* r) {
+  Ops& o = *ops_;
+  const std::int64_t n = x.rows(), F = cfg_->d_ffn, K = cfg_->kept_channels();
+  const DType act = cfg_->act_dtype;
+  Tensor idx = o.empty({n, K}, DType::i16, keep_tag(keep));
+  Tensor gsel = o.empty({n, K}, act, keep_tag(keep));
+  Tensor usel = o.empty({n, K}, act, keep_tag(keep));
+  {
+    // G is needed dense only long enough to select and gather from it.
+    Tensor G = o.empty({n, F}, act, workspace_tag());
+    {
+      ScopedRange sr(r, "ffn.gate");
+      o.gemm(x, false, *w.w_gate, false, G);
+    }
+    {
+      ScopedRange sr(r, "ffn.topk");
+      o.moc_select(G, cfg_->ffn.selection(), idx);  // M = TopK(G), eq. 4
+      o.gather_cols(G, idx, gsel);                   // G ⊙ M, kept compact
+    }
+  }
+  {
+    Tensor U = o.empty({n, F}, act, workspace_tag());
+    ScopedRange sr(r, "ffn.up");
+    o.gemm(x, false, *w.w_up, false, U);
+    o.gather_cols(U, idx, usel);  // U ⊙ M
+  }
+  const bool store_sz = keep && !cfg_->ffn.gcp;
+  Tensor ssel, zsel = o.empty({n, K}, act, keep_tag(store_sz));
+  {
+    ScopedRange sr(r, "ffn.act");
+    if (store_sz) ssel = o.empty({n, K}, act, keep_tag(true));
+    o.swiglu_forward(gsel, usel, store_sz ? &ssel : nullptr, zsel);  // S' = SiLU(G) ⊙ M, Z' = S' ⊙ U
+  }
+  {
+    ScopedRange sr(r, "ffn.down");
+    o.sparse_rows_matmul(zsel, idx, *w.w_down, out, beta);  // D = Z' W_down, eq. 6
+  }
+  if (keep) {
+    g_ = gsel;
+    u_ = usel;
+    if (store_sz) {
+      s_ = ssel;
+      z_ = zsel;
+    }
+  }
+  idx_ = idx;  // kept for inspection even in inference (tiny: rows x kept i16)
+}
+
+void Ffn::backward_moc(const Tensor& x, const Tensor& dout, const FfnWeights& w, Tensor& dx, const FfnGrads& g,
+                       RangeSink* r) {
+  Ops& o = *ops_;
+  const std::int64_t n = x.rows(), F = cfg_->d_ffn, K = cfg_->kept_channels();
+  const DType act = cfg_->act_dtype;
+  Tensor S = s_, Z = z_;
+  if (!Z.defined()) {  // MoC + GCP: recompute S' and Z' from the kept G ⊙ M and U ⊙ M
+    ScopedRange sr(r, "ffn.recompute");
+    S = o.empty({n, K}, act, workspace_tag());
+    Z = o.empty({n, K}, act, workspace_tag());
+    o.swiglu_forward(g_, u_, &S, Z);
+  }
+  Tensor dZ = o.empty({n, K}, act, workspace_tag());
+  {
+    ScopedRange sr(r, "ffn.down");
+    // ∇Z' = ∇D W_downᵀ on the selected channels; ∇W_down += Z'ᵀ ∇D on their rows (eq. 7a)
+    o.sparse_rows_matmul_backward(dout, Z, idx_, *w.w_down, dZ, *g.w_down);
+  }
+  Tensor dGsel = o.empty({n, K}, act, workspace_tag());
+  Tensor dUsel = o.empty({n, K}, act, workspace_tag());
+  {
+    ScopedRange sr(r, "ffn.act");
+    // ∇S' = (U ⊙ M) ⊙ ∇Z', ∇U = S' ⊙ ∇Z', ∇G = ∇S' ⊙ SiLU'(G) (eq. 7b, 7c)
+    o.swiglu_backward(dZ, g_, u_, &S, dGsel, dUsel);
+  }
+  dZ.reset();
+  S.reset();
+  Z.reset();
+  {
+    ScopedRange sr(r, "ffn.gate");
+    Tensor dG = o.empty({n, F}, act, workspace_tag());
+    o.scatter_cols(dGsel, idx_, dG);
+    o.gemm(x, true, dG, false, *g.w_gate, 1.0f, 1.0f);  // eq. 7d
+    o.gemm(dG, false, *w.w_gate, true, dx);             // eq. 7e
+  }
+  {
+    ScopedRange sr(r, "ffn.up");
+    Tensor dU = o.empty({n, F}, act, workspace_tag());
+    o.scatter_cols(dUsel, idx_, dU);
+    o.gemm(x, true, dU, false, *g.w_up, 1.0f, 1.0f);
+    o.gemm(dU, false, *w.w_up, true, dx, 1.0f, 1.0f);
+  }
+}
+
+}  // namespace moc

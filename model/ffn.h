@@ -1,0 +1,64 @@
+// SwiGLU FFN variants with forward/backward pairs (paper §2, eq. 4-7, Table 2):
+//   dense        keeps G, U, S, Z                        (4 bs d_ffn)
+//   dense + GCP  keeps G, U; recomputes S, Z              (2 bs d_ffn)
+//   MoC          keeps K selected G, U, S, Z + indices    (4 bsK values + bsK i16)
+//   MoC + GCP    keeps K selected G, U + indices          (2 bsK values + bsK i16)
+// MoC a:b keeps a of every b channels (K derived); the selection rule may rank G (paper), SiLU(G)
+// (ablation) or |SiLU(G)| (Theorem 1). No d_ffn-wide tensor outlives forward in the MoC variants.
+#pragma once
+#include <cstdint>
+
+#include "kernels/ops.h"
+#include "model/config.h"
+#include "profiling/ranges.h"
+
+namespace moc {
+
+struct FfnWeights {
+  const Tensor* w_gate;  // [d, d_ffn]
+  const Tensor* w_up;    // [d, d_ffn]
+  const Tensor* w_down;  // [d_ffn, d]  (row j is channel j: contiguous for the sparse down projection)
+};
+
+struct FfnGrads {
+  Tensor* w_gate;
+  Tensor* w_up;
+  Tensor* w_down;
+};
+
+class Ffn {
+ public:
+  Ffn(Ops& ops, const ModelConfig& cfg, int layer) : ops_(&ops), cfg_(&cfg), layer_(layer) {}
+
+  // out = beta * out + FFN(x) for x [rows, d]. With keep, stores what backward needs, tagged
+  // activations/ffn/layer; everything else is workspace and freed before returning.
+  void forward(const Tensor& x, const FfnWeights& w, Tensor& out, float beta, bool keep, RangeSink* ranges = nullptr);
+  // dx = dFFN/dx (overwritten); weight gradients accumulate. Releases what forward stored.
+  void backward(const Tensor& x, const Tensor& dout, const FfnWeights& w, Tensor& dx, const FfnGrads& g,
+                RangeSink* ranges = nullptr);
+  void release();
+
+  // Channel indices selected by the last forward ([rows, kept] i16); undefined for dense.
+  const Tensor& selected() const { return idx_; }
+  // Bytes forward(keep=true) stores for `rows` rows: exactly what the allocator will measure.
+  static std::int64_t stored_bytes(const ModelConfig& cfg, std::int64_t rows);
+
+ private:
+  void forward_dense(const Tensor& x, const FfnWeights& w, Tensor& out, float beta, bool keep, RangeSink* r);
+  void forward_moc(const Tensor& x, const FfnWeights& w, Tensor& out, float beta, bool keep, RangeSink* r);
+  void backward_dense(const Tensor& x, const Tensor& dout, const FfnWeights& w, Tensor& dx, const FfnGrads& g,
+                      RangeSink* r);
+  void backward_moc(const Tensor& x, const Tensor& dout, const FfnWeights& w, Tensor& dx, const FfnGrads& g,
+                    RangeSink* r);
+  MemTag keep_tag(bool keep) const {
+    return keep ? activation_tag(ActModule::ffn, layer_) : workspace_tag();
+  }
+
+  Ops* ops_;
+  const ModelConfig* cfg_;
+  int layer_;
+  // Dense: [rows, d_ffn]. MoC: compact [rows, kept], with idx_ the channel of each column.
+  Tensor g_, u_, s_, z_, idx_;
+};
+
+}  // namespace moc

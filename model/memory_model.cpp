@@ -1,0 +1,41 @@
+#include "model/memory_model.h"
+
+#include "model/ffn.h"
+
+namespace moc {
+
+double paper_ffn_bsd(const ModelConfig& c) {
+  const double d = c.hidden, F = c.d_ffn, K = c.kept_channels();
+  double elems;  // per token
+  if (c.ffn.kind == FfnKind::dense) elems = (c.ffn.gcp ? 2 * F : 4 * F) + d;  // G,U(,S,Z) + D
+  else elems = (c.ffn.gcp ? 3 * K : 5 * K) + d;  // G⊙M, U⊙M(, S⊙M, Z⊙M), M, + D
+  return elems / d;
+}
+
+ActivationBreakdown paper_activation_model(const ModelConfig& c, std::int64_t b, std::int64_t s, double bpe) {
+  const double bs = static_cast<double>(b) * static_cast<double>(s), d = c.hidden;
+  ActivationBreakdown r;
+  r.layers = c.layers;
+  r.attention = 5 * bs * d * bpe;
+  r.ffn = paper_ffn_bsd(c) * bs * d * bpe;
+  r.norm = 2 * bs * d * bpe;
+  r.residual = 2 * bs * d * bpe;
+  r.head = bs * c.vocab * 4.0 + bs * d * bpe;
+  return r;
+}
+
+ActivationBreakdown engine_activation_model(const ModelConfig& c, std::int64_t b, std::int64_t s) {
+  const double n = static_cast<double>(b) * static_cast<double>(s), d = c.hidden;
+  const double act = static_cast<double>(dtype_bytes(c.act_dtype));
+  const double kvd = static_cast<double>(c.kv_heads) * c.head_dim();
+  ActivationBreakdown r;
+  r.layers = c.layers;
+  r.attention = n * (2 * d + 2 * kvd) * act + static_cast<double>(b) * c.heads * static_cast<double>(s) * 4.0;
+  r.ffn = static_cast<double>(Ffn::stored_bytes(c, b * s));
+  r.norm = 2 * n * d * act + 2 * n * 4.0;
+  r.residual = 2 * n * d * act;
+  r.head = 2 * n * d * act + n * 4.0 + n * c.vocab * 4.0;  // final residual, its norm, 1/rms, f32 logits
+  return r;
+}
+
+}  // namespace moc

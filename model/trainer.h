@@ -1,0 +1,45 @@
+// Training step: forward, backward, global-norm gradient clipping, AdamW (decoupled weight decay) with a
+// linear warm-up then cosine decay to min_lr_ratio * lr.
+#pragma once
+#include <vector>
+
+#include "model/transformer.h"
+
+namespace moc {
+
+struct TrainConfig {
+  float lr = 1e-3f;
+  float min_lr_ratio = 0.1f;
+  int warmup_steps = 10;
+  int total_steps = 1000;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  float clip_norm = 1.0f;  // <= 0: no clipping
+  bool fp32_master = false;  // bf16 params with f32 master weights and states
+};
+
+struct StepResult {
+  double loss = 0;
+  float grad_norm = 0;  // before clipping
+  float lr = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(Transformer& model, const TrainConfig& cfg);
+  StepResult step(const Tensor& tokens, const Tensor& targets, int batch, int seq);
+  float lr_at(int step) const;  // step is 1-based
+  int steps_done() const { return step_; }
+
+ private:
+  Transformer* model_;
+  TrainConfig cfg_;
+  int step_ = 0;
+  std::vector<Tensor> m_, v_, master_;
+  std::vector<ParamSlot> slots_;
+  Tensor norm_acc_;
+};
+
+}  // namespace moc

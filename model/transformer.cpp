@@ -1,0 +1,387 @@
+#include "model/transformer.h"
+
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+namespace moc {
+
+namespace {
+std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t name_hash(const std::string& s) {  // FNV-1a: stable across platforms and runs
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// Counter-based normal samples: value i of a tensor depends only on (seed, name, i), so every backend
+// and every build produces the same weights.
+std::vector<float> normal_values(std::uint64_t seed, const std::string& name, std::int64_t n, float std) {
+  std::vector<float> out(static_cast<std::size_t>(n));
+  const std::uint64_t base = mix64(seed ^ name_hash(name));
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint64_t a = mix64(base + 2 * static_cast<std::uint64_t>(i));
+    std::uint64_t b = mix64(base + 2 * static_cast<std::uint64_t>(i) + 1);
+    double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
+    out[static_cast<std::size_t>(i)] =
+        std * static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
+  }
+  return out;
+}
+
+std::vector<std::int32_t> row_positions(int batch, int seq) {
+  std::vector<std::int32_t> p(static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq));
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<std::int32_t>(i % static_cast<std::size_t>(seq));
+  return p;
+}
+}  // namespace
+
+Transformer::Transformer(Ops& ops, const ModelConfig& cfg) : ops_(&ops), cfg_(cfg) {
+  cfg_.validate();
+  const int d = cfg_.hidden, F = cfg_.d_ffn, kvd = cfg_.kv_heads * cfg_.head_dim();
+  params_.reserve(3 + 9 * static_cast<std::size_t>(cfg_.layers));  // Param addresses stay stable
+  embed_ = &add_param("embed", {cfg_.vocab, d}, cfg_.init_std, true);
+  for (int l = 0; l < cfg_.layers; ++l) {
+    const std::string p = "layer" + std::to_string(l) + ".";
+    LayerParams lp{};
+    lp.attn_norm = &add_param(p + "attn_norm", {d}, 0.0f, false);
+    lp.wq = &add_param(p + "wq", {d, d}, cfg_.init_std, true);
+    lp.wk = &add_param(p + "wk", {d, kvd}, cfg_.init_std, true);
+    lp.wv = &add_param(p + "wv", {d, kvd}, cfg_.init_std, true);
+    lp.wo = &add_param(p + "wo", {d, d}, cfg_.init_std, true);
+    lp.ffn_norm = &add_param(p + "ffn_norm", {d}, 0.0f, false);
+    lp.w_gate = &add_param(p + "w_gate", {d, F}, cfg_.init_std, true);
+    lp.w_up = &add_param(p + "w_up", {d, F}, cfg_.init_std, true);
+    lp.w_down = &add_param(p + "w_down", {F, d}, cfg_.init_std, true);
+    layers_.push_back(lp);
+    ffns_.emplace_back(ops, cfg_, l);
+  }
+  final_norm_ = &add_param("final_norm", {d}, 0.0f, false);
+  lm_head_ = &add_param("lm_head", {d, cfg_.vocab}, cfg_.init_std, true);
+  init_weights();
+}
+
+Param& Transformer::add_param(const std::string& name, const Shape& shape, float init_std, bool decay) {
+  params_.push_back({name, ops_->empty(shape, cfg_.param_dtype, weights_tag()), Tensor(), decay});
+  // init_std 0 marks a norm gain (initialized to one).
+  if (init_std == 0.0f) params_.back().decay = false;
+  return params_.back();
+}
+
+void Transformer::init_weights() {
+  for (auto& p : params_) {
+    const bool gain = !p.decay;
+    std::vector<float> v = gain ? std::vector<float>(static_cast<std::size_t>(p.value.numel()), 1.0f)
+                                : normal_values(cfg_.seed, p.name, p.value.numel(), cfg_.init_std);
+    ops_->upload_f32(p.value, v);
+  }
+}
+
+Param& Transformer::param(const std::string& name) {
+  for (auto& p : params_)
+    if (p.name == name) return p;
+  throw std::out_of_range("no parameter named " + name);
+}
+
+std::int64_t Transformer::parameter_count() const {
+  std::int64_t n = 0;
+  for (const auto& p : params_) n += p.value.numel();
+  return n;
+}
+
+void Transformer::allocate_grads() {
+  for (auto& p : params_)
+    if (!p.grad.defined()) p.grad = ops_->empty(p.value.shape(), cfg_.param_dtype, {MemCategory::gradients});
+  zero_grads();
+}
+
+void Transformer::zero_grads() {
+  for (auto& p : params_)
+    if (p.grad.defined()) ops_->fill(p.grad, 0.0f);
+}
+
+FfnWeights Transformer::ffn_weights(int l) const {
+  const auto& lp = layers_[static_cast<std::size_t>(l)];
+  return {&lp.w_gate->value, &lp.w_up->value, &lp.w_down->value};
+}
+
+Tensor Transformer::run_layers(const Tensor& tokens, int batch, int seq, Mode mode, KvCache* cache) {
+  Ops& o = *ops_;
+  const bool keep = mode == Mode::train;
+  const std::int64_t n = static_cast<std::int64_t>(batch) * seq;
+  const int d = cfg_.hidden, h = cfg_.heads, kvh = cfg_.kv_heads, hd = cfg_.head_dim();
+  const DType act = cfg_.act_dtype;
+  auto tag = [&](ActModule m, int layer) { return keep ? activation_tag(m, layer) : workspace_tag(); };
+
+  Tensor pos = o.empty({n}, DType::i32, workspace_tag());
+  o.upload_i32(pos, row_positions(batch, seq));
+  Tensor start;
+  if (mode == Mode::prefill) {
+    start = o.empty({batch}, DType::i32, workspace_tag());
+    o.fill(start, 0.0f);
+  }
+
+  Tensor hcur = o.empty({n, d}, act, tag(ActModule::residual, 0));
+  {
+    ScopedRange sr(ranges_, "embedding");
+    o.embedding_forward(tokens, embed_->value, hcur);
+  }
+  if (keep) saved_.assign(static_cast<std::size_t>(cfg_.layers), {});
+
+  for (int l = 0; l < cfg_.layers; ++l) {
+    ScopedRange layer_range(ranges_, "layer." + std::to_string(l));
+    const auto& lp = layers_[static_cast<std::size_t>(l)];
+    LayerSaved s;
+    s.h_in = hcur;
+    {
+      ScopedRange sr(ranges_, "attention");
+      s.xn1 = o.empty({n, d}, act, tag(ActModule::norm, l));
+      s.rstd1 = o.empty({n}, DType::f32, tag(ActModule::norm, l));
+      o.rmsnorm_forward(hcur, lp.attn_norm->value, cfg_.norm_eps, s.xn1, s.rstd1);
+      s.q = o.empty({batch, seq, h, hd}, act, tag(ActModule::attention, l));
+      s.k = o.empty({batch, seq, kvh, hd}, act, tag(ActModule::attention, l));
+      s.v = o.empty({batch, seq, kvh, hd}, act, tag(ActModule::attention, l));
+      Tensor q2 = s.q.reshape({n, h * hd}), k2 = s.k.reshape({n, kvh * hd}), v2 = s.v.reshape({n, kvh * hd});
+      o.gemm(s.xn1, false, lp.wq->value, false, q2);
+      o.gemm(s.xn1, false, lp.wk->value, false, k2);
+      o.gemm(s.xn1, false, lp.wv->value, false, v2);
+      Tensor q3 = s.q.reshape({n, h, hd}), k3 = s.k.reshape({n, kvh, hd});
+      o.rope(q3, pos, cfg_.rope_theta, false);
+      o.rope(k3, pos, cfg_.rope_theta, false);
+      if (mode == Mode::prefill)
+        o.kv_cache_write(s.k, s.v, start, cache->k[static_cast<std::size_t>(l)], cache->v[static_cast<std::size_t>(l)]);
+      s.attn = o.empty({batch, seq, h, hd}, act, tag(ActModule::attention, l));
+      s.lse = o.empty({batch, h, seq}, DType::f32, tag(ActModule::attention, l));
+      o.attention_forward(s.q, s.k, s.v, s.attn, s.lse);
+      // h_mid = h_in + attn W_o: the projection accumulates into a copy of the residual stream.
+      s.h_mid = o.empty({n, d}, act, tag(ActModule::residual, l));
+      o.copy(s.h_mid, hcur);
+      o.gemm(s.attn.reshape({n, d}), false, lp.wo->value, false, s.h_mid, 1.0f, 1.0f);
+    }
+    {
+      ScopedRange sr(ranges_, "ffn");
+      s.xn2 = o.empty({n, d}, act, tag(ActModule::norm, l));
+      s.rstd2 = o.empty({n}, DType::f32, tag(ActModule::norm, l));
+      o.rmsnorm_forward(s.h_mid, lp.ffn_norm->value, cfg_.norm_eps, s.xn2, s.rstd2);
+      const bool last = l + 1 == cfg_.layers;
+      Tensor h_out = o.empty({n, d}, act, last ? tag(ActModule::head, -1) : tag(ActModule::residual, l + 1));
+      o.copy(h_out, s.h_mid);
+      ffns_[static_cast<std::size_t>(l)].forward(s.xn2, ffn_weights(l), h_out, 1.0f, keep, ranges_);
+      hcur = h_out;
+    }
+    if (keep) saved_[static_cast<std::size_t>(l)] = std::move(s);
+  }
+
+  ScopedRange sr(ranges_, "head");
+  Tensor xf = o.empty({n, d}, act, tag(ActModule::head, -1));
+  Tensor rstdf = o.empty({n}, DType::f32, tag(ActModule::head, -1));
+  o.rmsnorm_forward(hcur, final_norm_->value, cfg_.norm_eps, xf, rstdf);
+  if (keep) {
+    h_final_ = hcur;
+    rstdf_ = rstdf;
+  }
+  return xf;
+}
+
+Tensor Transformer::head_logits(const Tensor& xf, bool keep) {
+  ScopedRange sr(ranges_, "head");
+  Tensor logits = ops_->empty({xf.rows(), cfg_.vocab}, DType::f32,
+                              keep ? activation_tag(ActModule::head) : workspace_tag());
+  ops_->gemm(xf, false, lm_head_->value, false, logits);
+  return logits;
+}
+
+double Transformer::forward(const Tensor& tokens, const Tensor& targets, int batch, int seq, bool keep) {
+  if (tokens.numel() != static_cast<std::int64_t>(batch) * seq || targets.numel() != tokens.numel())
+    throw std::invalid_argument("forward: tokens and targets must hold batch*seq = " +
+                                std::to_string(static_cast<std::int64_t>(batch) * seq) + " ids");
+  if (seq > cfg_.seq_len)
+    throw std::invalid_argument("forward: seq " + std::to_string(seq) + " exceeds the model's seq_len " +
+                                std::to_string(cfg_.seq_len));
+  release_activations();
+  Ops& o = *ops_;
+  Tensor xf = run_layers(tokens, batch, seq, keep ? Mode::train : Mode::infer, nullptr);
+  Tensor logits = head_logits(xf, keep);
+  Tensor losses = o.empty({logits.rows()}, DType::f32, workspace_tag());
+  std::vector<float> host;
+  std::vector<std::int32_t> tgt;
+  {
+    ScopedRange sr(ranges_, "loss");
+    o.cross_entropy_forward(logits, targets, losses);
+    host = o.download_f32(losses);
+    tgt = o.download_i32(targets);
+  }
+  double sum = 0;
+  std::int64_t valid = 0;
+  for (std::size_t i = 0; i < host.size(); ++i)
+    if (tgt[i] >= 0) {
+      sum += host[i];
+      ++valid;
+    }
+  if (keep) {
+    tokens_ = tokens;
+    targets_ = targets;
+    xf_ = xf;
+    logits_ = logits;
+    batch_ = batch;
+    seq_ = seq;
+    valid_targets_ = valid;
+  }
+  return valid ? sum / static_cast<double>(valid) : 0.0;
+}
+
+void Transformer::release_activations() {
+  saved_.clear();
+  for (auto& f : ffns_) f.release();
+  tokens_.reset();
+  targets_.reset();
+  h_final_.reset();
+  xf_.reset();
+  rstdf_.reset();
+  logits_.reset();
+}
+
+void Transformer::backward() {
+  if (!logits_.defined()) throw std::logic_error("backward() needs a forward(keep_for_backward = true) first");
+  if (!embed_->grad.defined()) allocate_grads();
+  Ops& o = *ops_;
+  const std::int64_t n = static_cast<std::int64_t>(batch_) * seq_;
+  const int d = cfg_.hidden, h = cfg_.heads, kvh = cfg_.kv_heads, hd = cfg_.head_dim();
+  const DType act = cfg_.act_dtype;
+  auto ws = [&](const Shape& s, DType t) { return o.empty(s, t, workspace_tag()); };
+
+  Tensor dh = ws({n, d}, act);  // gradient of the residual stream, updated in place layer by layer
+  {
+    ScopedRange sr(ranges_, "head");
+    const float scale = valid_targets_ ? 1.0f / static_cast<float>(valid_targets_) : 0.0f;
+    o.cross_entropy_backward(logits_, targets_, scale);  // logits_ now holds ∂loss/∂logits
+    Tensor dxf = ws({n, d}, act);
+    o.gemm(logits_, false, lm_head_->value, true, dxf);
+    o.gemm(xf_, true, logits_, false, lm_head_->grad, 1.0f, 1.0f);
+    logits_.reset();
+    o.fill(dh, 0.0f);
+    o.rmsnorm_backward(dxf, h_final_, final_norm_->value, rstdf_, dh, final_norm_->grad);
+    xf_.reset();
+    h_final_.reset();
+    rstdf_.reset();
+  }
+  for (int l = cfg_.layers - 1; l >= 0; --l) {
+    ScopedRange layer_range(ranges_, "layer." + std::to_string(l));
+    const auto& lp = layers_[static_cast<std::size_t>(l)];
+    LayerSaved& s = saved_[static_cast<std::size_t>(l)];
+    {
+      ScopedRange sr(ranges_, "ffn");
+      Tensor dxn2 = ws({n, d}, act);
+      const FfnGrads g{&lp.w_gate->grad, &lp.w_up->grad, &lp.w_down->grad};
+      ffns_[static_cast<std::size_t>(l)].backward(s.xn2, dh, ffn_weights(l), dxn2, g, ranges_);
+      o.rmsnorm_backward(dxn2, s.h_mid, lp.ffn_norm->value, s.rstd2, dh, lp.ffn_norm->grad);  // dh: ∂/∂h_mid
+    }
+    {
+      ScopedRange sr(ranges_, "attention");
+      Tensor attn2 = s.attn.reshape({n, d});
+      Tensor dattn = ws({batch_, seq_, h, hd}, act);
+      Tensor dattn2 = dattn.reshape({n, d});
+      o.gemm(dh, false, lp.wo->value, true, dattn2);
+      o.gemm(attn2, true, dh, false, lp.wo->grad, 1.0f, 1.0f);
+      Tensor dq = ws(s.q.shape(), act), dk = ws(s.k.shape(), act), dv = ws(s.v.shape(), act);
+      o.attention_backward(s.q, s.k, s.v, s.attn, s.lse, dattn, dq, dk, dv);
+      dattn.reset();
+      Tensor pos = ws({n}, DType::i32);
+      o.upload_i32(pos, row_positions(batch_, seq_));
+      Tensor dq3 = dq.reshape({n, h, hd}), dk3 = dk.reshape({n, kvh, hd});
+      o.rope(dq3, pos, cfg_.rope_theta, true);  // RoPE is a rotation: its backward rotates back
+      o.rope(dk3, pos, cfg_.rope_theta, true);
+      Tensor dq2 = dq.reshape({n, h * hd}), dk2 = dk.reshape({n, kvh * hd}), dv2 = dv.reshape({n, kvh * hd});
+      Tensor dxn1 = ws({n, d}, act);
+      o.gemm(dq2, false, lp.wq->value, true, dxn1);
+      o.gemm(dk2, false, lp.wk->value, true, dxn1, 1.0f, 1.0f);
+      o.gemm(dv2, false, lp.wv->value, true, dxn1, 1.0f, 1.0f);
+      o.gemm(s.xn1, true, dq2, false, lp.wq->grad, 1.0f, 1.0f);
+      o.gemm(s.xn1, true, dk2, false, lp.wk->grad, 1.0f, 1.0f);
+      o.gemm(s.xn1, true, dv2, false, lp.wv->grad, 1.0f, 1.0f);
+      o.rmsnorm_backward(dxn1, s.h_in, lp.attn_norm->value, s.rstd1, dh, lp.attn_norm->grad);  // dh: ∂/∂h_in
+    }
+    s = LayerSaved{};  // this layer's activations are no longer needed
+  }
+  {
+    ScopedRange sr(ranges_, "embedding");
+    o.embedding_backward(tokens_, dh, embed_->grad);
+  }
+  release_activations();
+}
+
+Tensor Transformer::forward_logits(const Tensor& tokens, int batch, int seq) {
+  release_activations();
+  Tensor xf = run_layers(tokens, batch, seq, Mode::infer, nullptr);
+  return head_logits(xf, false);
+}
+
+KvCache Transformer::make_kv_cache(int batch, int max_seq) {
+  if (batch <= 0 || max_seq <= 0) throw std::invalid_argument("KV cache needs batch > 0 and max_seq > 0");
+  KvCache c;
+  c.batch = batch;
+  c.max_seq = max_seq;
+  const MemTag tag{MemCategory::kv_cache};
+  for (int l = 0; l < cfg_.layers; ++l) {
+    c.k.push_back(ops_->empty({batch, cfg_.kv_heads, max_seq, cfg_.head_dim()}, cfg_.act_dtype, tag));
+    c.v.push_back(ops_->empty({batch, cfg_.kv_heads, max_seq, cfg_.head_dim()}, cfg_.act_dtype, tag));
+  }
+  return c;
+}
+
+Tensor Transformer::prefill(const Tensor& tokens, int batch, int seq, KvCache& cache) {
+  if (batch != cache.batch || seq > cache.max_seq)
+    throw std::invalid_argument("prefill: batch " + std::to_string(batch) + " / prompt " + std::to_string(seq) +
+                                " do not fit the cache (batch " + std::to_string(cache.batch) + ", max_seq " +
+                                std::to_string(cache.max_seq) + ")");
+  release_activations();
+  Tensor xf = run_layers(tokens, batch, seq, Mode::prefill, &cache);
+  return head_logits(xf, false);
+}
+
+void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& cache, Tensor& logits) {
+  Ops& o = *ops_;
+  const int b = cache.batch, d = cfg_.hidden, h = cfg_.heads, kvh = cfg_.kv_heads, hd = cfg_.head_dim();
+  const DType act = cfg_.act_dtype;
+  auto ws = [&](const Shape& s, DType t) { return o.empty(s, t, workspace_tag()); };
+  Tensor x = ws({b, d}, act);
+  o.embedding_forward(tokens, embed_->value, x);
+  Tensor xn = ws({b, d}, act), rstd = ws({b}, DType::f32);
+  Tensor q = ws({b, h, hd}, act), k = ws({b, 1, kvh, hd}, act), v = ws({b, 1, kvh, hd}, act);
+  Tensor attn = ws({b, h, hd}, act);
+  Tensor q2 = q.reshape({b, h * hd}), k2 = k.reshape({b, kvh * hd}), v2 = v.reshape({b, kvh * hd});
+  Tensor k3 = k.reshape({b, kvh, hd}), attn2 = attn.reshape({b, d});
+  for (int l = 0; l < cfg_.layers; ++l) {
+    ScopedRange layer_range(ranges_, "layer." + std::to_string(l));
+    const auto& lp = layers_[static_cast<std::size_t>(l)];
+    {
+      ScopedRange sr(ranges_, "attention");
+      o.rmsnorm_forward(x, lp.attn_norm->value, cfg_.norm_eps, xn, rstd);
+      o.gemm(xn, false, lp.wq->value, false, q2);
+      o.gemm(xn, false, lp.wk->value, false, k2);
+      o.gemm(xn, false, lp.wv->value, false, v2);
+      o.rope(q, pos, cfg_.rope_theta, false);
+      o.rope(k3, pos, cfg_.rope_theta, false);
+      o.kv_cache_write(k, v, pos, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)]);
+      o.attention_decode(q, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)], pos, attn);
+      o.gemm(attn2, false, lp.wo->value, false, x, 1.0f, 1.0f);  // residual add in place
+    }
+    {
+      ScopedRange sr(ranges_, "ffn");
+      o.rmsnorm_forward(x, lp.ffn_norm->value, cfg_.norm_eps, xn, rstd);
+      ffns_[static_cast<std::size_t>(l)].forward(xn, ffn_weights(l), x, 1.0f, false, ranges_);
+    }
+  }
+  ScopedRange sr(ranges_, "head");
+  o.rmsnorm_forward(x, final_norm_->value, cfg_.norm_eps, xn, rstd);
+  o.gemm(xn, false, lm_head_->value, false, logits);
+}
+
+}  // namespace moc

@@ -1,0 +1,101 @@
+// LLaMA-style decoder-only transformer written once against the Ops interface:
+// embedding -> L x [RMSNorm -> causal MHA/GQA with RoPE -> residual -> RMSNorm -> FFN -> residual]
+// -> RMSNorm -> LM head -> cross-entropy. Training keeps, per layer, only:
+//   attention: Q, K, V (after RoPE), attention output, log-sum-exp (what flash attention keeps)
+//   norm:      both normalized outputs (inputs of the following projections) and 1/rms
+//   residual:  the layer input and the mid-layer residual stream (inputs of the two norms)
+//   ffn:       what the FFN variant declares (model/ffn.h)
+// and for the head the final residual stream, its normalized output, 1/rms and the f32 logits.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/config.h"
+#include "model/ffn.h"
+#include "profiling/ranges.h"
+
+namespace moc {
+
+struct Param {
+  std::string name;
+  Tensor value;
+  Tensor grad;   // allocated by allocate_grads()
+  bool decay;    // weight decay applies (matrices, not norm gains)
+};
+
+struct KvCache {
+  std::vector<Tensor> k, v;  // per layer [batch, kv_heads, max_seq, head_dim]
+  int batch = 0;
+  int max_seq = 0;
+};
+
+class Transformer {
+ public:
+  Transformer(Ops& ops, const ModelConfig& cfg);  // validates cfg; weights from cfg.seed
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+
+  Ops& ops() { return *ops_; }
+  const ModelConfig& config() const { return cfg_; }
+  std::vector<Param>& params() { return params_; }
+  Param& param(const std::string& name);
+  std::int64_t parameter_count() const;
+  void allocate_grads();
+  void zero_grads();
+  void set_ranges(RangeSink* r) { ranges_ = r; }
+  RangeSink* ranges() const { return ranges_; }
+
+  // Training forward over tokens/targets i32 [batch*seq] (targets < 0 are ignored). Returns the mean
+  // loss. With keep_for_backward the activations listed above stay alive until backward().
+  double forward(const Tensor& tokens, const Tensor& targets, int batch, int seq, bool keep_for_backward = true);
+  // Accumulates into every Param::grad and releases the kept activations.
+  void backward();
+  void release_activations();
+
+  // Logits [batch*seq, vocab] (f32) of every position, nothing kept.
+  Tensor forward_logits(const Tensor& tokens, int batch, int seq);
+
+  // Decoding. prefill writes K/V of positions 0..seq-1 and returns the prompt logits [batch*seq, vocab].
+  KvCache make_kv_cache(int batch, int max_seq);
+  Tensor prefill(const Tensor& tokens, int batch, int seq, KvCache& cache);
+  // One token per sequence: tokens i32 [batch] at positions pos i32 [batch] -> logits [batch, vocab].
+  // Reads only tensors, so it can be captured in an OpGraph and replayed.
+  void decode_step(const Tensor& tokens, const Tensor& pos, KvCache& cache, Tensor& logits);
+
+  // The FFN of a layer (tests inspect MoC selections).
+  const Ffn& ffn(int layer) const { return ffns_[static_cast<std::size_t>(layer)]; }
+
+ private:
+  struct LayerParams {
+    Param *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+  };
+  struct LayerSaved {
+    Tensor h_in, xn1, rstd1, q, k, v, attn, lse, h_mid, xn2, rstd2;
+  };
+  enum class Mode { train, infer, prefill };
+
+  Param& add_param(const std::string& name, const Shape& shape, float init_std, bool decay);
+  void init_weights();
+  // Embedding through the final norm; returns the normalized final hidden state [n, d].
+  Tensor run_layers(const Tensor& tokens, int batch, int seq, Mode mode, KvCache* cache);
+  Tensor head_logits(const Tensor& xf, bool keep);
+  FfnWeights ffn_weights(int l) const;
+
+  Ops* ops_;
+  ModelConfig cfg_;
+  RangeSink* ranges_ = nullptr;
+  std::vector<Param> params_;
+  Param *embed_ = nullptr, *final_norm_ = nullptr, *lm_head_ = nullptr;
+  std::vector<LayerParams> layers_;
+  std::vector<Ffn> ffns_;
+
+  // Kept between forward and backward.
+  std::vector<LayerSaved> saved_;
+  Tensor tokens_, targets_, h_final_, xf_, rstdf_, logits_;
+  int batch_ = 0, seq_ = 0;
+  std::int64_t valid_targets_ = 0;
+};
+
+}  // namespace moc

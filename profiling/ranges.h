@@ -1,0 +1,58 @@
+// Named phase ranges (step, layer.N, attention, ffn.gate, ffn.topk, ffn.up, ffn.down, head, optimizer, ...).
+// The model opens them through a RangeSink; the CPU backend's sink times them on the host; the CUDA
+// backend's sink will emit NVTX ranges under the same names.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace moc {
+
+class RangeSink {
+ public:
+  virtual ~RangeSink() = default;
+  virtual void push(std::string_view name) = 0;
+  virtual void pop() = 0;
+};
+
+class ScopedRange {
+ public:
+  ScopedRange(RangeSink* sink, std::string_view name) : sink_(sink) {
+    if (sink_) sink_->push(name);
+  }
+  ~ScopedRange() {
+    if (sink_) sink_->pop();
+  }
+  ScopedRange(const ScopedRange&) = delete;
+  ScopedRange& operator=(const ScopedRange&) = delete;
+
+ private:
+  RangeSink* sink_;
+};
+
+// Host wall-clock per range name (inclusive time, call count). Names are the innermost range's own
+// name, so "ffn.down" sums over layers; "layer.3" is one layer.
+class HostRangeTimer final : public RangeSink {
+ public:
+  struct Stat {
+    std::int64_t total_ns = 0;
+    std::int64_t calls = 0;
+  };
+  void push(std::string_view name) override;
+  void pop() override;
+  const std::map<std::string, Stat, std::less<>>& stats() const { return stats_; }
+  void clear() { stats_.clear(); }
+
+ private:
+  struct Open {
+    std::string name;
+    std::chrono::steady_clock::time_point t0;
+  };
+  std::vector<Open> stack_;
+  std::map<std::string, Stat, std::less<>> stats_;
+};
+
+}  // namespace moc

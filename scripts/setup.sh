@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what mocbench needs and is missing. Idempotent, quiet when everything is present.
+# Debian packages only for now; PyPI wheels (later issues) go into the project-local prefix .local/.
+set -euo pipefail
+
+debian_packages=(
+  cmake ninja-build g++ pkg-config git
+  libopenblas-dev      # CPU backend GEMMs (cblas)
+  libgtest-dev         # tests
+  libcli11-dev         # command line
+  libtomlplusplus-dev  # scenario files
+  libsqlite3-dev       # results database
+)
+
+missing=()
+for p in "${debian_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup: note: nvcc is at /usr/local/cuda/bin; put it on PATH to build the CUDA backend" >&2
+fi

@@ -1,0 +1,3 @@
+#include <gtest/gtest.h>
+#include "kernels/ops.h"
+TEST(Build, CpuBackendExists) { EXPECT_EQ(moc::make_cpu_ops()->name(), "cpu"); }
