@@ -124,7 +124,14 @@ void Ffn::forward_moc(const Tensor& x, const FfnWeights& w, Tensor& out, float b
     }
     {
       ScopedRange sr(r, "ffn.topk");
-      o.moc_select(G, cfg_->ffn.selection(), idx);  // M = TopK(G), eq. 4
+      if (forced_idx_.defined()) {
+        if (forced_idx_.rows() != n || forced_idx_.cols() != K)
+          throw std::invalid_argument("forced selection " + shape_str(forced_idx_.shape()) + " does not match [" +
+                                      std::to_string(n) + ", " + std::to_string(K) + "]");
+        o.copy(idx, forced_idx_);
+      } else {
+        o.moc_select(G, cfg_->ffn.selection(), idx);  // M = TopK(G), eq. 4
+      }
       o.gather_cols(G, idx, gsel);                   // G ⊙ M, kept compact
     }
   }

@@ -40,6 +40,10 @@ class Ffn {
 
   // Channel indices selected by the last forward ([rows, kept] i16); undefined for dense.
   const Tensor& selected() const { return idx_; }
+  // Use these channels ([rows, kept] i16) instead of selecting, until cleared: compares a backend with
+  // another one's selection, and lets finite differences differentiate with the mask held fixed.
+  void force_selection(const Tensor& idx) { forced_idx_ = idx; }
+  void clear_forced_selection() { forced_idx_.reset(); }
   // Bytes forward(keep=true) stores for `rows` rows: exactly what the allocator will measure.
   static std::int64_t stored_bytes(const ModelConfig& cfg, std::int64_t rows);
 
@@ -59,6 +63,7 @@ class Ffn {
   int layer_;
   // Dense: [rows, d_ffn]. MoC: compact [rows, kept], with idx_ the channel of each column.
   Tensor g_, u_, s_, z_, idx_;
+  Tensor forced_idx_;
 };
 
 }  // namespace moc

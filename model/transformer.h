@@ -66,6 +66,7 @@ class Transformer {
 
   // The FFN of a layer (tests inspect MoC selections).
   const Ffn& ffn(int layer) const { return ffns_[static_cast<std::size_t>(layer)]; }
+  Ffn& ffn(int layer) { return ffns_[static_cast<std::size_t>(layer)]; }
 
  private:
   struct LayerParams {

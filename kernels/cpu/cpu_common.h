@@ -47,7 +47,7 @@ inline void require(bool ok, const char* op, const std::string& what) {
   if (!ok) throw std::invalid_argument(std::string(op) + ": " + what);
 }
 
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float silu(float x) { return x * sigmoid(x); }  // same rounding as the backward recompute
 
 }  // namespace moc::cpu

@@ -1,3 +1,0 @@
-#include <gtest/gtest.h>
-#include "kernels/ops.h"
-TEST(Build, CpuBackendExists) { EXPECT_EQ(moc::make_cpu_ops()->name(), "cpu"); }
