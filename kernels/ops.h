@@ -78,6 +78,10 @@ class Ops {
     return Tensor::empty(allocator(), device(), shape, dt, tag);
   }
   virtual void synchronize() = 0;
+  // The stream ops are issued on: an opaque handle (a cudaStream_t on the GPU; the CPU backend has one
+  // implicit stream and returns null). Workspaces are stream-ordered: freed memory is reused in issue order.
+  virtual void* stream() const { return nullptr; }
+  virtual void set_stream(void* /*stream*/) {}
   // Records the ops fn issues and returns a graph that re-issues them (the CPU backend re-runs fn).
   virtual std::unique_ptr<OpGraph> capture(std::function<void()> fn) = 0;
 

@@ -190,7 +190,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(VariantCase{"dense", 0, false, SelectRule::gate}, VariantCase{"dense", 0, true, SelectRule::gate},
                       VariantCase{"moc", 9, false, SelectRule::gate}, VariantCase{"moc", 9, true, SelectRule::gate},
                       VariantCase{"moc_2:8", 0, false, SelectRule::gate}, VariantCase{"moc_2:8", 0, true, SelectRule::gate},
-                      VariantCase{"moc", 9, false, SelectRule::silu}, VariantCase{"moc_3:5", 0, true, SelectRule::abs_silu}));
+                      VariantCase{"moc", 9, false, SelectRule::silu}, VariantCase{"moc_3:5", 0, true, SelectRule::abs_silu}),
+    [](const ::testing::TestParamInfo<VariantCase>& i) {
+      std::string n = std::string(i.param.ffn) + (i.param.gcp ? "_gcp_" : "_") + std::string(select_rule_name(i.param.rule));
+      std::replace(n.begin(), n.end(), ':', 'x');
+      return n;
+    });
 
 // Host double-precision SwiGLU with a per-row channel mask: the masked dense reference.
 struct HostRef {

@@ -1,5 +1,6 @@
 // Whole-model behaviour on the CPU backend: gradients against finite differences, KV-cache decoding
 // against a full forward pass, training progress, decoding graphs and sampling, bf16 storage.
+#include <algorithm>
 #include <cmath>
 
 #include "model/decoder.h"
@@ -91,7 +92,12 @@ TEST_P(ModelGrad, AllParameterGradientsMatchFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Variants, ModelGrad,
                          ::testing::Values(ModelGradCase{"dense", false}, ModelGradCase{"dense", true},
                                            ModelGradCase{"moc", false}, ModelGradCase{"moc", true},
-                                           ModelGradCase{"moc_2:8", false}, ModelGradCase{"moc_2:8", true}));
+                                           ModelGradCase{"moc_2:8", false}, ModelGradCase{"moc_2:8", true}),
+                         [](const ::testing::TestParamInfo<ModelGradCase>& i) {
+                           std::string n = std::string(i.param.ffn) + (i.param.gcp ? "_gcp" : "");
+                           std::replace(n.begin(), n.end(), ':', 'x');
+                           return n;
+                         });
 
 class Decode : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
 
@@ -134,7 +140,12 @@ TEST_P(Decode, KvCacheDecodingReproducesFullForwardLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BatchOneAndThree, Decode,
-                         ::testing::Combine(::testing::Values("dense", "moc", "moc_2:8"), ::testing::Values(1, 3)));
+                         ::testing::Combine(::testing::Values("dense", "moc", "moc_2:8"), ::testing::Values(1, 3)),
+                         [](const ::testing::TestParamInfo<std::tuple<const char*, int>>& i) {
+                           std::string n = std::string(std::get<0>(i.param)) + "_batch" + std::to_string(std::get<1>(i.param));
+                           std::replace(n.begin(), n.end(), ':', 'x');
+                           return n;
+                         });
 
 TEST(Generate, CapturedGraphMatchesStepByStepAndSeedsReproduce) {
   auto ops = make_cpu_ops();
@@ -203,7 +214,12 @@ TEST_P(Training, TinyModelDrivesTheLossDownOnAFixedBatch) {
   EXPECT_LT(last, first / 10.0) << GetParam() << ": " << first << " -> " << last;
 }
 
-INSTANTIATE_TEST_SUITE_P(DenseAndMoc, Training, ::testing::Values("dense", "moc", "moc_2:8"));
+INSTANTIATE_TEST_SUITE_P(DenseAndMoc, Training, ::testing::Values("dense", "moc", "moc_2:8"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           std::string n = i.param;
+                           std::replace(n.begin(), n.end(), ':', 'x');
+                           return n;
+                         });
 
 TEST(Training, LearningRateWarmsUpLinearlyThenFollowsACosine) {
   auto ops = make_cpu_ops();
