@@ -43,16 +43,30 @@ class HostRangeTimer final : public RangeSink {
   };
   void push(std::string_view name) override;
   void pop() override;
+  struct Event {  // one closed range, times relative to the timer's creation
+    std::string name;
+    std::int64_t start_ns = 0, end_ns = 0;
+    int depth = 0;
+  };
   const std::map<std::string, Stat, std::less<>>& stats() const { return stats_; }
-  void clear() { stats_.clear(); }
+  // Individual ranges are kept only while recording (one repetition, not thousands).
+  void set_recording(bool on) { recording_ = on; }
+  const std::vector<Event>& events() const { return events_; }
+  void clear() {
+    stats_.clear();
+    events_.clear();
+  }
 
  private:
   struct Open {
     std::string name;
     std::chrono::steady_clock::time_point t0;
   };
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
   std::vector<Open> stack_;
   std::map<std::string, Stat, std::less<>> stats_;
+  bool recording_ = false;
+  std::vector<Event> events_;
 };
 
 }  // namespace moc

@@ -1,0 +1,228 @@
+#include "app/point_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <stdexcept>
+
+#include "model/decoder.h"
+#include "model/ffn.h"
+#include "model/memory_model.h"
+#include "model/trainer.h"
+#include "model/transformer.h"
+
+namespace moc {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Times fn on the backend: synchronizes before and after so asynchronous backends are timed whole.
+template <class Fn>
+double timed(Ops& ops, Fn&& fn) {
+  ops.synchronize();
+  const double t0 = now_s();
+  fn();
+  ops.synchronize();
+  return now_s() - t0;
+}
+
+Tensor random_tensor(Ops& ops, std::mt19937& rng, const Shape& shape, DType dt, const MemTag& tag, float std) {
+  Tensor t = ops.empty(shape, dt, tag);
+  std::normal_distribution<float> d(0.0f, std);
+  std::vector<float> v(static_cast<std::size_t>(t.numel()));
+  for (auto& x : v) x = d(rng);
+  ops.upload_f32(t, v);
+  return t;
+}
+
+std::vector<std::int32_t> random_ids(std::mt19937& rng, std::size_t n, int vocab) {
+  std::uniform_int_distribution<int> d(0, vocab - 1);
+  std::vector<std::int32_t> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Wraps a repetition so that memory events and ranges are recorded for the first measured one only.
+struct Recorder {
+  Ops& ops;
+  HostRangeTimer& timer;
+  int warmup;
+  std::int64_t* baseline;
+  int calls = 0;
+  template <class Fn>
+  double operator()(Fn&& fn) {
+    const bool record = calls++ == warmup;
+    if (record) *baseline = ops.memory().live().total();
+    ops.memory().set_record_events(record);
+    timer.set_recording(record);
+    const double t = timed(ops, fn);
+    ops.memory().set_record_events(false);
+    timer.set_recording(false);
+    return t;
+  }
+};
+
+double median_of(std::vector<double> v) { return summarize(v).median_s; }
+}  // namespace
+
+std::vector<std::string> point_modes() { return {"train", "decode", "ffn-train", "ffn-decode", "topk"}; }
+
+PointOutcome run_point(Ops& ops, const PointSpec& spec) {
+  ModelConfig cfg = spec.model;
+  if (spec.batch <= 0 || spec.seq <= 0) throw ConfigError("batch and seq must be positive");
+  cfg.seq_len = std::max(cfg.seq_len, std::max(spec.seq, spec.prompt + spec.generate));
+  cfg.validate();
+  ops.memory().set_record_events(false);
+  ops.memory().reset_peak();
+  HostRangeTimer timer;
+  PointOutcome out;
+  Recorder rec{ops, timer, spec.measure.warmup, &out.memory_baseline_bytes};
+  std::mt19937 rng(static_cast<std::uint32_t>(cfg.seed));
+  auto& m = out.metrics;
+  const double b = spec.batch, s = spec.seq;
+
+  if (spec.mode == "train") {
+    Transformer model(ops, cfg);
+    model.set_ranges(&timer);
+    const std::int64_t n = static_cast<std::int64_t>(spec.batch) * spec.seq;
+    auto ids = random_ids(rng, static_cast<std::size_t>(n + 1), cfg.vocab);
+    Tensor tok = ops.empty({n}, DType::i32, workspace_tag()), tgt = ops.empty({n}, DType::i32, workspace_tag());
+    ops.upload_i32(tok, std::vector<std::int32_t>(ids.begin(), ids.end() - 1));
+    ops.upload_i32(tgt, std::vector<std::int32_t>(ids.begin() + 1, ids.end()));
+    TrainConfig tc;
+    tc.fp32_master = cfg.param_dtype == DType::bf16;
+    Trainer trainer(model, tc);
+    double first_loss = -1, last_loss = 0;
+    out.stats = measure(spec.measure, [&] {
+      return rec([&] {
+        last_loss = trainer.step(tok, tgt, spec.batch, spec.seq).loss;
+        if (first_loss < 0) first_loss = last_loss;
+      });
+    });
+    const auto engine = engine_activation_model(cfg, spec.batch, spec.seq);
+    m.push_back({"step_ms", out.stats.median_s * 1e3});
+    m.push_back({"tokens_per_s", b * s / out.stats.median_s});
+    m.push_back({"loss_first", first_loss});
+    m.push_back({"loss_last", last_loss});
+    m.push_back({"activation_model_bytes", engine.total()});
+    m.push_back({"activation_paper_bytes", paper_activation_model(cfg, spec.batch, spec.seq,
+                                                                   static_cast<double>(dtype_bytes(cfg.act_dtype)))
+                                                .total()});
+  } else if (spec.mode == "decode") {
+    Transformer model(ops, cfg);
+    model.set_ranges(&timer);
+    const int max_seq = spec.prompt + spec.generate;
+    Decoder dec(model, spec.batch, max_seq);
+    auto prompt = random_ids(rng, static_cast<std::size_t>(spec.batch) * spec.prompt, cfg.vocab);
+    std::vector<double> prefill_s;
+    auto refill = [&] { prefill_s.push_back(timed(ops, [&] { dec.prefill(prompt, spec.prompt); })); };
+    refill();
+    std::vector<std::int32_t> next(static_cast<std::size_t>(spec.batch), 1);
+    out.stats = measure(spec.measure, [&] {
+      if (dec.position() >= max_seq) refill();  // untimed: a fresh sequence once the cache is full
+      return rec([&] { dec.step(next); });
+    });
+    m.push_back({"ms_per_token", out.stats.median_s * 1e3});
+    m.push_back({"tokens_per_s", b / out.stats.median_s});
+    m.push_back({"prefill_ms", median_of(prefill_s) * 1e3});
+  } else if (spec.mode == "ffn-train" || spec.mode == "ffn-decode") {
+    const bool train = spec.mode == "ffn-train";
+    const std::int64_t rows = train ? static_cast<std::int64_t>(spec.batch) * spec.seq : spec.batch;
+    const std::size_t layer_bytes = 3 * static_cast<std::size_t>(cfg.hidden) * static_cast<std::size_t>(cfg.d_ffn) *
+                                    dtype_bytes(cfg.param_dtype);
+    const int copies = !train && spec.cold ? static_cast<int>(std::clamp<std::size_t>(spec.cold_bytes / layer_bytes + 1, 2, 64)) : 1;
+    std::vector<Tensor> wg, wu, wd;
+    for (int c = 0; c < copies; ++c) {
+      wg.push_back(random_tensor(ops, rng, {cfg.hidden, cfg.d_ffn}, cfg.param_dtype, weights_tag(), 0.02f));
+      wu.push_back(random_tensor(ops, rng, {cfg.hidden, cfg.d_ffn}, cfg.param_dtype, weights_tag(), 0.02f));
+      wd.push_back(random_tensor(ops, rng, {cfg.d_ffn, cfg.hidden}, cfg.param_dtype, weights_tag(), 0.02f));
+    }
+    Tensor x = random_tensor(ops, rng, {rows, cfg.hidden}, cfg.act_dtype, workspace_tag(), 1.0f);
+    Tensor y = ops.empty({rows, cfg.hidden}, cfg.act_dtype, workspace_tag());
+    Ffn ffn(ops, cfg, 0);
+    int call = 0;
+    if (train) {
+      Tensor gg = ops.empty(wg[0].shape(), cfg.param_dtype, {MemCategory::gradients});
+      Tensor gu = ops.empty(wu[0].shape(), cfg.param_dtype, {MemCategory::gradients});
+      Tensor gd = ops.empty(wd[0].shape(), cfg.param_dtype, {MemCategory::gradients});
+      Tensor dx = ops.empty({rows, cfg.hidden}, cfg.act_dtype, workspace_tag());
+      std::vector<double> fwd, bwd;
+      out.stats = measure(spec.measure, [&] {
+        return rec([&] {
+          const FfnWeights w{&wg[0], &wu[0], &wd[0]};
+          fwd.push_back(timed(ops, [&] { ffn.forward(x, w, y, 0.0f, true, &timer); }));
+          bwd.push_back(timed(ops, [&] { ffn.backward(x, y, w, dx, {&gg, &gu, &gd}, &timer); }));
+        });
+      });
+      m.push_back({"fwd_bwd_ms", out.stats.median_s * 1e3});
+      m.push_back({"forward_ms", median_of(fwd) * 1e3});
+      m.push_back({"backward_ms", median_of(bwd) * 1e3});
+      m.push_back({"tokens_per_s", static_cast<double>(rows) / out.stats.median_s});
+      m.push_back({"ffn_activation_bytes", static_cast<double>(Ffn::stored_bytes(cfg, rows))});
+    } else {
+      out.stats = measure(spec.measure, [&] {
+        const int c = call++ % copies;
+        return rec([&] { ffn.forward(x, {&wg[c], &wu[c], &wd[c]}, y, 0.0f, false, &timer); });
+      });
+      // Byte floor of one token's FFN (paper §5): dense 3 d d_ffn, MoC d d_ffn + 2 K d weight elements.
+      const double d = cfg.hidden, F = cfg.d_ffn, K = cfg.kept_channels();
+      const double elems = cfg.ffn.kind == FfnKind::dense ? 3 * d * F : d * F + 2 * K * d;
+      const double floor_bytes = elems * static_cast<double>(dtype_bytes(cfg.param_dtype));
+      m.push_back({"latency_us", out.stats.median_s * 1e6});
+      m.push_back({"floor_bytes", floor_bytes});
+      m.push_back({"achieved_GBps", floor_bytes / out.stats.median_s / 1e9});
+      m.push_back({"weight_copies", copies});
+    }
+  } else if (spec.mode == "topk") {
+    const std::int64_t rows = static_cast<std::int64_t>(spec.batch) * spec.seq;
+    Tensor g = random_tensor(ops, rng, {rows, cfg.d_ffn}, cfg.act_dtype, workspace_tag(), 1.0f);
+    const MocSelect sel = cfg.ffn.kind == FfnKind::moc ? cfg.ffn.selection() : MocSelect{cfg.ffn.k, 0, 0, cfg.ffn.rule};
+    if (sel.kept(cfg.d_ffn) <= 0) throw ConfigError("topk mode needs k > 0");
+    Tensor idx = ops.empty({rows, sel.kept(cfg.d_ffn)}, DType::i16, workspace_tag());
+    out.stats = measure(spec.measure, [&] {
+      return rec([&] {
+        ScopedRange sr(&timer, "ffn.topk");
+        ops.moc_select(g, sel, idx);
+      });
+    });
+    m.push_back({"latency_us", out.stats.median_s * 1e6});
+    m.push_back({"rows_per_s", static_cast<double>(rows) / out.stats.median_s});
+  } else {
+    std::string modes;
+    for (const auto& md : point_modes()) modes += (modes.empty() ? "" : ", ") + md;
+    throw ConfigError("unknown mode '" + spec.mode + "'; use one of " + modes);
+  }
+
+  m.push_back({"median_ms", out.stats.median_s * 1e3});
+  m.push_back({"mean_ms", out.stats.mean_s * 1e3});
+  m.push_back({"min_ms", out.stats.min_s * 1e3});
+  m.push_back({"max_ms", out.stats.max_s * 1e3});
+  m.push_back({"stddev_ms", out.stats.stddev_s * 1e3});
+  m.push_back({"reps", out.stats.reps});
+  m.push_back({"noise", out.stats.noise});
+  out.peak = ops.memory().at_peak();
+  out.peak_bytes = ops.memory().peak_total();
+  for (std::size_t c = 0; c < kMemCategories; ++c)
+    m.push_back({"peak_" + std::string(category_name(static_cast<MemCategory>(c))) + "_bytes",
+                 static_cast<double>(out.peak.by_category[c])});
+  m.push_back({"peak_bytes", static_cast<double>(out.peak_bytes)});
+  m.push_back({"peak_activation_bytes", static_cast<double>(ops.memory().peak_of(MemCategory::activations))});
+  // The breakdown the paper reports: gate / up & down / top-K / other, summed over the recorded repetition.
+  double gate = 0, updown = 0, topk = 0;
+  for (const auto& e : timer.events()) {
+    const double ms = static_cast<double>(e.end_ns - e.start_ns) / 1e6;
+    if (e.name == "ffn.gate") gate += ms;
+    else if (e.name == "ffn.up" || e.name == "ffn.down") updown += ms;
+    else if (e.name == "ffn.topk") topk += ms;
+  }
+  m.push_back({"gate_ms", gate});
+  m.push_back({"up_down_ms", updown});
+  m.push_back({"topk_ms", topk});
+  out.memory_events = ops.memory().events();
+  out.ranges = timer.events();
+  return out;
+}
+
+}  // namespace moc

@@ -1,0 +1,43 @@
+// One sweep point, run on a backend: builds what the mode needs, measures it through measure(), and
+// collects metrics, memory (peak by category, the event timeline of one repetition) and host ranges.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "app/measure.h"
+#include "kernels/ops.h"
+#include "model/config.h"
+#include "profiling/ranges.h"
+
+namespace moc {
+
+struct PointSpec {
+  std::string mode;  // train | decode | ffn-train | ffn-decode | topk
+  ModelConfig model;
+  int batch = 1;
+  int seq = 256;
+  int prompt = 128;    // decode
+  int generate = 128;  // decode: tokens per prefill before the cache is refilled
+  bool cold = true;    // ffn-decode: rotate weight copies so they come from memory, not cache
+  std::size_t cold_bytes = std::size_t{256} << 20;  // weight bytes to rotate through when cold
+  MeasureSettings measure;
+};
+
+struct PointOutcome {
+  Stats stats;  // per repetition: a training step, a decode step, an FFN call, a selection
+  std::vector<std::pair<std::string, double>> metrics;
+  MemSnapshot peak;
+  std::int64_t peak_bytes = 0;
+  std::vector<MemEvent> memory_events;       // of the first measured repetition
+  std::int64_t memory_baseline_bytes = 0;     // live bytes when that repetition began
+  std::vector<HostRangeTimer::Event> ranges;  // of the first measured repetition
+};
+
+std::vector<std::string> point_modes();
+// Throws OutOfMemory when the point does not fit, ConfigError for an impossible point.
+PointOutcome run_point(Ops& ops, const PointSpec& spec);
+
+}  // namespace moc

@@ -1,0 +1,138 @@
+// The measuring loop (with synthetic timings: no clocks asserted) and one point of every mode on the CPU.
+#include <gtest/gtest.h>
+
+#include "app/measure.h"
+#include "app/point_bench.h"
+#include "model/memory_model.h"
+
+namespace moc {
+namespace {
+
+TEST(Measure, SummaryStatistics) {
+  const auto s = summarize({4.0, 1.0, 3.0, 2.0});
+  EXPECT_DOUBLE_EQ(s.median_s, 2.5);
+  EXPECT_DOUBLE_EQ(s.mean_s, 2.5);
+  EXPECT_DOUBLE_EQ(s.min_s, 1.0);
+  EXPECT_DOUBLE_EQ(s.max_s, 4.0);
+  EXPECT_NEAR(s.stddev_s, 1.2909944, 1e-6);
+  EXPECT_EQ(s.reps, 4);
+}
+
+TEST(Measure, StableSamplesStopAtTheMinimumAfterWarmUp) {
+  int calls = 0;
+  MeasureSettings st;
+  st.warmup = 2;
+  st.min_reps = 5;
+  const auto s = measure(st, [&] { ++calls; return 1.0; }, [] { return 0.0; });
+  EXPECT_EQ(calls, 7);
+  EXPECT_EQ(s.reps, 5);
+  EXPECT_TRUE(s.converged);
+}
+
+TEST(Measure, NoisySamplesStopAtTheRepetitionBound) {
+  int calls = 0;
+  MeasureSettings st;
+  st.warmup = 0;
+  st.max_reps = 20;
+  const auto s = measure(st, [&] { return ++calls % 2 ? 1.0 : 2.0; }, [] { return 0.0; });
+  EXPECT_EQ(s.reps, 20);
+  EXPECT_FALSE(s.converged);
+}
+
+TEST(Measure, TheTimeBoundStopsALongMeasurement) {
+  double clock = 0;
+  int calls = 0;
+  MeasureSettings st;
+  st.warmup = 0;
+  st.max_reps = 1000;
+  st.time_bound_s = 5.0;
+  const auto s = measure(st, [&] { clock += 1.0; return ++calls % 2 ? 1.0 : 3.0; }, [&] { return clock; });
+  EXPECT_FALSE(s.converged);
+  EXPECT_EQ(s.reps, 5);
+}
+
+PointSpec tiny_point(const std::string& mode, const std::string& ffn) {
+  PointSpec p;
+  p.mode = mode;
+  p.model = preset("tiny");
+  apply_override(p.model, "ffn", ffn);
+  p.batch = 2;
+  p.seq = 8;
+  p.prompt = 4;
+  p.generate = 4;
+  p.cold_bytes = 1 << 20;
+  p.measure.warmup = 1;
+  p.measure.min_reps = 3;
+  p.measure.max_reps = 6;
+  p.measure.time_bound_s = 5;
+  return p;
+}
+
+double metric(const PointOutcome& o, const std::string& name) {
+  for (const auto& [k, v] : o.metrics)
+    if (k == name) return v;
+  ADD_FAILURE() << "no metric " << name;
+  return 0;
+}
+
+class EveryMode : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EveryMode, RunsOnTheCpuAndReportsMetricsMemoryAndRanges) {
+  for (const char* ffn : {"dense", "moc", "moc_2:8"}) {
+    auto ops = make_cpu_ops();
+    const auto out = run_point(*ops, tiny_point(GetParam(), ffn));
+    EXPECT_GE(out.stats.reps, 3) << ffn;
+    EXPECT_GT(out.stats.median_s, 0) << ffn;
+    EXPECT_GT(out.peak_bytes, 0) << ffn;
+    EXPECT_FALSE(out.ranges.empty()) << ffn;
+    EXPECT_GT(metric(out, "median_ms"), 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, EveryMode, ::testing::Values("train", "decode", "ffn-train", "ffn-decode", "topk"),
+                         [](const auto& i) {
+                           std::string n = i.param;
+                           for (auto& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+TEST(Point, TrainReportsMeasuredActivationsEqualToTheEngineModel) {
+  auto ops = make_cpu_ops();
+  auto spec = tiny_point("train", "moc");
+  const auto out = run_point(*ops, spec);
+  EXPECT_DOUBLE_EQ(metric(out, "peak_activation_bytes"), engine_activation_model(spec.model, spec.batch, spec.seq).total());
+  EXPECT_DOUBLE_EQ(metric(out, "activation_model_bytes"), metric(out, "peak_activation_bytes"));
+}
+
+TEST(Point, MemoryEventsOfARepetitionReplayToTheReportedPeak) {
+  auto ops = make_cpu_ops();
+  const auto out = run_point(*ops, tiny_point("train", "dense"));
+  ASSERT_FALSE(out.memory_events.empty());
+  std::int64_t live = out.memory_baseline_bytes, peak = live;
+  for (const auto& e : out.memory_events) peak = std::max(peak, live += e.bytes);
+  EXPECT_EQ(peak, out.peak_bytes);
+}
+
+TEST(Point, FfnDecodeReportsTheByteFloorOfEachVariant) {
+  auto ops = make_cpu_ops();
+  auto dense = tiny_point("ffn-decode", "dense"), moc = tiny_point("ffn-decode", "moc");
+  const double d = 32, F = 85, K = 17;
+  EXPECT_DOUBLE_EQ(metric(run_point(*ops, dense), "floor_bytes"), 3 * d * F * 4);
+  EXPECT_DOUBLE_EQ(metric(run_point(*ops, moc), "floor_bytes"), (d * F + 2 * K * d) * 4);
+}
+
+TEST(Point, AnOversizedPointRaisesOutOfMemory) {
+  auto ops = make_cpu_ops(256 << 10);
+  auto spec = tiny_point("train", "dense");
+  spec.batch = 64;
+  EXPECT_THROW(run_point(*ops, spec), OutOfMemory);
+}
+
+TEST(Point, AnUnknownModeIsAConfigError) {
+  auto ops = make_cpu_ops();
+  EXPECT_THROW(run_point(*ops, tiny_point("inference", "dense")), ConfigError);
+}
+
+}  // namespace
+}  // namespace moc
