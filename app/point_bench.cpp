@@ -50,9 +50,11 @@ struct Recorder {
   HostRangeTimer& timer;
   int warmup;
   std::int64_t* baseline;
+  const std::atomic<bool>* stop;
   int calls = 0;
   template <class Fn>
   double operator()(Fn&& fn) {
+    if (stop && stop->load()) throw Interrupted();
     const bool record = calls++ == warmup;
     if (record) *baseline = ops.memory().live().total();
     ops.memory().set_record_events(record);
@@ -78,7 +80,7 @@ PointOutcome run_point(Ops& ops, const PointSpec& spec) {
   ops.memory().reset_peak();
   HostRangeTimer timer;
   PointOutcome out;
-  Recorder rec{ops, timer, spec.measure.warmup, &out.memory_baseline_bytes};
+  Recorder rec{ops, timer, spec.measure.warmup, &out.memory_baseline_bytes, spec.stop};
   std::mt19937 rng(static_cast<std::uint32_t>(cfg.seed));
   auto& m = out.metrics;
   const double b = spec.batch, s = spec.seq;

@@ -1,7 +1,9 @@
 // One sweep point, run on a backend: builds what the mode needs, measures it through measure(), and
 // collects metrics, memory (peak by category, the event timeline of one repetition) and host ranges.
 #pragma once
+#include <atomic>
 #include <cstdint>
+#include <stdexcept>
 #include <map>
 #include <string>
 #include <utility>
@@ -24,6 +26,12 @@ struct PointSpec {
   bool cold = true;    // ffn-decode: rotate weight copies so they come from memory, not cache
   std::size_t cold_bytes = std::size_t{256} << 20;  // weight bytes to rotate through when cold
   MeasureSettings measure;
+  const std::atomic<bool>* stop = nullptr;  // set (e.g. by SIGINT): the point ends with Interrupted
+};
+
+class Interrupted : public std::runtime_error {
+ public:
+  Interrupted() : std::runtime_error("interrupted") {}
 };
 
 struct PointOutcome {
