@@ -1,0 +1,692 @@
+// The results database on the SQLite C API. Conventions: prepared statements with every value bound (the
+// only SQL built with numbers in it are PRAGMA assignments of this file's own constants, which SQLite
+// cannot bind); every return code is checked; errors name the file, the operation and SQLite's message.
+#include "db/results_db.h"
+
+#include <sqlite3.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <string_view>
+#include <unordered_map>
+
+namespace moc::db {
+namespace {
+
+// Readers wait this long for a writer's lock (a checkpoint, a migration) instead of failing at once.
+constexpr int kBusyTimeoutMs = 10'000;
+
+// kMigrations[i] migrates schema version i to i + 1; a new file runs them all, so new and migrated files
+// are the same. Append only: a step that shipped is never edited, since files in the wild went through
+// it. Document every version in db/README.md.
+constexpr std::array<const char*, kSchemaVersion> kMigrations = {
+    // 0 -> 1: runs, points with their axis values and metrics, and what was recorded at each point.
+    R"sql(
+CREATE TABLE runs (
+  id INTEGER PRIMARY KEY,
+  scenario_name TEXT NOT NULL,
+  scenario_path TEXT NOT NULL,
+  scenario_text TEXT NOT NULL,
+  scenario_hash TEXT NOT NULL,
+  config_json TEXT NOT NULL,
+  overrides_json TEXT NOT NULL,
+  machine_json TEXT NOT NULL,
+  device_kind TEXT NOT NULL,
+  device_name TEXT NOT NULL,
+  mocbench_version TEXT NOT NULL,
+  started_unix_ms INTEGER NOT NULL,
+  finished_unix_ms INTEGER,
+  status TEXT NOT NULL
+);
+CREATE TABLE points (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  sweep_index INTEGER NOT NULL,
+  status TEXT NOT NULL,
+  error TEXT NOT NULL,
+  UNIQUE (run_id, sweep_index)
+);
+CREATE TABLE point_axes (
+  point_id INTEGER NOT NULL REFERENCES points(id) ON DELETE CASCADE,
+  position INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  value TEXT NOT NULL,
+  PRIMARY KEY (point_id, position),
+  UNIQUE (point_id, name)
+);
+CREATE TABLE metrics (
+  id INTEGER PRIMARY KEY,
+  point_id INTEGER NOT NULL REFERENCES points(id) ON DELETE CASCADE,
+  name TEXT NOT NULL,
+  value REAL,
+  UNIQUE (point_id, name)
+);
+CREATE TABLE ops (
+  id INTEGER PRIMARY KEY,
+  point_id INTEGER NOT NULL REFERENCES points(id) ON DELETE CASCADE,
+  kind TEXT NOT NULL,
+  name TEXT NOT NULL,
+  start_ns INTEGER NOT NULL,
+  end_ns INTEGER NOT NULL,
+  device_id INTEGER NOT NULL,
+  stream_id INTEGER NOT NULL,
+  grid_x INTEGER NOT NULL,
+  grid_y INTEGER NOT NULL,
+  grid_z INTEGER NOT NULL,
+  block_x INTEGER NOT NULL,
+  block_y INTEGER NOT NULL,
+  block_z INTEGER NOT NULL,
+  registers_per_thread INTEGER NOT NULL,
+  static_shared_bytes INTEGER NOT NULL,
+  dynamic_shared_bytes INTEGER NOT NULL,
+  range_name TEXT NOT NULL
+);
+CREATE INDEX ops_point ON ops(point_id);
+CREATE TABLE ranges (
+  id INTEGER PRIMARY KEY,
+  point_id INTEGER NOT NULL REFERENCES points(id) ON DELETE CASCADE,
+  name TEXT NOT NULL,
+  start_ns INTEGER NOT NULL,
+  end_ns INTEGER NOT NULL,
+  depth INTEGER NOT NULL
+);
+CREATE INDEX ranges_point ON ranges(point_id);
+CREATE TABLE memory_events (
+  id INTEGER PRIMARY KEY,
+  point_id INTEGER NOT NULL REFERENCES points(id) ON DELETE CASCADE,
+  t_ns INTEGER NOT NULL,
+  category TEXT NOT NULL,
+  module TEXT NOT NULL,
+  layer INTEGER NOT NULL,
+  bytes INTEGER NOT NULL
+);
+CREATE INDEX memory_events_point ON memory_events(point_id);
+)sql",
+    // 1 -> 2: every device a run used (a run may use several GPUs), with its properties.
+    R"sql(
+CREATE TABLE devices (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  kind TEXT NOT NULL,
+  name TEXT NOT NULL,
+  properties_json TEXT NOT NULL
+);
+CREATE INDEX devices_run ON devices(run_id);
+-- Runs recorded before version 2 named their one device on the run row: give each its devices row.
+INSERT INTO devices (run_id, kind, name, properties_json)
+  SELECT id, device_kind, device_name, '{}' FROM runs WHERE device_kind <> '' ORDER BY id;
+)sql",
+};
+
+// The tables a file of the current version must have.
+constexpr std::array<std::string_view, 8> kTables = {"runs",  "points", "point_axes",    "metrics",
+                                                     "ops",   "ranges", "memory_events", "devices"};
+
+std::string in_quotes(const std::string& path) { return "'" + path + "'"; }
+
+// A failed SQLite call, with its result code so open() can tell a corrupt file from other failures.
+class SqliteError : public DbError {
+ public:
+  SqliteError(const std::string& message, int code) : DbError(message), code_(code) {}
+  int primary_code() const { return code_ & 0xff; }
+
+ private:
+  int code_;
+};
+
+[[noreturn]] void fail(sqlite3* db, const std::string& path, std::string_view what) {
+  throw SqliteError(in_quotes(path) + ": " + std::string(what) + ": " + sqlite3_errmsg(db),
+                    sqlite3_extended_errcode(db));
+}
+
+// One prepared statement; `what` names the operation in error messages.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const std::string& path, const char* sql, std::string what)
+      : db_(db), path_(path), what_(std::move(what)) {
+    if (sqlite3_prepare_v2(db_, sql, -1, &s_, nullptr) != SQLITE_OK) fail(db_, path_, what_);
+  }
+  ~Stmt() { sqlite3_finalize(s_); }  // its code repeats the last step's, which was checked
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  Stmt& bind(int i, std::int64_t v) { return check(sqlite3_bind_int64(s_, i, v)); }
+  Stmt& bind(int i, int v) { return check(sqlite3_bind_int(s_, i, v)); }
+  // SQLite would store NaN as NULL anyway; doing it here makes that explicit (column() maps it back).
+  Stmt& bind(int i, double v) {
+    return check(std::isnan(v) ? sqlite3_bind_null(s_, i) : sqlite3_bind_double(s_, i, v));
+  }
+  Stmt& bind(int i, const std::string& v) {
+    return check(sqlite3_bind_text64(s_, i, v.data(), v.size(), SQLITE_TRANSIENT, SQLITE_UTF8));
+  }
+
+  // true: a row is ready; false: done.
+  bool step(std::string_view item = {}) {
+    const int rc = sqlite3_step(s_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    fail(db_, path_, item.empty() ? what_ : what_ + " (" + std::string(item) + ")");
+  }
+  // Runs the statement to completion and readies it for new bindings. `item` says which row failed.
+  void exec(std::string_view item = {}) {
+    while (step(item)) {
+    }
+    if (sqlite3_reset(s_) != SQLITE_OK) fail(db_, path_, what_);
+  }
+
+  std::int64_t i64(int c) const { return sqlite3_column_int64(s_, c); }
+  int i32(int c) const { return sqlite3_column_int(s_, c); }
+  bool is_null(int c) const { return sqlite3_column_type(s_, c) == SQLITE_NULL; }
+  double f64(int c) const {
+    return is_null(c) ? std::numeric_limits<double>::quiet_NaN() : sqlite3_column_double(s_, c);
+  }
+  std::string text(int c) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, c));
+    if (p == nullptr) {
+      if (sqlite3_errcode(db_) == SQLITE_NOMEM) fail(db_, path_, what_);
+      return {};
+    }
+    return {p, static_cast<std::size_t>(sqlite3_column_bytes(s_, c))};
+  }
+
+ private:
+  Stmt& check(int rc) {
+    if (rc != SQLITE_OK) fail(db_, path_, what_ + " (binding a value)");
+    return *this;
+  }
+  sqlite3* db_;
+  const std::string& path_;
+  std::string what_;
+  sqlite3_stmt* s_ = nullptr;
+};
+
+// BEGIN ... COMMIT, rolled back when left without commit() (an exception).
+class Transaction {
+ public:
+  // begin_sql: "BEGIN IMMEDIATE" to write (takes the write lock now, so the transaction cannot fail
+  // half-way for lack of it), "BEGIN" for a consistent snapshot across several reads.
+  Transaction(sqlite3* db, const std::string& path, const char* begin_sql, std::string what)
+      : db_(db), path_(path), what_(std::move(what)) {
+    Stmt(db_, path_, begin_sql, "starting a transaction for " + what_).exec();
+  }
+  ~Transaction() {
+    // Cannot throw here. Some errors roll back by themselves (hence the autocommit test); should
+    // ROLLBACK itself fail, the next BEGIN fails with a DbError saying a transaction is open.
+    if (!committed_ && sqlite3_get_autocommit(db_) == 0) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  void commit() {
+    Stmt(db_, path_, "COMMIT", "committing " + what_).exec();
+    committed_ = true;
+  }
+
+ private:
+  sqlite3* db_;
+  const std::string& path_;
+  std::string what_;
+  bool committed_ = false;
+};
+
+void exec_script(sqlite3* db, const std::string& path, const char* sql, const std::string& what) {
+  while (sql != nullptr && *sql != '\0') {
+    sqlite3_stmt* s = nullptr;
+    const char* tail = nullptr;
+    if (sqlite3_prepare_v2(db, sql, -1, &s, &tail) != SQLITE_OK) fail(db, path, what);
+    if (s != nullptr) {  // null for trailing whitespace or comments
+      int rc;
+      while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+      }
+      sqlite3_finalize(s);
+      if (rc != SQLITE_DONE) fail(db, path, what);
+    }
+    sql = tail;
+  }
+}
+
+[[noreturn]] void refuse_not_ours(const std::string& path, const std::string& why) {
+  throw DbError(in_quotes(path) + " is not a mocbench results database (" + why +
+                "); nothing was changed. Pass the path of a results database, or a path that does not "
+                "exist yet to create one.");
+}
+
+[[noreturn]] void refuse_corrupt(const std::string& path, const std::string& why) {
+  throw DbError(in_quotes(path) + " is corrupt or truncated (" + why +
+                "); nothing was changed. Restore it from a copy, or pass another path.");
+}
+
+[[noreturn]] void refuse_newer(const std::string& path, int version) {
+  throw DbError(in_quotes(path) + " was written by a newer mocbench (schema version " + std::to_string(version) +
+                "; this mocbench knows versions up to " + std::to_string(kSchemaVersion) +
+                "); nothing was changed. Upgrade mocbench to read it.");
+}
+
+// What SQLite would find late or never: a file that is not SQLite at all, or one cut short (SQLite
+// reads a file shorter than one page as an empty database, which a writer would then initialise).
+void check_file_header(const std::string& path, std::uintmax_t size) {
+  if (size == 0) return;  // an empty file is an empty SQLite database: it becomes a new results database
+  std::ifstream in(path, std::ios::binary);
+  std::array<unsigned char, 100> h{};
+  in.read(reinterpret_cast<char*>(h.data()), static_cast<std::streamsize>(h.size()));
+  const auto got = in.gcount();
+  if (!in && !in.eof()) throw DbError(in_quotes(path) + ": cannot be read (check its permissions)");
+  static constexpr char kMagic[16] = {'S', 'Q', 'L', 'i', 't', 'e', ' ', 'f', 'o', 'r', 'm', 'a', 't', ' ', '3', '\0'};
+  if (got < 16 || std::memcmp(h.data(), kMagic, sizeof kMagic) != 0)
+    refuse_not_ours(path, "it is not an SQLite file: it does not start with the SQLite header");
+  if (got < 100) refuse_corrupt(path, "it is shorter than the 100-byte SQLite header");
+  std::uint32_t page = (static_cast<std::uint32_t>(h[16]) << 8) | h[17];
+  if (page == 1) page = 65536;
+  if (page < 512 || page > 65536 || (page & (page - 1)) != 0)
+    refuse_corrupt(path, "its header names an impossible page size");
+  // SQLite only ever writes whole pages, WAL mode included.
+  if (size % page != 0)
+    refuse_corrupt(path, std::to_string(size) + " bytes is not a whole number of " + std::to_string(page) +
+                             "-byte pages");
+}
+
+struct FileState {
+  std::int32_t application_id = 0;
+  int version = 0;
+  std::vector<std::string> tables;
+  bool blank() const { return application_id == 0 && version == 0 && tables.empty(); }
+};
+
+FileState inspect(sqlite3* db, const std::string& path) {
+  FileState s;
+  {
+    Stmt q(db, path, "PRAGMA application_id", "reading the application id");
+    if (q.step()) s.application_id = q.i32(0);
+  }
+  {
+    Stmt q(db, path, "PRAGMA user_version", "reading the schema version");
+    if (q.step()) s.version = q.i32(0);
+  }
+  Stmt q(db, path, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+         "listing the tables");
+  while (q.step()) s.tables.push_back(q.text(0));
+  return s;
+}
+
+std::string hex32(std::int32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08X", static_cast<unsigned>(v));
+  return buf;
+}
+
+// Refuses what this build must not write or read; returns normally for a blank file or one of ours.
+void check_ours(const std::string& path, const FileState& s, OpenMode mode) {
+  if (s.blank()) {
+    if (mode == OpenMode::read_only)
+      throw DbError(in_quotes(path) + " is empty: no run was recorded into it yet (nothing was changed)");
+    return;
+  }
+  if (s.application_id == 0) {
+    std::string names;
+    for (const auto& t : s.tables) names += (names.empty() ? "" : ", ") + t;
+    refuse_not_ours(path, "an SQLite file without mocbench's application id" +
+                              (names.empty() ? std::string() : ", with tables " + names));
+  }
+  if (s.application_id != kApplicationId)
+    refuse_not_ours(path, "an SQLite file of another application: application_id " + hex32(s.application_id) +
+                              ", mocbench's is " + hex32(kApplicationId) + " \"MOCB\"");
+  if (s.version > kSchemaVersion) refuse_newer(path, s.version);
+  if (s.version < kSchemaVersion) {
+    if (mode == OpenMode::read_only)
+      throw DbError(in_quotes(path) + " has schema version " + std::to_string(s.version) + " and this mocbench reads version " +
+                    std::to_string(kSchemaVersion) +
+                    "; nothing was changed. Open it once for writing (any mocbench command that records into it) "
+                    "to migrate it in place.");
+    return;
+  }
+  for (const auto t : kTables) {
+    bool found = false;
+    for (const auto& have : s.tables) found = found || have == t;
+    if (!found) refuse_corrupt(path, "table " + std::string(t) + " is missing");
+  }
+}
+
+// Brings a blank or older file to kSchemaVersion in one transaction.
+void migrate(sqlite3* db, const std::string& path) {
+  Transaction tx(db, path, "BEGIN IMMEDIATE", "the schema migration");
+  // Look again under the write lock: another writer may have migrated the file since.
+  const FileState s = inspect(db, path);
+  if (!s.blank()) check_ours(path, s, OpenMode::read_write);
+  if (s.version == kSchemaVersion) return;  // done by someone else; nothing to commit
+  for (int v = s.version; v < kSchemaVersion; ++v)
+    exec_script(db, path, kMigrations[static_cast<std::size_t>(v)],
+                "migrating schema version " + std::to_string(v) + " to " + std::to_string(v + 1));
+  // PRAGMA arguments cannot be bound; these are constants of this file.
+  exec_script(db, path, ("PRAGMA application_id = " + std::to_string(kApplicationId)).c_str(),
+              "setting the application id");
+  exec_script(db, path, ("PRAGMA user_version = " + std::to_string(kSchemaVersion)).c_str(),
+              "setting the schema version");
+  tx.commit();
+}
+
+void check_one_of(const std::string& path, const std::string& value, std::initializer_list<std::string_view> allowed,
+                  const std::string& what) {
+  std::string list;
+  for (const auto a : allowed) {
+    if (value == a) return;
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  throw DbError(in_quotes(path) + ": " + what + " '" + value + "' is not one of " + list);
+}
+
+constexpr const char* kRunColumns =
+    "id, scenario_name, scenario_path, scenario_text, scenario_hash, config_json, overrides_json, machine_json, "
+    "device_kind, device_name, mocbench_version, started_unix_ms, finished_unix_ms, status";
+
+RunRecord read_run(const Stmt& q) {
+  RunRecord r;
+  r.id = q.i64(0);
+  r.scenario_name = q.text(1);
+  r.scenario_path = q.text(2);
+  r.scenario_text = q.text(3);
+  r.scenario_hash = q.text(4);
+  r.config_json = q.text(5);
+  r.overrides_json = q.text(6);
+  r.machine_json = q.text(7);
+  r.device_kind = q.text(8);
+  r.device_name = q.text(9);
+  r.mocbench_version = q.text(10);
+  r.started_unix_ms = q.i64(11);
+  r.finished_unix_ms = q.is_null(12) ? 0 : q.i64(12);
+  r.status = q.text(13);
+  return r;
+}
+
+}  // namespace
+
+void ResultsDb::Closer::operator()(sqlite3* db) const noexcept {
+  // close_v2 cannot fail for a valid handle (it defers while statements are alive; ours are all scoped).
+  sqlite3_close_v2(db);
+}
+
+ResultsDb::ResultsDb(std::unique_ptr<sqlite3, Closer> db, std::string path, OpenMode mode, int version)
+    : db_(std::move(db)), path_(std::move(path)), mode_(mode), schema_version_(version) {}
+ResultsDb::~ResultsDb() = default;
+ResultsDb::ResultsDb(ResultsDb&&) noexcept = default;
+ResultsDb& ResultsDb::operator=(ResultsDb&&) noexcept = default;
+
+ResultsDb ResultsDb::open(const std::string& path, OpenMode mode) {
+  namespace fs = std::filesystem;
+  const bool writing = mode == OpenMode::read_write;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  const bool exists = st.type() != fs::file_type::not_found;
+  if (exists && ec) throw DbError(in_quotes(path) + ": cannot be inspected: " + ec.message());
+  if (!exists && !writing)
+    throw DbError(in_quotes(path) + ": no such results database (check the path; a run creates the file)");
+  if (exists) {
+    if (!fs::is_regular_file(st)) throw DbError(in_quotes(path) + " is not a regular file");
+    const auto size = fs::file_size(path, ec);
+    if (ec) throw DbError(in_quotes(path) + ": cannot be inspected: " + ec.message());
+    check_file_header(path, size);
+  }
+
+  sqlite3* raw = nullptr;
+  const int flags = writing ? (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) : SQLITE_OPEN_READONLY;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  std::unique_ptr<sqlite3, Closer> db(raw);  // closed on every path out, failure included
+  if (rc != SQLITE_OK)
+    throw DbError(in_quotes(path) + ": cannot " + (writing ? "open or create" : "open") + " the database: " +
+                  (raw != nullptr ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)) +
+                  (writing ? " (does its folder exist, and is it writable?)" : ""));
+  if (sqlite3_extended_result_codes(raw, 1) != SQLITE_OK) fail(raw, path, "enabling extended result codes");
+  // A refused open must leave the file as it was: a WAL left by another process (a writer that died) is
+  // not checkpointed into it when this connection closes, until the file is known to be ours. Without
+  // such a WAL there is nothing to checkpoint, and closing normally tidies up the -wal/-shm files.
+  const bool foreign_wal = exists && fs::file_size(path + "-wal", ec) > 0 && !ec;
+  if (foreign_wal && sqlite3_db_config(raw, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr) != SQLITE_OK)
+    fail(raw, path, "configuring the connection");
+  if (sqlite3_busy_timeout(raw, kBusyTimeoutMs) != SQLITE_OK) fail(raw, path, "setting the busy timeout");
+  if (writing && sqlite3_db_readonly(raw, "main") == 1)
+    throw DbError(in_quotes(path) + " cannot be written (check its permissions); open it read-only to read it");
+
+  FileState state;
+  try {
+    state = inspect(raw, path);
+  } catch (const SqliteError& e) {
+    if (e.primary_code() == SQLITE_CORRUPT || e.primary_code() == SQLITE_NOTADB)
+      refuse_corrupt(path, sqlite3_errstr(e.primary_code()));
+    throw;
+  }
+  check_ours(path, state, mode);
+
+  // From here on the file is blank or ours: changing it is allowed.
+  if (writing) {
+    std::string journal;
+    {
+      Stmt wal(raw, path, "PRAGMA journal_mode = WAL", "switching to WAL mode");
+      journal = wal.step() ? wal.text(0) : std::string();
+    }  // finalized here: a statement left mid-step would block the migration's COMMIT
+    if (journal != "wal")
+      throw DbError(in_quotes(path) + ": cannot switch to WAL mode (journal mode stays '" + journal +
+                    "'); WAL needs a local filesystem with shared memory, not a network share");
+    Stmt(raw, path, "PRAGMA foreign_keys = ON", "enabling foreign keys").exec();
+    if (state.blank() || state.version < kSchemaVersion) migrate(raw, path);
+    if (foreign_wal && sqlite3_db_config(raw, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr) != SQLITE_OK)
+      fail(raw, path, "configuring the connection");
+  }
+  return ResultsDb(std::move(db), path, mode, kSchemaVersion);
+}
+
+void ResultsDb::require_writable(const char* operation) const {
+  if (mode_ != OpenMode::read_write)
+    throw DbError(in_quotes(path_) + ": " + operation + " needs the database opened with OpenMode::read_write");
+}
+
+std::int64_t ResultsDb::begin_run(const RunRecord& r) {
+  require_writable("begin_run");
+  Stmt q(db_.get(), path_,
+         "INSERT INTO runs (scenario_name, scenario_path, scenario_text, scenario_hash, config_json, overrides_json, "
+         "machine_json, device_kind, device_name, mocbench_version, started_unix_ms, finished_unix_ms, status) "
+         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+         "begin_run: recording run '" + r.scenario_name + "'");
+  q.bind(1, r.scenario_name).bind(2, r.scenario_path).bind(3, r.scenario_text).bind(4, r.scenario_hash);
+  q.bind(5, r.config_json).bind(6, r.overrides_json).bind(7, r.machine_json).bind(8, r.device_kind);
+  q.bind(9, r.device_name).bind(10, r.mocbench_version).bind(11, r.started_unix_ms).bind(12, std::string("running"));
+  q.exec();
+  return sqlite3_last_insert_rowid(db_.get());
+}
+
+void ResultsDb::finish_run(std::int64_t run_id, const std::string& status, std::int64_t finished_unix_ms) {
+  require_writable("finish_run");
+  check_one_of(path_, status, {"ok", "interrupted", "failed"}, "finish_run: status");
+  const std::string what = "finish_run: closing run " + std::to_string(run_id);
+  Stmt q(db_.get(), path_, "UPDATE runs SET status = ?, finished_unix_ms = ? WHERE id = ?", what);
+  q.bind(1, status).bind(2, finished_unix_ms).bind(3, run_id).exec();
+  if (sqlite3_changes(db_.get()) != 1) throw DbError(in_quotes(path_) + ": " + what + ": there is no such run");
+}
+
+void ResultsDb::add_device(std::int64_t run_id, const DeviceRecord& d) {
+  require_writable("add_device");
+  Stmt q(db_.get(), path_, "INSERT INTO devices (run_id, kind, name, properties_json) VALUES (?, ?, ?, ?)",
+         "add_device: recording device '" + d.name + "' of run " + std::to_string(run_id));
+  q.bind(1, run_id).bind(2, d.kind).bind(3, d.name).bind(4, d.properties_json).exec();
+}
+
+std::int64_t ResultsDb::add_point(const PointRecord& p, const std::vector<OpRecord>& ops,
+                                  const std::vector<RangeRecord>& ranges, const std::vector<MemEventRecord>& mem) {
+  require_writable("add_point");
+  check_one_of(path_, p.status, {"ok", "oom", "interrupted", "failed"}, "add_point: point status");
+  sqlite3* db = db_.get();
+  const std::string point = "point " + std::to_string(p.index) + " of run " + std::to_string(p.run_id);
+  const std::string of = " of " + point;
+  Transaction tx(db, path_, "BEGIN IMMEDIATE", "add_point: " + point);
+
+  Stmt(db, path_, "INSERT INTO points (run_id, sweep_index, status, error) VALUES (?, ?, ?, ?)",
+       "add_point: recording " + point)
+      .bind(1, p.run_id)
+      .bind(2, p.index)
+      .bind(3, p.status)
+      .bind(4, p.error)
+      .exec();
+  const std::int64_t id = sqlite3_last_insert_rowid(db);
+
+  {
+    Stmt q(db, path_, "INSERT INTO point_axes (point_id, position, name, value) VALUES (?, ?, ?, ?)",
+           "add_point: recording the axes" + of);
+    for (std::size_t i = 0; i < p.axes.size(); ++i)
+      q.bind(1, id).bind(2, static_cast<int>(i)).bind(3, p.axes[i].first).bind(4, p.axes[i].second).exec("axis '" + p.axes[i].first + "'");
+  }
+  {
+    Stmt q(db, path_,
+           "INSERT INTO ops (point_id, kind, name, start_ns, end_ns, device_id, stream_id, grid_x, grid_y, grid_z, "
+           "block_x, block_y, block_z, registers_per_thread, static_shared_bytes, dynamic_shared_bytes, range_name) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+           "add_point: recording the ops" + of);
+    for (const auto& o : ops) {
+      q.bind(1, id).bind(2, o.kind).bind(3, o.name).bind(4, o.start_ns).bind(5, o.end_ns).bind(6, o.device_id);
+      q.bind(7, o.stream).bind(8, o.grid_x).bind(9, o.grid_y).bind(10, o.grid_z).bind(11, o.block_x);
+      q.bind(12, o.block_y).bind(13, o.block_z).bind(14, o.registers_per_thread).bind(15, o.static_shared_bytes);
+      q.bind(16, o.dynamic_shared_bytes).bind(17, o.range).exec();
+    }
+  }
+  {
+    Stmt q(db, path_, "INSERT INTO ranges (point_id, name, start_ns, end_ns, depth) VALUES (?, ?, ?, ?, ?)",
+           "add_point: recording the ranges" + of);
+    for (const auto& r : ranges) q.bind(1, id).bind(2, r.name).bind(3, r.start_ns).bind(4, r.end_ns).bind(5, r.depth).exec();
+  }
+  {
+    Stmt q(db, path_,
+           "INSERT INTO memory_events (point_id, t_ns, category, module, layer, bytes) VALUES (?, ?, ?, ?, ?, ?)",
+           "add_point: recording the memory events" + of);
+    for (const auto& e : mem)
+      q.bind(1, id).bind(2, e.t_ns).bind(3, e.category).bind(4, e.module).bind(5, e.layer).bind(6, e.bytes).exec();
+  }
+  {
+    Stmt q(db, path_, "INSERT INTO metrics (point_id, name, value) VALUES (?, ?, ?)",
+           "add_point: recording the metrics" + of);
+    for (const auto& [name, value] : p.metrics) q.bind(1, id).bind(2, name).bind(3, value).exec("metric '" + name + "'");
+  }
+  tx.commit();
+  return id;
+}
+
+std::vector<RunRecord> ResultsDb::runs() const {
+  Stmt q(db_.get(), path_,
+         (std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY started_unix_ms DESC, id DESC").c_str(),
+         "runs: listing the runs");
+  std::vector<RunRecord> out;
+  while (q.step()) out.push_back(read_run(q));
+  return out;
+}
+
+std::optional<RunRecord> ResultsDb::run(std::int64_t id) const {
+  Stmt q(db_.get(), path_, (std::string("SELECT ") + kRunColumns + " FROM runs WHERE id = ?").c_str(),
+         "run: reading run " + std::to_string(id));
+  q.bind(1, id);
+  if (!q.step()) return std::nullopt;
+  return read_run(q);
+}
+
+std::vector<PointRecord> ResultsDb::points(std::int64_t run_id) const {
+  sqlite3* db = db_.get();
+  const std::string of = " of run " + std::to_string(run_id);
+  // One snapshot for the three queries, so a point committed meanwhile is all there or not at all.
+  Transaction tx(db, path_, "BEGIN", "points: reading the points" + of);
+  std::vector<PointRecord> out;
+  std::unordered_map<std::int64_t, std::size_t> slot;
+  {
+    Stmt q(db, path_, "SELECT id, sweep_index, status, error FROM points WHERE run_id = ? ORDER BY sweep_index",
+           "points: reading the points" + of);
+    q.bind(1, run_id);
+    while (q.step()) {
+      PointRecord p;
+      p.id = q.i64(0);
+      p.run_id = run_id;
+      p.index = q.i32(1);
+      p.status = q.text(2);
+      p.error = q.text(3);
+      slot.emplace(p.id, out.size());
+      out.push_back(std::move(p));
+    }
+  }
+  {
+    Stmt q(db, path_,
+           "SELECT a.point_id, a.name, a.value FROM point_axes a JOIN points p ON p.id = a.point_id "
+           "WHERE p.run_id = ? ORDER BY a.point_id, a.position",
+           "points: reading the axes" + of);
+    q.bind(1, run_id);
+    while (q.step()) out[slot.at(q.i64(0))].axes.emplace_back(q.text(1), q.text(2));
+  }
+  {
+    Stmt q(db, path_,
+           "SELECT m.point_id, m.name, m.value FROM metrics m JOIN points p ON p.id = m.point_id "
+           "WHERE p.run_id = ? ORDER BY m.point_id, m.id",
+           "points: reading the metrics" + of);
+    q.bind(1, run_id);
+    while (q.step()) out[slot.at(q.i64(0))].metrics.emplace_back(q.text(1), q.f64(2));
+  }
+  tx.commit();
+  return out;
+}
+
+std::vector<OpRecord> ResultsDb::ops(std::int64_t point_id) const {
+  Stmt q(db_.get(), path_,
+         "SELECT kind, name, start_ns, end_ns, device_id, stream_id, grid_x, grid_y, grid_z, block_x, block_y, "
+         "block_z, registers_per_thread, static_shared_bytes, dynamic_shared_bytes, range_name "
+         "FROM ops WHERE point_id = ? ORDER BY id",
+         "ops: reading the ops of point id " + std::to_string(point_id));
+  q.bind(1, point_id);
+  std::vector<OpRecord> out;
+  while (q.step()) {
+    OpRecord o;
+    o.kind = q.text(0);
+    o.name = q.text(1);
+    o.start_ns = q.i64(2);
+    o.end_ns = q.i64(3);
+    o.device_id = q.i32(4);
+    o.stream = q.i32(5);
+    o.grid_x = q.i32(6);
+    o.grid_y = q.i32(7);
+    o.grid_z = q.i32(8);
+    o.block_x = q.i32(9);
+    o.block_y = q.i32(10);
+    o.block_z = q.i32(11);
+    o.registers_per_thread = q.i32(12);
+    o.static_shared_bytes = q.i32(13);
+    o.dynamic_shared_bytes = q.i32(14);
+    o.range = q.text(15);
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+std::vector<RangeRecord> ResultsDb::ranges(std::int64_t point_id) const {
+  Stmt q(db_.get(), path_, "SELECT name, start_ns, end_ns, depth FROM ranges WHERE point_id = ? ORDER BY id",
+         "ranges: reading the ranges of point id " + std::to_string(point_id));
+  q.bind(1, point_id);
+  std::vector<RangeRecord> out;
+  while (q.step()) out.push_back({q.text(0), q.i64(1), q.i64(2), q.i32(3)});
+  return out;
+}
+
+std::vector<MemEventRecord> ResultsDb::memory_events(std::int64_t point_id) const {
+  Stmt q(db_.get(), path_,
+         "SELECT t_ns, category, module, layer, bytes FROM memory_events WHERE point_id = ? ORDER BY id",
+         "memory_events: reading the memory events of point id " + std::to_string(point_id));
+  q.bind(1, point_id);
+  std::vector<MemEventRecord> out;
+  while (q.step()) out.push_back({q.i64(0), q.text(1), q.text(2), q.i32(3), q.i64(4)});
+  return out;
+}
+
+std::vector<DeviceRecord> ResultsDb::devices(std::int64_t run_id) const {
+  Stmt q(db_.get(), path_, "SELECT kind, name, properties_json FROM devices WHERE run_id = ? ORDER BY id",
+         "devices: reading the devices of run " + std::to_string(run_id));
+  q.bind(1, run_id);
+  std::vector<DeviceRecord> out;
+  while (q.step()) out.push_back({q.text(0), q.text(1), q.text(2)});
+  return out;
+}
+
+}  // namespace moc::db

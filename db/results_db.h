@@ -1,0 +1,143 @@
+// The results database: one SQLite file holding runs, their sweep points (axis values and metrics) and
+// what was recorded at each point (kernel / CPU-op records, named ranges, memory events), plus the devices
+// of each run. The schema is documented in db/README.md.
+//
+// Durability model: the file is in WAL mode and every point is written in its own transaction, so a
+// reader (the dashboard, `mocbench` queries) can open the file while a run writes it, and a run whose
+// process died keeps every point it committed; its status simply stays "running".
+//
+// A ResultsDb is one connection: use it from one thread at a time. Every failure throws DbError naming
+// the file, the operation and SQLite's message.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+struct sqlite3;
+
+namespace moc::db {
+
+class DbError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The schema this build writes and reads. Older files are migrated forward when opened for writing;
+// newer files are refused (nothing is changed).
+inline constexpr int kSchemaVersion = 2;
+// PRAGMA application_id of every mocbench results file: "MOCB" in ASCII.
+inline constexpr std::int32_t kApplicationId = 0x4D4F4342;
+
+enum class OpenMode { read_only, read_write };
+
+struct RunRecord {
+  std::int64_t id = 0;
+  std::string scenario_name, scenario_path, scenario_text, scenario_hash;
+  std::string config_json;      // resolved scenario / config as JSON text (opaque to the db)
+  std::string overrides_json;   // per-backend overrides that were applied (opaque)
+  std::string machine_json;     // CPU model/threads, GPU, clocks, driver, CUDA (opaque)
+  std::string device_kind;      // "cpu" | "cuda"
+  std::string device_name;
+  std::string mocbench_version;
+  std::int64_t started_unix_ms = 0;
+  std::int64_t finished_unix_ms = 0;  // 0 while the run is "running"
+  std::string status;                 // "running" | "ok" | "interrupted" | "failed"
+  bool operator==(const RunRecord&) const = default;
+};
+
+struct PointRecord {
+  std::int64_t id = 0, run_id = 0;
+  int index = 0;       // position in the sweep, unique within a run
+  std::string status;  // "ok" | "oom" | "interrupted" | "failed"
+  std::string error;   // message for non-ok points
+  std::vector<std::pair<std::string, std::string>> axes;  // ordered axis name -> value text
+  // name -> value (median_us, tokens_per_s, ...); order is kept. NaN round-trips (stored as NULL).
+  std::vector<std::pair<std::string, double>> metrics;
+  bool operator==(const PointRecord&) const = default;  // NaN metrics compare unequal, as doubles do
+};
+
+// One kernel, CPU op, memcpy or memset.
+struct OpRecord {
+  std::string kind;  // "kernel" | "cpu_op" | "memcpy" | "memset"
+  std::string name;
+  std::int64_t start_ns = 0, end_ns = 0;
+  int device_id = -1, stream = 0;
+  int grid_x = 0, grid_y = 0, grid_z = 0, block_x = 0, block_y = 0, block_z = 0;
+  int registers_per_thread = 0, static_shared_bytes = 0, dynamic_shared_bytes = 0;
+  std::string range;  // innermost enclosing range name, may be empty
+  bool operator==(const OpRecord&) const = default;
+};
+
+struct RangeRecord {
+  std::string name;
+  std::int64_t start_ns = 0, end_ns = 0;
+  int depth = 0;
+  bool operator==(const RangeRecord&) const = default;
+};
+
+struct MemEventRecord {
+  std::int64_t t_ns = 0;
+  std::string category, module;
+  int layer = -1;
+  std::int64_t bytes = 0;  // +allocated / -released
+  bool operator==(const MemEventRecord&) const = default;
+};
+
+struct DeviceRecord {
+  std::string kind, name, properties_json;
+  bool operator==(const DeviceRecord&) const = default;
+};
+
+class ResultsDb {
+ public:
+  // read_only: the file must exist. read_write: creates the file when it does not exist, migrates an
+  // older schema in one transaction. Refuses (DbError, file untouched) a newer schema, a file that is
+  // not a mocbench results database, and a corrupt or truncated file.
+  static ResultsDb open(const std::string& path, OpenMode mode);
+
+  ~ResultsDb();
+  ResultsDb(ResultsDb&&) noexcept;
+  ResultsDb& operator=(ResultsDb&&) noexcept;
+  ResultsDb(const ResultsDb&) = delete;
+  ResultsDb& operator=(const ResultsDb&) = delete;
+
+  int schema_version() const { return schema_version_; }
+  const std::string& path() const { return path_; }
+  OpenMode mode() const { return mode_; }
+
+  // Records a run with status "running" (r.id, r.status and r.finished_unix_ms are ignored); returns
+  // its id.
+  std::int64_t begin_run(const RunRecord& r);
+  // status: "ok" | "interrupted" | "failed".
+  void finish_run(std::int64_t run_id, const std::string& status, std::int64_t finished_unix_ms);
+  void add_device(std::int64_t run_id, const DeviceRecord& d);
+  // Everything of one point in one transaction (all or nothing); p.id is ignored. Returns the point id.
+  std::int64_t add_point(const PointRecord& p, const std::vector<OpRecord>& ops,
+                         const std::vector<RangeRecord>& ranges, const std::vector<MemEventRecord>& mem);
+
+  std::vector<RunRecord> runs() const;  // newest first
+  std::optional<RunRecord> run(std::int64_t id) const;
+  std::vector<PointRecord> points(std::int64_t run_id) const;  // by index, with axes and metrics
+  std::vector<OpRecord> ops(std::int64_t point_id) const;      // in the order they were added
+  std::vector<RangeRecord> ranges(std::int64_t point_id) const;
+  std::vector<MemEventRecord> memory_events(std::int64_t point_id) const;
+  std::vector<DeviceRecord> devices(std::int64_t run_id) const;
+
+ private:
+  struct Closer {
+    void operator()(sqlite3* db) const noexcept;
+  };
+  ResultsDb(std::unique_ptr<sqlite3, Closer> db, std::string path, OpenMode mode, int version);
+  void require_writable(const char* operation) const;
+
+  std::unique_ptr<sqlite3, Closer> db_;
+  std::string path_;
+  OpenMode mode_ = OpenMode::read_only;
+  int schema_version_ = 0;
+};
+
+}  // namespace moc::db
