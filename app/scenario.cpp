@@ -1,0 +1,841 @@
+#include "app/scenario.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace moc {
+
+ScenarioError::ScenarioError(std::string file_, int line_, int col_, std::string message_, std::string hint_)
+    : std::runtime_error([&] {
+        std::string w = file_;
+        if (line_ > 0) w += ":" + std::to_string(line_);
+        if (line_ > 0 && col_ > 0) w += ":" + std::to_string(col_);
+        w += ": " + message_;
+        if (!hint_.empty()) w += "\n  hint: " + hint_;
+        return w;
+      }()),
+      file(std::move(file_)),
+      line(line_),
+      col(col_),
+      message(std::move(message_)),
+      hint(std::move(hint_)) {}
+
+std::vector<std::string> scenario_modes() { return {"train", "decode", "ffn-train", "ffn-decode", "topk"}; }
+std::vector<std::string> scenario_backends() { return {"cpu", "cuda"}; }
+
+namespace {
+
+const std::vector<std::string> kTopKeys = {"name",    "description", "mode",    "device",  "model",
+                                           "measure", "axes",        "exclude", "include", "overrides"};
+const std::vector<std::string> kMeasureKeys = {"warmup", "min_reps", "max_reps", "time_bound_s", "target_noise",
+                                               "cold",   "steps",    "prompt",   "generate"};
+const std::vector<std::string> kOverrideKeys = {"model", "measure", "axes"};
+const std::vector<std::string> kDevices = {"auto", "cpu", "cuda"};
+const std::vector<std::string> kSelectRules = {"gate", "silu", "abs_silu"};
+const std::vector<std::string> kTopkBackends = {"own", "raft"};
+const std::vector<std::string> kPrecisions = {"bf16", "bf16-fp32master", "fp32"};
+const std::vector<std::string> kDtypes = {"f32", "fp32", "bf16"};
+// Model keys applied after every other model key, in this order: a fractional k needs the final d_ffn,
+// and ffn resets the a:b grouping that k does not touch.
+const std::vector<std::string> kLateModelKeys = {"ffn", "k", "gcp", "select"};
+
+bool contains(const std::vector<std::string>& v, std::string_view s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// Keys [model] accepts: the preset and everything apply_override understands.
+std::vector<std::string> model_keys() {
+  std::vector<std::string> k = {"preset"};
+  for (auto& o : override_keys()) k.push_back(o);
+  return k;
+}
+
+// Axis names: the study's own dimensions, then any model key (the selection rule is called
+// topk_position here, as in the paper's ablation, so `select` is not a second name for it).
+std::vector<std::string> axis_keys() {
+  std::vector<std::string> k = {"mode", "batch", "seq",           "preset",       "ffn",
+                                "k",    "gcp",   "topk_position", "topk_backend", "precision"};
+  for (auto& o : override_keys())
+    if (!contains(k, o) && o != "select") k.push_back(o);
+  return k;
+}
+
+// The ModelConfig key an axis sets, or "" for axes that are not model keys.
+std::string model_key_of_axis(std::string_view axis) {
+  if (axis == "topk_position") return "select";
+  if (axis == "preset") return "";
+  for (auto& o : override_keys())
+    if (o == axis) return o;
+  return "";
+}
+
+std::size_t levenshtein(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// The closest option to a misspelt word, or "" when nothing is close enough to be a plausible typo.
+std::string nearest(std::string_view word, const std::vector<std::string>& options) {
+  // Names that mean the same thing in another section.
+  static const std::map<std::string, std::string, std::less<>> aliases = {{"select", "topk_position"},
+                                                                          {"topk_position", "select"},
+                                                                          {"ffn_decode", "ffn-decode"},
+                                                                          {"ffn_train", "ffn-train"},
+                                                                          {"gpu", "cuda"},
+                                                                          {"batch_size", "batch"},
+                                                                          {"seq_len", "seq"},
+                                                                          {"seq", "seq_len"}};
+  if (auto it = aliases.find(word); it != aliases.end() && contains(options, it->second)) return it->second;
+  std::string best;
+  std::size_t best_d = SIZE_MAX;
+  for (const auto& o : options) {
+    const std::size_t d = levenshtein(word, o);
+    if (d < best_d) best_d = d, best = o;
+  }
+  if (best_d <= 2 || best_d * 3 <= word.size()) return best;
+  return "";
+}
+
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& options) {
+  const std::string n = nearest(word, options);
+  return n.empty() ? "" : "; did you mean '" + n + "'?";
+}
+
+SourcePos pos_of(const toml::source_region& r) {
+  return {static_cast<int>(r.begin.line), static_cast<int>(r.begin.column)};
+}
+
+[[noreturn]] void fail(const std::string& file, SourcePos p, std::string message, std::string hint) {
+  throw ScenarioError(file, p.line, p.col, std::move(message), std::move(hint));
+}
+
+std::string fnv1a_hex(std::string_view s) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// Shortest round-trip text that still reads as a float: apply_override tells a fractional k from an
+// absolute one by the '.', so 1.0 must not become "1".
+std::string float_text(double x) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, x);
+  std::string s(buf, r.ptr);
+  if (s.find_first_of(".ni") != std::string::npos) return s;  // has a point, or nan/inf
+  auto e = s.find_first_of("eE");
+  if (e == std::string::npos) return s + ".0";
+  s.insert(e, ".0");
+  return s;
+}
+
+// toml++ tables are ordered by key; scenarios are ordered by the file (axes order is the sweep order,
+// and the first problem reported should be the first one in the file).
+std::vector<std::pair<const toml::key*, const toml::node*>> ordered(const toml::table& t) {
+  std::vector<std::pair<const toml::key*, const toml::node*>> out;
+  for (auto&& [k, v] : t) out.emplace_back(&k, &v);
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    const auto& pa = a.first->source().begin;
+    const auto& pb = b.first->source().begin;
+    return pa.line != pb.line ? pa.line < pb.line : pa.column < pb.column;
+  });
+  return out;
+}
+
+std::string describe_node(const toml::node& n) {
+  if (auto s = n.as_string()) return "string \"" + s->get() + "\"";
+  if (auto i = n.as_integer()) return "integer " + std::to_string(i->get());
+  if (auto f = n.as_floating_point()) return "number " + float_text(f->get());
+  if (auto b = n.as_boolean()) return std::string("boolean ") + (b->get() ? "true" : "false");
+  if (n.is_array()) return "an array";
+  if (n.is_table()) return "a table";
+  return "a date/time";
+}
+
+// What each key accepts. Keys apply_override knows but this table does not (added later) pass through
+// verbatim and are checked when the model is resolved.
+enum class Rule : std::uint8_t {
+  pos_int, nonneg_int, pos_number, boolean, text, mode, device, preset, ffn, k, select, topk_backend, precision,
+  dtype, verbatim
+};
+
+Rule rule_of(std::string_view key) {
+  static const std::vector<std::pair<Rule, std::vector<std::string>>> groups = {
+      {Rule::pos_int, {"batch", "seq", "vocab", "hidden", "d_ffn", "heads", "kv_heads", "layers", "seq_len",
+                       "min_reps", "max_reps", "steps", "prompt", "generate"}},
+      {Rule::nonneg_int, {"seed", "warmup"}},
+      {Rule::pos_number, {"rope_theta", "norm_eps", "init_std", "time_bound_s", "target_noise"}},
+      {Rule::boolean, {"gcp", "cold"}},
+      {Rule::text, {"name", "description"}},
+      {Rule::mode, {"mode"}},
+      {Rule::device, {"device"}},
+      {Rule::preset, {"preset"}},
+      {Rule::ffn, {"ffn"}},
+      {Rule::k, {"k"}},
+      {Rule::select, {"select", "topk_position"}},
+      {Rule::topk_backend, {"topk_backend"}},
+      {Rule::precision, {"precision"}},
+      {Rule::dtype, {"param_dtype", "act_dtype"}},
+  };
+  for (const auto& [rule, keys] : groups)
+    if (contains(keys, key)) return rule;
+  return Rule::verbatim;
+}
+
+// For hints: "batch = 4".
+std::string example_of(std::string_view key) {
+  static const std::vector<std::pair<std::string, std::string>> examples = {
+      {"batch", "4"}, {"seq", "256"}, {"min_reps", "5"}, {"max_reps", "100"}, {"warmup", "3"}, {"steps", "10"},
+      {"prompt", "128"}, {"generate", "128"}, {"seed", "1"}, {"time_bound_s", "10.0"}, {"target_noise", "0.02"},
+      {"gcp", "true"}, {"cold", "true"}, {"mode", "\"decode\""}, {"device", "\"auto\""}, {"preset", "\"1b\""},
+      {"ffn", "\"moc_2:8\""}, {"k", "1024 (or 0.2, a fraction of d_ffn)"}, {"select", "\"gate\""},
+      {"topk_position", "\"gate\""}, {"topk_backend", "\"own\""}, {"precision", "\"bf16\""},
+      {"param_dtype", "\"bf16\""}, {"act_dtype", "\"bf16\""}, {"name", "\"decode_bs1_4\""},
+      {"description", "\"...\""}, {"rope_theta", "10000.0"}, {"norm_eps", "1e-6"}, {"init_std", "0.02"},
+      {"layers", "4"}, {"hidden", "2048"}, {"d_ffn", "5461"}, {"heads", "32"}, {"kv_heads", "8"},
+      {"vocab", "32000"}, {"seq_len", "256"},
+  };
+  for (const auto& [k, ex] : examples)
+    if (k == key) return k + " = " + ex;
+  return std::string(key) + " = ...";
+}
+
+// Reads one scalar and checks it against its key's rule. `where` names the section for messages.
+ScenarioValue read_value(const std::string& file, const toml::node& n, std::string_view key, std::string_view where) {
+  ScenarioValue v;
+  v.pos = pos_of(n.source());
+  const Rule rule = rule_of(key);
+  // where: "[axes]", "[overrides.cpu].model", ... or "at the top level".
+  const std::string k(key), in = (where.starts_with("[") ? " in " : " ") + std::string(where);
+  const std::string hint = "e.g. " + example_of(key);
+  auto wrong_type = [&](const std::string& expected) {
+    fail(file, v.pos, k + in + ": expected " + expected + ", got " + describe_node(n), hint);
+  };
+  if (auto i = n.as_integer()) {
+    v.type = ScenarioValue::Type::integer;
+    v.i = i->get();
+    v.f = static_cast<double>(v.i);
+    v.text = std::to_string(v.i);
+  } else if (auto f = n.as_floating_point()) {
+    v.type = ScenarioValue::Type::floating;
+    v.f = f->get();
+    v.text = float_text(v.f);
+  } else if (auto b = n.as_boolean()) {
+    v.type = ScenarioValue::Type::boolean;
+    v.b = b->get();
+    v.text = v.b ? "true" : "false";
+  } else if (auto s = n.as_string()) {
+    v.type = ScenarioValue::Type::string;
+    v.s = s->get();
+    v.text = v.s;
+  } else {
+    wrong_type(n.is_array() ? "a single value here" : "a value");
+  }
+  using T = ScenarioValue::Type;
+  auto one_of = [&](const std::vector<std::string>& options, const char* what) {
+    if (v.type != T::string) wrong_type(std::string("a string (one of ") + join(options) + ")");
+    if (!contains(options, v.s))
+      fail(file, v.pos, "unknown " + std::string(what) + " '" + v.s + "'" + in + did_you_mean(v.s, options),
+           std::string(what) + "s: " + join(options));
+  };
+  switch (rule) {
+    case Rule::pos_int:
+    case Rule::nonneg_int: {
+      const bool pos = rule == Rule::pos_int;
+      if (v.type != T::integer) wrong_type(pos ? "a positive integer" : "an integer >= 0");
+      if (pos ? v.i <= 0 : v.i < 0)
+        fail(file, v.pos, k + in + " must be " + (pos ? "positive" : ">= 0") + ", got " + v.text, hint);
+      if (v.i > INT_MAX) fail(file, v.pos, k + in + " is too large: " + v.text, hint);
+      break;
+    }
+    case Rule::pos_number:
+      if (v.type != T::integer && v.type != T::floating) wrong_type("a positive number");
+      if (!(v.f > 0) || !std::isfinite(v.f))
+        fail(file, v.pos, k + in + " must be a positive number, got " + v.text, hint);
+      if (v.type == T::integer) v.type = T::floating, v.text = float_text(v.f);
+      break;
+    case Rule::boolean:
+      if (v.type != T::boolean) wrong_type("true or false");
+      break;
+    case Rule::text:
+      if (v.type != T::string) wrong_type("a string");
+      break;
+    case Rule::mode:
+      one_of(scenario_modes(), "mode");
+      break;
+    case Rule::device:
+      one_of(kDevices, "device");
+      break;
+    case Rule::preset:
+      one_of(preset_names(), "preset");
+      break;
+    case Rule::select:
+      one_of(kSelectRules, "selection rule");
+      break;
+    case Rule::topk_backend:
+      one_of(kTopkBackends, "top-k backend");
+      break;
+    case Rule::precision:
+      one_of(kPrecisions, "precision");
+      break;
+    case Rule::dtype:
+      one_of(kDtypes, "dtype");
+      break;
+    case Rule::ffn: {
+      if (v.type != T::string) wrong_type("a string: dense, moc or moc_a:b");
+      const std::string& s = v.s;
+      if (s == "dense" || s == "moc") break;
+      const auto colon = s.find(':');
+      int a = 0, b = 0;
+      bool ok = s.starts_with("moc_") && colon != std::string::npos;
+      if (ok) {
+        auto ra = std::from_chars(s.data() + 4, s.data() + colon, a);
+        auto rb = std::from_chars(s.data() + colon + 1, s.data() + s.size(), b);
+        ok =
+            ra.ec == std::errc() && ra.ptr == s.data() + colon && rb.ec == std::errc() && rb.ptr == s.data() + s.size();
+      }
+      if (!ok)
+        fail(file, v.pos, "unknown ffn '" + s + "'" + in + did_you_mean(s, {"dense", "moc", "moc_2:8"}),
+             "ffn is dense, moc (row top-K) or moc_a:b (a kept out of every b channels), e.g. \"moc_2:8\"");
+      if (a <= 0 || b <= 0)
+        fail(file, v.pos, "ffn '" + s + "'" + in + ": a and b of moc_a:b must be positive",
+             "a channels are kept out of every b, e.g. \"moc_2:8\"");
+      if (a > b)
+        fail(file, v.pos, "ffn '" + s + "'" + in + ": a > b keeps more channels than each group has",
+             "a channels are kept out of every b: swap them, e.g. \"moc_" + std::to_string(b) + ":" +
+                 std::to_string(a) + "\"");
+      break;
+    }
+    case Rule::k:
+      if (v.type == T::integer) {
+        if (v.i <= 0)
+          fail(file, v.pos, "k" + in + " must be positive, got " + v.text,
+               "k is the channels kept per row: an integer in [1, d_ffn] or a fraction of d_ffn in (0, 1]");
+        if (v.i > INT_MAX) fail(file, v.pos, "k" + in + " is too large: " + v.text, hint);
+      } else if (v.type == T::floating) {
+        if (!(v.f > 0 && v.f <= 1))
+          fail(file, v.pos, "k" + in + ": a fraction of d_ffn must be in (0, 1], got " + v.text,
+               "write an integer for an absolute K (k = 1024) or a fraction (k = 0.2)");
+      } else {
+        wrong_type("an integer or a fraction of d_ffn");
+      }
+      break;
+    case Rule::verbatim:
+      break;
+  }
+  return v;
+}
+
+std::string values_text(const std::vector<ScenarioValue>& vs) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < vs.size(); ++i) {
+    if (i) s += ", ";
+    s += vs[i].type == ScenarioValue::Type::string ? "\"" + vs[i].text + "\"" : vs[i].text;
+  }
+  return s + "]";
+}
+
+class Parser {
+ public:
+  Parser(std::string file, Scenario& sc) : file_(std::move(file)), sc_(sc) {}
+
+  void parse(const toml::table& root) {
+    // Exclude and override entries may only name declared axes, wherever [axes] sits in the file.
+    if (auto axes = root["axes"].as_table())
+      for (auto&& [k, v] : *axes) declared_.emplace_back(k.str());
+    for (auto [key, node] : ordered(root)) {
+      const std::string k(key->str());
+      const SourcePos kp = pos_of(key->source());
+      if (k == "name") {
+        sc_.name = read_value(file_, *node, k, "at the top level").s;
+      } else if (k == "description") {
+        sc_.description = read_value(file_, *node, k, "at the top level").s;
+      } else if (k == "mode") {
+        sc_.mode = read_value(file_, *node, k, "at the top level");
+      } else if (k == "device") {
+        sc_.device = read_value(file_, *node, k, "at the top level").s;
+      } else if (k == "model") {
+        settings(table(*node, "[model]", "[model] with preset = \"1b\" below it"), "[model]", model_keys(), sc_.model);
+      } else if (k == "measure") {
+        settings(table(*node, "[measure]", "[measure] with warmup = 3 below it"), "[measure]", kMeasureKeys,
+                 sc_.measure);
+      } else if (k == "axes") {
+        axes(table(*node, "[axes]", "[axes] with batch = [1, 2, 4] below it"), "[axes]", false, sc_.axes);
+      } else if (k == "exclude") {
+        for (auto* t : array_of_tables(*node, "exclude")) exclude(*t);
+      } else if (k == "include") {
+        for (auto* t : array_of_tables(*node, "include")) include(*t);
+      } else if (k == "overrides") {
+        overrides(table(*node, "[overrides]", "[overrides.cpu] with measure = { max_reps = 5 } below it"));
+      } else {
+        unknown(k, kp, "at the top level", kTopKeys);
+      }
+    }
+    if (sc_.name.empty()) sc_.name = std::filesystem::path(file_).stem().string();
+  }
+
+ private:
+  [[noreturn]] void unknown(const std::string& k, SourcePos p, const std::string& where,
+                            const std::vector<std::string>& valid) {
+    fail(file_, p, "unknown key '" + k + "' " + where + did_you_mean(k, valid),
+         "valid keys " + where + ": " + join(valid));
+  }
+
+  const toml::table& table(const toml::node& n, const std::string& what, const std::string& example) {
+    if (auto t = n.as_table()) return *t;
+    fail(file_, pos_of(n.source()), what + " must be a table, got " + describe_node(n), "make it a table: " + example);
+  }
+
+  std::vector<const toml::table*> array_of_tables(const toml::node& n, const std::string& name) {
+    std::vector<const toml::table*> out;
+    const std::string hint =
+        "write each entry as a [[" + name + "]] table, e.g.\n    [[" + name + "]]\n    ffn = \"dense\"";
+    auto arr = n.as_array();
+    if (!arr)
+      fail(file_, pos_of(n.source()), name + " must be an array of tables ([[" + name + "]]), got " + describe_node(n),
+           hint);
+    for (const auto& e : *arr) {
+      auto t = e.as_table();
+      if (!t) fail(file_, pos_of(e.source()), name + " entries must be tables, got " + describe_node(e), hint);
+      if (t->empty())
+        fail(file_, pos_of(e.source()), "empty [[" + name + "]] entry",
+             "give it at least one axis key, e.g. ffn = \"dense\"");
+      out.push_back(t);
+    }
+    return out;
+  }
+
+  void settings(const toml::table& t, const std::string& where, const std::vector<std::string>& valid,
+                std::vector<ScenarioSetting>& out) {
+    for (auto [key, node] : ordered(t)) {
+      const std::string k(key->str());
+      const SourcePos kp = pos_of(key->source());
+      if (!contains(valid, k)) unknown(k, kp, "in " + where, valid);
+      out.push_back({k, read_value(file_, *node, k, where), kp});
+    }
+  }
+
+  // [axes] (override = false) or the axes of an override section, which may only re-value declared axes.
+  void axes(const toml::table& t, const std::string& where, bool override, std::vector<ScenarioAxis>& out) {
+    const auto valid = axis_keys();
+    for (auto [key, node] : ordered(t)) {
+      const std::string k(key->str());
+      const SourcePos kp = pos_of(key->source());
+      if (!contains(valid, k)) unknown(k, kp, "in " + where, valid);
+      if (override && !contains(declared_, k))
+        fail(file_, kp, "axis '" + k + "' in " + where + " is not declared in [axes]",
+             "overrides change the values of declared axes so every backend runs the same study; declare " + k +
+                 " in [axes] (declared: " + (declared_.empty() ? "none" : join(declared_)) + ")");
+      ScenarioAxis axis{k, {}, kp};
+      if (auto arr = node->as_array()) {
+        if (arr->empty())
+          fail(file_, pos_of(node->source()), "axis '" + k + "' in " + where + " has no values",
+               "give at least one value, e.g. " + k + " = [" + example_of(k).substr(k.size() + 3) + "], or remove it");
+        for (const auto& e : *arr) axis.values.push_back(read_value(file_, e, k, where));
+      } else {
+        axis.values.push_back(read_value(file_, *node, k, where));  // a scalar is a one-value axis
+      }
+      for (std::size_t i = 1; i < axis.values.size(); ++i)
+        for (std::size_t j = 0; j < i; ++j)
+          if (axis.values[i].text == axis.values[j].text)
+            fail(file_, axis.values[i].pos, "axis '" + k + "' in " + where + " lists " + axis.values[i].text + " twice",
+                 "remove the duplicate; each value gives one set of points");
+      out.push_back(std::move(axis));
+    }
+  }
+
+  void exclude(const toml::table& t) {
+    std::vector<ScenarioAxis> entry;
+    const auto valid = axis_keys();
+    for (auto [key, node] : ordered(t)) {
+      const std::string k(key->str());
+      const SourcePos kp = pos_of(key->source());
+      if (!contains(declared_, k)) {
+        if (!contains(valid, k)) unknown(k, kp, "in [[exclude]]", declared_.empty() ? valid : declared_);
+        fail(file_, kp, "[[exclude]] key '" + k + "' is not an axis declared in [axes]",
+             "an exclude drops points of the sweep by their axis values; declared axes: " +
+                 (declared_.empty() ? std::string("none") : join(declared_)));
+      }
+      ScenarioAxis m{k, {}, kp};
+      if (auto arr = node->as_array()) {
+        if (arr->empty())
+          fail(file_, pos_of(node->source()), "[[exclude]] key '" + k + "' has no values",
+               "give a value or a list of values");
+        for (const auto& e : *arr) m.values.push_back(read_value(file_, e, k, "[[exclude]]"));
+      } else {
+        m.values.push_back(read_value(file_, *node, k, "[[exclude]]"));
+      }
+      entry.push_back(std::move(m));
+    }
+    sc_.exclude.push_back(std::move(entry));
+  }
+
+  void include(const toml::table& t) {
+    std::vector<ScenarioSetting> entry;
+    const auto valid = axis_keys();
+    for (auto [key, node] : ordered(t)) {
+      const std::string k(key->str());
+      const SourcePos kp = pos_of(key->source());
+      if (!contains(valid, k)) unknown(k, kp, "in [[include]]", valid);
+      if (node->is_array())
+        fail(file_, pos_of(node->source()), "[[include]] key '" + k + "' has a list; an include adds one point",
+             "write one [[include]] entry per extra point with single values, e.g. batch = 8");
+      entry.push_back({k, read_value(file_, *node, k, "[[include]]"), kp});
+    }
+    sc_.include.push_back(std::move(entry));
+  }
+
+  void overrides(const toml::table& t) {
+    for (auto [key, node] : ordered(t)) {
+      const std::string backend(key->str());
+      const SourcePos kp = pos_of(key->source());
+      if (!contains(scenario_backends(), backend))
+        fail(file_, kp, "unknown backend '" + backend + "' in [overrides]" + did_you_mean(backend, scenario_backends()),
+             "overrides apply per backend; backends: " + join(scenario_backends()));
+      const std::string where = "[overrides." + backend + "]";
+      ScenarioOverride ov{backend, kp, {}, {}, {}};
+      for (auto [skey, snode] : ordered(table(*node, where, where + " with measure = { max_reps = 5 } below it"))) {
+        const std::string s(skey->str());
+        const SourcePos sp = pos_of(skey->source());
+        const std::string sub = where + "." + s;
+        if (s == "model")
+          settings(table(*snode, sub, "model = { preset = \"tiny\" }"), sub, model_keys(), ov.model);
+        else if (s == "measure")
+          settings(table(*snode, sub, "measure = { max_reps = 5 }"), sub, kMeasureKeys, ov.measure);
+        else if (s == "axes")
+          axes(table(*snode, sub, "axes = { batch = [1, 2] }"), sub, true, ov.axes);
+        else
+          unknown(s, sp, "in " + where, kOverrideKeys);
+      }
+      sc_.overrides.push_back(std::move(ov));
+    }
+  }
+
+  std::string file_;
+  Scenario& sc_;
+  std::vector<std::string> declared_;
+};
+
+// A point before resolution: the (axis, value) pairs that define it.
+using RawPoint = std::vector<std::pair<std::string, const ScenarioValue*>>;
+
+const ScenarioValue* find_value(const RawPoint& p, std::string_view name) {
+  for (const auto& [n, v] : p)
+    if (n == name) return v;
+  return nullptr;
+}
+
+std::string raw_key(const RawPoint& p) {
+  std::vector<std::string> parts;
+  for (const auto& [n, v] : p) parts.push_back(n + "=" + v->text);
+  std::sort(parts.begin(), parts.end());
+  std::string k;
+  for (auto& s : parts) k += s + "\n";
+  return k;
+}
+
+std::string raw_text(const RawPoint& p) {
+  std::string s;
+  for (const auto& [n, v] : p) s += (s.empty() ? "" : " ") + n + "=" + v->text;
+  return s;
+}
+
+// The field a ConfigError from ModelConfig::validate() is about (its messages start with the field).
+std::vector<std::string> blame_candidates(const std::string& msg) {
+  if (msg.starts_with("moc a:b")) return {"ffn"};
+  if (msg.starts_with("head_dim")) return {"heads", "hidden"};
+  if (msg.starts_with("kv_heads")) return {"kv_heads", "heads"};
+  if (msg.starts_with("heads")) return {"heads", "hidden"};
+  if (msg.starts_with("k ") || msg.starts_with("k:")) return {"k", "d_ffn", "ffn"};
+  if (msg.starts_with("d_ffn") && msg.find("65536") != std::string::npos) return {"d_ffn", "ffn"};
+  const auto end = msg.find_first_of(" :(");
+  return {msg.substr(0, end)};
+}
+
+// Splits "problem; what to do" (ConfigError's convention) into message and hint.
+std::pair<std::string, std::string> split_hint(const std::string& what) {
+  const auto semi = what.find("; ");
+  if (semi == std::string::npos) return {what, ""};
+  return {what.substr(0, semi), what.substr(semi + 2)};
+}
+
+}  // namespace
+
+const std::string* ScenarioPoint::axis(std::string_view name) const {
+  for (const auto& [n, v] : axes)
+    if (n == name) return &v;
+  return nullptr;
+}
+
+std::string ScenarioPoint::describe() const {
+  std::ostringstream o;
+  o << "#" << index << " " << mode;
+  for (const auto& [n, v] : axes)
+    if (n != "mode") o << " " << n << "=" << v;
+  o << " | " << model.describe() << " | batch " << batch;
+  if (mode == "decode")
+    o << " prompt " << measure.prompt << " generate " << measure.generate;
+  else if (mode != "ffn-decode")
+    o << " seq " << seq;
+  if (mode == "train" || mode == "ffn-train") o << " steps " << measure.steps;
+  o << " | " << precision;
+  if (mode == "topk" || model.ffn.kind == FfnKind::moc) o << " topk " << topk_backend;
+  return o.str();
+}
+
+std::vector<std::string> Scenario::axis_names() const {
+  std::vector<std::string> out;
+  for (const auto& a : axes) out.push_back(a.name);
+  return out;
+}
+
+std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vector<AppliedOverride>* applied) const {
+  if (!contains(scenario_backends(), backend))
+    throw ScenarioError(path, 0, 0, "unknown backend '" + backend + "'", "backends: " + join(scenario_backends()));
+  if (applied) applied->clear();
+  auto report = [&](const char* section, const std::string& key, const std::string& value) {
+    if (applied) applied->push_back({section, key, value});
+  };
+
+  // This backend's view of the tables: override settings replace same-named ones in place.
+  std::vector<ScenarioAxis> ax = axes;
+  std::vector<ScenarioSetting> mdl = model, meas = measure;
+  auto merge = [](std::vector<ScenarioSetting>& into, const ScenarioSetting& s) {
+    for (auto& x : into)
+      if (x.key == s.key) return void(x = s);
+    into.push_back(s);
+  };
+  for (const auto& ov : overrides) {
+    if (ov.backend != backend) continue;
+    for (const auto& s : ov.model) merge(mdl, s), report("model", s.key, s.value.text);
+    for (const auto& s : ov.measure) {
+      // Moved to the end rather than replaced in place: the order tells which of min_reps/max_reps to blame.
+      meas.erase(std::remove_if(meas.begin(), meas.end(), [&](const auto& x) { return x.key == s.key; }), meas.end());
+      meas.push_back(s);
+      report("measure", s.key, s.value.text);
+    }
+    for (const auto& a : ov.axes) {
+      for (auto& x : ax)
+        if (x.name == a.name) x.values = a.values;
+      report("axes", a.name, values_text(a.values));
+    }
+  }
+
+  Measurement m;
+  const ScenarioSetting *min_set = nullptr, *max_set = nullptr;
+  std::size_t min_at = 0, max_at = 0;
+  for (std::size_t i = 0; i < meas.size(); ++i) {
+    const auto& s = meas[i];
+    const auto& v = s.value;
+    const std::pair<const char*, int*> ints[] = {{"warmup", &m.warmup}, {"min_reps", &m.min_reps},
+                                                 {"max_reps", &m.max_reps}, {"steps", &m.steps},
+                                                 {"prompt", &m.prompt},     {"generate", &m.generate}};
+    for (auto [key, field] : ints)
+      if (s.key == key) *field = static_cast<int>(v.i);
+    if (s.key == "time_bound_s") m.time_bound_s = v.f;
+    if (s.key == "target_noise") m.target_noise = v.f;
+    if (s.key == "cold") m.cold = v.b;
+    if (s.key == "min_reps") min_set = &s, min_at = i;
+    if (s.key == "max_reps") max_set = &s, max_at = i;
+  }
+  if (m.min_reps > m.max_reps) {
+    // Blame whichever of the two was written last (an override, when one made them clash).
+    const ScenarioSetting* blame = !max_set || (min_set && min_at > max_at) ? min_set : max_set;
+    const SourcePos p = blame ? blame->value.pos : SourcePos{};
+    fail(path, p,
+         "min_reps (" + std::to_string(m.min_reps) + ") exceeds max_reps (" + std::to_string(m.max_reps) +
+             ") for backend " + backend,
+         "raise max_reps or lower min_reps (defaults: min_reps 5, max_reps 100)");
+  }
+
+  // Cartesian product, first axis slowest.
+  std::vector<RawPoint> raw;
+  {
+    std::vector<std::size_t> at(ax.size(), 0);
+    for (;;) {
+      RawPoint p;
+      for (std::size_t i = 0; i < ax.size(); ++i) p.emplace_back(ax[i].name, &ax[i].values[at[i]]);
+      bool dropped = false;
+      for (const auto& ex : exclude) {
+        bool all = true;
+        for (const auto& cond : ex) {
+          const ScenarioValue* v = find_value(p, cond.name);
+          all = all && v && std::any_of(cond.values.begin(), cond.values.end(), [&](const ScenarioValue& c) {
+                  return c.text == v->text;
+                });
+        }
+        dropped = dropped || all;
+      }
+      if (!dropped) raw.push_back(std::move(p));
+      std::size_t i = ax.size();
+      while (i > 0 && ++at[i - 1] == ax[i - 1].values.size()) at[--i] = 0;
+      if (i == 0) break;
+    }
+  }
+  // Includes: the declared axes at their first value, overwritten by the entry, then its other keys.
+  for (const auto& inc : include) {
+    RawPoint p;
+    for (const auto& a : ax) p.emplace_back(a.name, &a.values.front());
+    for (const auto& s : inc) {
+      auto it = std::find_if(p.begin(), p.end(), [&](const auto& x) { return x.first == s.key; });
+      if (it != p.end())
+        it->second = &s.value;
+      else
+        p.emplace_back(s.key, &s.value);
+    }
+    raw.push_back(std::move(p));
+  }
+  {
+    std::set<std::string> seen;
+    std::vector<RawPoint> unique;
+    for (auto& p : raw)
+      if (seen.insert(raw_key(p)).second) unique.push_back(std::move(p));
+    raw = std::move(unique);
+  }
+
+  const ScenarioSetting* preset_setting = nullptr;
+  for (const auto& s : mdl)
+    if (s.key == "preset") preset_setting = &s;
+  const std::string precision_default = backend == "cpu" ? "fp32" : "bf16";
+
+  std::vector<ScenarioPoint> points;
+  for (std::size_t idx = 0; idx < raw.size(); ++idx) {
+    const RawPoint& rp = raw[idx];
+    ScenarioPoint pt;
+    pt.index = static_cast<int>(idx);
+    for (const auto& [n, v] : rp) pt.axes.emplace_back(n, v->text);
+    const std::string context =
+        " (backend " + backend + ", point #" + std::to_string(idx) + (rp.empty() ? "" : ": " + raw_text(rp)) + ")";
+    // Where to point for a problem no single key of this point owns: the point's first value.
+    const SourcePos here = !rp.empty() ? rp.front().second->pos : SourcePos{1, 1};
+
+    if (const ScenarioValue* v = find_value(rp, "mode"))
+      pt.mode = v->text;
+    else if (mode)
+      pt.mode = mode->text;
+    else
+      fail(path, here, "no mode" + context,
+           "set mode = \"decode\" at the top level or sweep [axes] mode = [...]; modes: " + join(scenario_modes()));
+
+    const ScenarioValue* preset_value = find_value(rp, "preset");
+    if (!preset_value && preset_setting) preset_value = &preset_setting->value;
+    if (!preset_value)
+      fail(path, here, "no model preset" + context,
+           "set [model] preset = \"1b\" or sweep [axes] preset = [...]; presets: " + join(preset_names()));
+    try {
+      pt.model = preset(preset_value->text);
+    } catch (const ConfigError& e) {
+      fail(path, preset_value->pos, e.what(), "presets: " + join(preset_names()));
+    }
+
+    // Model keys: [model] (with this backend's overrides), then the point's own model axes.
+    std::vector<std::pair<std::string, const ScenarioValue*>> keys;
+    auto set_key = [&](const std::string& k, const ScenarioValue* v) {
+      for (auto& x : keys)
+        if (x.first == k) return void(x.second = v);
+      keys.emplace_back(k, v);
+    };
+    for (const auto& s : mdl)
+      if (s.key != "preset") set_key(s.key, &s.value);
+    for (const auto& [n, v] : rp)
+      if (auto mk = model_key_of_axis(n); !mk.empty()) set_key(mk, v);
+    auto apply = [&](const std::string& k, const ScenarioValue* v) {
+      try {
+        apply_override(pt.model, k, v->text);
+      } catch (const ConfigError& e) {
+        auto [msg, hint] = split_hint(e.what());
+        fail(path, v->pos, msg + context, hint.empty() ? "e.g. " + example_of(k) : hint);
+      }
+    };
+    for (const auto& [k, v] : keys)
+      if (!contains(kLateModelKeys, k)) apply(k, v);
+    for (const auto& late : kLateModelKeys)
+      for (const auto& [k, v] : keys)
+        if (k == late) apply(k, v);
+
+    pt.measure = m;
+    pt.batch = 1;
+    if (const ScenarioValue* v = find_value(rp, "batch")) pt.batch = static_cast<int>(v->i);
+    pt.seq = pt.model.seq_len;
+    if (const ScenarioValue* v = find_value(rp, "seq")) pt.seq = static_cast<int>(v->i);
+    // The model must hold every position the point runs through (as `mocbench smoke` does).
+    const long need = pt.mode == "decode" ? static_cast<long>(m.prompt) + m.generate : pt.seq;
+    if (need > INT_MAX) fail(path, here, "prompt + generate is too large" + context, "lower prompt or generate");
+    pt.model.seq_len = std::max(pt.model.seq_len, static_cast<int>(need));
+    try {
+      pt.model.validate();
+    } catch (const ConfigError& e) {
+      auto [msg, hint] = split_hint(e.what());
+      SourcePos p = preset_value->pos;
+      bool found = false;
+      for (const auto& field : blame_candidates(msg)) {
+        for (const auto& [k, v] : keys)
+          if (k == field && !found) p = v->pos, found = true;
+      }
+      fail(path, p, msg + context, hint.empty() ? "change this value or the model keys it depends on" : hint);
+    }
+    pt.topk_backend = "own";
+    if (const ScenarioValue* v = find_value(rp, "topk_backend")) pt.topk_backend = v->text;
+    pt.precision = precision_default;
+    if (const ScenarioValue* v = find_value(rp, "precision")) pt.precision = v->text;
+    points.push_back(std::move(pt));
+  }
+  return points;
+}
+
+Scenario parse_scenario(std::string_view text, const std::string& path) {
+  Scenario sc;
+  sc.path = path;
+  sc.text = std::string(text);
+  sc.hash = fnv1a_hex(text);
+  toml::table root;
+  try {
+    root = toml::parse(text, std::string_view(path));
+  } catch (const toml::parse_error& e) {
+    fail(path, pos_of(e.source()), "TOML syntax error: " + std::string(e.description()),
+         "check quotes, brackets and commas at this position: strings need quotes (mode = \"decode\"), "
+         "lists brackets (batch = [1, 2]), and a key may appear once per table");
+  }
+  Parser(path, sc).parse(root);
+  // Refuse up front whatever either backend could not run, so a long sweep never dies half-way.
+  for (const auto& backend : scenario_backends()) (void)sc.expand(backend);
+  return sc;
+}
+
+Scenario load_scenario(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw ScenarioError(path, 0, 0, "cannot read the scenario file",
+                        "check the path; the shipped scenarios are scenarios/*.toml");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return parse_scenario(s.str(), path);
+}
+
+}  // namespace moc

@@ -1,0 +1,474 @@
+// Scenario files: every problem is refused up front with file:line:col and a hint, and a valid file
+// expands into the points the study asks for, per backend.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "app/scenario.h"
+
+namespace moc {
+namespace {
+
+const std::string kFile = "study.toml";
+
+// The problem parse_scenario reports, or nullopt when it accepts the text.
+std::optional<ScenarioError> refusal(const std::string& text) {
+  try {
+    parse_scenario(text, kFile);
+  } catch (const ScenarioError& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+// Asserts the text is refused at line:col (col 0 = any) with a message and hint containing the fragments.
+void expect_refused(const std::string& text, int line, int col, const std::string& message_part,
+                    const std::string& hint_part = "") {
+  SCOPED_TRACE(text);
+  const auto e = refusal(text);
+  ASSERT_TRUE(e.has_value()) << "accepted";
+  const std::string what = e->what();
+  EXPECT_EQ(e->file, kFile);
+  EXPECT_EQ(e->line, line) << what;
+  if (col > 0) {
+    EXPECT_EQ(e->col, col) << what;
+  }
+  EXPECT_NE(e->message.find(message_part), std::string::npos) << what;
+  if (!hint_part.empty()) {
+    EXPECT_NE(e->hint.find(hint_part), std::string::npos) << what;
+  }
+  // what() leads with the position, so editors and terminals can jump to it.
+  const std::string where = kFile + ":" + std::to_string(e->line) + (e->col > 0 ? ":" + std::to_string(e->col) : "");
+  EXPECT_EQ(what.rfind(where + ": ", 0), 0u) << what;
+  EXPECT_NE(what.find("\n  hint: "), std::string::npos) << what;
+}
+
+// A valid scenario; tests append or splice lines. Line numbers: [axes] is line 5, batch line 6.
+const std::string kBase =
+    "name = \"t\"\n"           // 1
+    "mode = \"ffn-decode\"\n"  // 2
+    "[model]\n"                // 3
+    "preset = \"tiny\"\n"      // 4
+    "[axes]\n"                 // 5
+    "batch = [1, 2]\n";        // 6
+
+std::filesystem::path scenarios_dir() {
+  return std::filesystem::path(__FILE__).parent_path().parent_path() / "scenarios";
+}
+
+std::vector<std::string> axis_values(const std::vector<ScenarioPoint>& pts, const std::string& name) {
+  std::vector<std::string> out;
+  for (const auto& p : pts) {
+    const std::string* v = p.axis(name);
+    out.push_back(v ? *v : "-");
+  }
+  return out;
+}
+
+TEST(ScenarioParse, AValidFileKeepsItsNameTextAndAStableHash) {
+  const Scenario a = parse_scenario(kBase, kFile);
+  EXPECT_EQ(a.name, "t");
+  EXPECT_EQ(a.path, kFile);
+  EXPECT_EQ(a.text, kBase);
+  EXPECT_EQ(a.device, "auto");
+  ASSERT_EQ(a.hash.size(), 16u);
+  EXPECT_EQ(a.hash, parse_scenario(kBase, "elsewhere.toml").hash) << "the hash is of the text, not the path";
+  EXPECT_NE(a.hash, parse_scenario(kBase + "seq = [8]\n", kFile).hash);
+  EXPECT_EQ(parse_scenario("mode = \"topk\"\n[model]\npreset = \"tiny\"\n", "dir/my_study.toml").name, "my_study")
+      << "a scenario without a name is named after its file";
+}
+
+TEST(ScenarioErrors, TomlSyntaxErrorsGiveFileLineAndColumn) {
+  expect_refused(kBase + "seq = [1, 2\n", 7, 0, "TOML syntax error", "brackets");
+  expect_refused("name = \"t\"\nmode = decode\n", 2, 8, "TOML syntax error", "quotes");
+  expect_refused(kBase + "batch = [3]\n", 7, 0, "TOML syntax error", "once");
+}
+
+TEST(ScenarioErrors, UnknownAxisSuggestsTheNearestValidKey) {
+  const std::string text = kBase + "bacth = [1]\n";
+  const auto e = refusal(text);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "unknown key 'bacth' in [axes]; did you mean 'batch'?");
+  EXPECT_EQ(e->line, 7);
+  EXPECT_EQ(e->col, 1);
+  EXPECT_NE(e->hint.find("topk_position"), std::string::npos) << "the hint lists the valid keys";
+  EXPECT_EQ(std::string(e->what()),
+            "study.toml:7:1: unknown key 'bacth' in [axes]; did you mean 'batch'?\n  hint: " + e->hint);
+}
+
+TEST(ScenarioErrors, UnknownKeysAreRefusedAtEveryLevel) {
+  expect_refused("naem = \"x\"\n" + kBase, 1, 1, "unknown key 'naem' at the top level; did you mean 'name'?");
+  expect_refused(kBase + "[model]\n", 7, 0, "TOML syntax error");  // a table twice is TOML's error
+  expect_refused("mode = \"decode\"\n[model]\npreset = \"tiny\"\nlayres = 2\n", 4, 1,
+                 "unknown key 'layres' in [model]; did you mean 'layers'?", "kv_heads");
+  expect_refused(kBase + "[measure]\nmin_rep = 2\n", 8, 1,
+                 "unknown key 'min_rep' in [measure]; did you mean 'min_reps'?");
+  expect_refused(kBase + "[[exclude]]\nbatchh = 1\n", 8, 1,
+                 "unknown key 'batchh' in [[exclude]]; did you mean 'batch'?");
+  expect_refused(kBase + "[[include]]\nbtch = 8\n", 8, 1, "unknown key 'btch' in [[include]]; did you mean 'batch'?");
+  expect_refused(kBase + "[overrides.cpu]\nmodle = { preset = \"tiny\" }\n", 8, 1,
+                 "unknown key 'modle' in [overrides.cpu]; did you mean 'model'?", "measure");
+  expect_refused(kBase + "[overrides.cpu]\nmeasure = { wamrup = 1 }\n", 8, 13,
+                 "unknown key 'wamrup' in [overrides.cpu].measure; did you mean 'warmup'?");
+  expect_refused(kBase + "[overrides.cpu]\naxes = { bath = [1] }\n", 8, 10, "did you mean 'batch'?");
+  // Names that mean the same thing elsewhere lead to the right one.
+  expect_refused(kBase + "select = [\"gate\"]\n", 7, 1, "did you mean 'topk_position'?");
+}
+
+TEST(ScenarioErrors, OverridesForAnUnknownBackendAreRefused) {
+  expect_refused(kBase + "[overrides.gpu]\n", 7, 12, "unknown backend 'gpu' in [overrides]; did you mean 'cuda'?",
+                 "cpu, cuda");
+  expect_refused(kBase + "[overrides.rocm]\n", 7, 12, "unknown backend 'rocm'", "cpu, cuda");
+}
+
+TEST(ScenarioErrors, WrongTypesNameTheExpectedType) {
+  expect_refused(kBase + "seq = \"two\"\n", 7, 7, "seq in [axes]: expected a positive integer, got string \"two\"",
+                 "seq = 256");
+  expect_refused(kBase + "gcp = [false, 3]\n", 7, 15, "gcp in [axes]: expected true or false, got integer 3");
+  expect_refused(kBase + "[measure]\ncold = \"yes\"\n", 8, 8, "expected true or false");
+  expect_refused(kBase + "[measure]\ntime_bound_s = \"10\"\n", 8, 16, "expected a positive number");
+  expect_refused("model = 3\n", 1, 9, "[model] must be a table, got integer 3");
+  expect_refused(kBase + "[exclude]\nbatch = 1\n", 7, 1, "exclude must be an array of tables", "[[exclude]]");
+  expect_refused(kBase + "[[include]]\nbatch = [8, 16]\n", 8, 9, "an include adds one point");
+  expect_refused(kBase + "k = [\"all\"]\n", 7, 6, "expected an integer or a fraction of d_ffn");
+}
+
+TEST(ScenarioErrors, ImpossibleValuesAreRefusedWhereTheyAreWritten) {
+  expect_refused(kBase + "seq = [16, 0]\n", 7, 12, "seq in [axes] must be positive, got 0");
+  expect_refused("mode = \"decode\"\n[model]\npreset = \"tiny\"\n[axes]\nbatch = [0]\n", 5, 10,
+                 "batch in [axes] must be positive, got 0");
+  expect_refused(kBase + "k = [0]\n", 7, 6, "k in [axes] must be positive");
+  expect_refused(kBase + "k = [1.5]\n", 7, 6, "a fraction of d_ffn must be in (0, 1]");
+  expect_refused(kBase + "ffn = [\"moc_9:8\"]\n", 7, 8, "a > b", "moc_8:9");
+  expect_refused(kBase + "ffn = [\"moc_0:8\"]\n", 7, 8, "must be positive");
+  expect_refused(kBase + "ffn = [\"sparse\"]\n", 7, 8, "unknown ffn 'sparse'", "moc_a:b");
+  expect_refused(kBase + "preset = [\"2b\"]\n", 7, 11, "unknown preset '2b' in [axes]", "350m");
+  expect_refused(kBase + "mode = [\"ffn_decode\"]\n", 7, 9,
+                 "unknown mode 'ffn_decode' in [axes]; did you mean 'ffn-decode'?",
+                 "train, decode, ffn-train, ffn-decode, topk");
+  expect_refused("device = \"gpu\"\n" + kBase, 1, 10, "unknown device 'gpu' at the top level; did you mean 'cuda'?",
+                 "auto, cpu, cuda");
+  expect_refused(kBase + "topk_position = [\"relu\"]\n", 7, 18, "unknown selection rule 'relu'", "abs_silu");
+  expect_refused(kBase + "topk_backend = [\"cub\"]\n", 7, 17, "unknown top-k backend 'cub'", "own, raft");
+  expect_refused(kBase + "precision = [\"fp16\"]\n", 7, 14, "unknown precision 'fp16'", "bf16-fp32master");
+  expect_refused(kBase + "[measure]\nwarmup = -1\n", 8, 10, "warmup in [measure] must be >= 0, got -1");
+  expect_refused(kBase + "[measure]\ntarget_noise = 0.0\n", 8, 16,
+                 "target_noise in [measure] must be a positive number");
+  expect_refused(kBase + "[measure]\nmin_reps = 10\nmax_reps = 5\n", 9, 12, "min_reps (10) exceeds max_reps (5)",
+                 "raise max_reps");
+  expect_refused(kBase + "batch_dup = 1\n", 7, 1, "unknown key 'batch_dup'");
+  expect_refused(kBase + "seq = [8, 8]\n", 7, 11, "lists 8 twice");
+  expect_refused(kBase + "seq = []\n", 7, 7, "has no values");
+}
+
+TEST(ScenarioErrors, AModelThatCannotBeBuiltIsRefusedAtTheOffendingValueWithConfigErrorsHint) {
+  // tiny has d_ffn 85: K = 1024 cannot be kept. The k entry is blamed, with ModelConfig's advice.
+  expect_refused(kBase + "ffn = [\"moc\"]\nk = [17, 1024]\n", 8, 10, "k (1024) must not exceed d_ffn (85)",
+                 "lower k or raise d_ffn");
+  // The same from [model].
+  expect_refused("mode = \"decode\"\n[model]\npreset = \"tiny\"\nffn = \"moc\"\nk = 1024\n", 5, 5,
+                 "k (1024) must not exceed d_ffn (85)", "lower k or raise d_ffn");
+  // A value only the resolved model can judge: heads must divide hidden.
+  expect_refused("mode = \"train\"\n[model]\npreset = \"tiny\"\n[axes]\nheads = [4, 3]\n", 5, 13,
+                 "heads (3) must divide hidden (32)", "divisors of hidden");
+  // The message says which point and backend.
+  const auto e = refusal(kBase + "ffn = [\"moc\"]\nk = [1024]\n");
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message.find("backend cpu, point #0: batch=1 ffn=moc k=1024"), std::string::npos) << e->what();
+}
+
+TEST(ScenarioErrors, AModelThatOnlyOneBackendsOverridesBreakIsRefusedUpFront) {
+  // Fine on cuda (1b keeps K = 1024), impossible on cpu once the override switches to tiny.
+  const std::string text =
+      "mode = \"decode\"\n"
+      "[model]\n"
+      "preset = \"1b\"\n"
+      "ffn = \"moc\"\n"
+      "k = 1024\n"
+      "[overrides.cpu]\n"
+      "model = { preset = \"tiny\" }\n";
+  expect_refused(text, 5, 5, "k (1024) must not exceed d_ffn (85) (backend cpu", "lower k");
+  // The override that fixes it.
+  const std::string fixed = text.substr(0, text.find("model = {")) + "model = { preset = \"tiny\", k = 0.2 }\n";
+  EXPECT_FALSE(refusal(fixed).has_value()) << refusal(fixed)->what();
+  // min_reps > max_reps that only the cpu override creates points at the override.
+  expect_refused(kBase + "[measure]\nmin_reps = 10\n[overrides.cpu]\nmeasure = { max_reps = 4 }\n", 10, 24,
+                 "min_reps (10) exceeds max_reps (4) for backend cpu");
+}
+
+TEST(ScenarioErrors, ExcludesAndOverridesMayOnlyNameDeclaredAxes) {
+  expect_refused(kBase + "[[exclude]]\nffn = \"dense\"\n", 8, 1, "'ffn' is not an axis declared in [axes]", "batch");
+  expect_refused(kBase + "[overrides.cpu]\naxes = { seq = [8] }\n", 8, 10,
+                 "axis 'seq' in [overrides.cpu].axes is not declared", "declare seq in [axes]");
+}
+
+TEST(ScenarioErrors, MissingModeOrPresetSaysWhereToSetIt) {
+  const auto no_mode = refusal("[model]\npreset = \"tiny\"\n");
+  ASSERT_TRUE(no_mode);
+  EXPECT_NE(no_mode->message.find("no mode"), std::string::npos);
+  EXPECT_NE(no_mode->hint.find("[axes] mode"), std::string::npos);
+  const auto no_preset = refusal("mode = \"train\"\n");
+  ASSERT_TRUE(no_preset);
+  EXPECT_NE(no_preset->message.find("no model preset"), std::string::npos);
+  EXPECT_NE(no_preset->hint.find("preset = \"1b\""), std::string::npos);
+}
+
+TEST(ScenarioErrors, AnUnreadableFileIsNamed) {
+  try {
+    load_scenario("/nonexistent/study.toml");
+    FAIL();
+  } catch (const ScenarioError& e) {
+    EXPECT_EQ(e.file, "/nonexistent/study.toml");
+    EXPECT_NE(std::string(e.what()).find("cannot read"), std::string::npos);
+  }
+}
+
+TEST(ScenarioExpand, TheCartesianProductFollowsFileOrderFirstAxisSlowest) {
+  const Scenario s = parse_scenario(
+      "mode = \"ffn-train\"\n[model]\npreset = \"tiny\"\n[axes]\n"
+      "ffn = [\"dense\", \"moc\", \"moc_2:8\"]\nbatch = [1, 2]\ngcp = [false, true]\n",
+      kFile);
+  EXPECT_EQ(s.axis_names(), (std::vector<std::string>{"ffn", "batch", "gcp"})) << "file order, not toml++'s key order";
+  const auto pts = s.expand("cuda");
+  ASSERT_EQ(pts.size(), 12u);
+  for (std::size_t i = 0; i < pts.size(); ++i) EXPECT_EQ(pts[i].index, static_cast<int>(i));
+  EXPECT_EQ(axis_values(pts, "ffn")[0], "dense");
+  EXPECT_EQ(axis_values(pts, "ffn")[3], "dense");
+  EXPECT_EQ(axis_values(pts, "ffn")[4], "moc");
+  EXPECT_EQ(axis_values(pts, "gcp"), (std::vector<std::string>{"false", "true", "false", "true", "false", "true",
+                                                               "false", "true", "false", "true", "false", "true"}));
+  EXPECT_EQ(pts[5].axes,
+            (std::vector<std::pair<std::string, std::string>>{{"ffn", "moc"}, {"batch", "1"}, {"gcp", "true"}}));
+  // The model follows the point's values.
+  EXPECT_EQ(pts[0].model.ffn_name(), "dense");
+  EXPECT_EQ(pts[5].model.ffn_name(), "moc+gcp");
+  EXPECT_EQ(pts[11].model.ffn_name(), "moc_2:8+gcp");
+  EXPECT_EQ(pts[5].batch, 1);
+  EXPECT_EQ(pts[7].batch, 2);
+  EXPECT_EQ(pts[0].mode, "ffn-train");
+  EXPECT_EQ(pts[0].seq, 16) << "seq defaults to the preset's seq_len";
+  EXPECT_EQ(pts[0].precision, "bf16") << "the cuda default";
+  EXPECT_EQ(s.expand("cpu")[0].precision, "fp32") << "the CPU backend computes in fp32";
+  EXPECT_EQ(pts[0].topk_backend, "own");
+}
+
+TEST(ScenarioExpand, AScalarAxisIsAOneValueAxis) {
+  const auto pts = parse_scenario(kBase + "seq = 64\n", kFile).expand("cpu");
+  ASSERT_EQ(pts.size(), 2u);
+  EXPECT_EQ(pts[1].seq, 64);
+  EXPECT_EQ(*pts[1].axis("seq"), "64");
+}
+
+TEST(ScenarioExpand, WithoutAxesAScenarioIsOnePoint) {
+  const auto pts = parse_scenario("mode = \"topk\"\n[model]\npreset = \"tiny\"\nffn = \"moc\"\n", kFile).expand("cpu");
+  ASSERT_EQ(pts.size(), 1u);
+  EXPECT_TRUE(pts[0].axes.empty());
+  EXPECT_EQ(pts[0].model.kept_channels(), 17);
+}
+
+TEST(ScenarioExpand, ExcludesDropPointsMatchingEveryGivenKey) {
+  const std::string axes =
+      "mode = \"ffn-train\"\n[model]\npreset = \"tiny\"\n[axes]\n"
+      "ffn = [\"dense\", \"moc\", \"moc_2:8\"]\nk = [8, 17]\nbatch = [1, 2]\n";
+  // k means nothing for dense: keep one dense point per batch.
+  const auto pts = parse_scenario(axes + "[[exclude]]\nffn = \"dense\"\nk = 8\n", kFile).expand("cpu");
+  EXPECT_EQ(pts.size(), 10u);
+  for (const auto& p : pts) EXPECT_FALSE(*p.axis("ffn") == "dense" && *p.axis("k") == "8") << p.describe();
+  // A list matches any of its values; entries are alternatives.
+  const auto fewer = parse_scenario(axes +
+                                        "[[exclude]]\nffn = [\"dense\", \"moc_2:8\"]\nk = 8\n"
+                                        "[[exclude]]\nbatch = 2\nffn = \"moc\"\n",
+                                    kFile)
+                         .expand("cpu");
+  EXPECT_EQ(fewer.size(), 12u - 4u - 2u);
+  for (std::size_t i = 0; i < fewer.size(); ++i) EXPECT_EQ(fewer[i].index, static_cast<int>(i)) << "reindexed";
+}
+
+TEST(ScenarioExpand, IncludesAddPointsMergedOverTheFirstAxisValuesWithoutDuplicates) {
+  const std::string base =
+      "mode = \"ffn-decode\"\n[model]\npreset = \"tiny\"\n[axes]\n"
+      "mode = [\"ffn-decode\", \"decode\"]\nbatch = [1, 2]\nffn = [\"dense\", \"moc\"]\n";
+  const auto pts = parse_scenario(base +
+                                      "[[include]]\nmode = \"decode\"\nbatch = 8\n"
+                                      "[[include]]\nbatch = 1\nffn = \"moc\"\nmode = \"decode\"\n"  // already there
+                                      "[[include]]\nffn = \"moc\"\ntopk_position = \"silu\"\n",     // undeclared axis
+                                  kFile)
+                       .expand("cuda");
+  ASSERT_EQ(pts.size(), 8u + 2u);
+  const auto& extra = pts[8];
+  EXPECT_EQ(extra.mode, "decode");
+  EXPECT_EQ(extra.batch, 8);
+  EXPECT_EQ(*extra.axis("ffn"), "dense") << "unspecified axes take their first value";
+  EXPECT_EQ(extra.axes.size(), 3u);
+  const auto& ablation = pts[9];
+  EXPECT_EQ(ablation.mode, "ffn-decode");
+  EXPECT_EQ(ablation.model.ffn.rule, SelectRule::silu);
+  ASSERT_EQ(ablation.axes.size(), 4u);
+  EXPECT_EQ(ablation.axes.back(), (std::pair<std::string, std::string>{"topk_position", "silu"}));
+  // An include brings back what an exclude dropped: it is explicit.
+  const auto back =
+      parse_scenario(base + "[[exclude]]\nmode = \"decode\"\n[[include]]\nmode = \"decode\"\nbatch = 2\n", kFile)
+          .expand("cpu");
+  ASSERT_EQ(back.size(), 5u);
+  EXPECT_EQ(back[4].mode, "decode");
+  EXPECT_EQ(back[4].batch, 2);
+}
+
+TEST(ScenarioExpand, BackendOverridesChangeThePointsAndAreReported) {
+  const std::string text =
+      "mode = \"decode\"\n[model]\npreset = \"1b\"\nlayers = 4\n[measure]\ngenerate = 128\nmax_reps = 200\n"
+      "[axes]\nbatch = [1, 2, 3, 4]\n"
+      "[overrides.cpu]\n"
+      "model = { preset = \"tiny\", layers = 2 }\n"
+      "measure = { generate = 8, max_reps = 5 }\n"
+      "axes = { batch = [1, 2] }\n";
+  const Scenario s = parse_scenario(text, kFile);
+  std::vector<AppliedOverride> applied;
+  const auto cuda = s.expand("cuda", &applied);
+  EXPECT_TRUE(applied.empty());
+  ASSERT_EQ(cuda.size(), 4u);
+  EXPECT_EQ(cuda[0].model.preset, "1b");
+  EXPECT_EQ(cuda[0].model.layers, 4);
+  EXPECT_EQ(cuda[0].measure.generate, 128);
+
+  const auto cpu = s.expand("cpu", &applied);
+  ASSERT_EQ(cpu.size(), 2u);
+  EXPECT_EQ(cpu[1].batch, 2);
+  EXPECT_EQ(cpu[0].model.preset, "tiny");
+  EXPECT_EQ(cpu[0].model.layers, 2);
+  EXPECT_EQ(cpu[0].measure.generate, 8);
+  EXPECT_EQ(cpu[0].measure.max_reps, 5);
+  EXPECT_EQ(cpu[0].measure.min_reps, 5) << "untouched settings keep their defaults";
+  EXPECT_EQ(cpu[0].model.seq_len, 128 + 8) << "seq_len covers prompt + generate";
+  ASSERT_EQ(applied.size(), 5u);
+  auto has = [&](const std::string& sec, const std::string& key, const std::string& value) {
+    for (const auto& a : applied)
+      if (a.section == sec && a.key == key && a.value == value) return true;
+    return false;
+  };
+  EXPECT_TRUE(has("model", "preset", "tiny"));
+  EXPECT_TRUE(has("model", "layers", "2"));
+  EXPECT_TRUE(has("measure", "generate", "8"));
+  EXPECT_TRUE(has("measure", "max_reps", "5"));
+  EXPECT_TRUE(has("axes", "batch", "[1, 2]"));
+  EXPECT_THROW(s.expand("tpu"), ScenarioError);
+}
+
+TEST(ScenarioExpand, KAsAFractionResolvesAgainstTheFinalDffn) {
+  const auto pts = parse_scenario(
+                       "mode = \"ffn-train\"\n[model]\nffn = \"moc\"\nk = 0.2\n[axes]\n"
+                       "preset = [\"tiny\", \"1b\"]\nd_ffn = [100, 5461]\n",
+                       kFile)
+                       .expand("cuda");
+  ASSERT_EQ(pts.size(), 4u);
+  EXPECT_EQ(pts[0].model.ffn.k, 20) << "tiny with d_ffn 100";
+  EXPECT_EQ(pts[1].model.ffn.k, 1092) << "0.2 * 5461";
+  EXPECT_EQ(pts[3].model.ffn.k, 1092);
+  const auto whole = parse_scenario(kBase + "ffn = [\"moc\"]\nk = [1.0, 17]\n", kFile).expand("cpu");
+  EXPECT_EQ(whole[0].model.ffn.k, 85) << "1.0 is a fraction (all channels), not K = 1";
+  EXPECT_EQ(*whole[0].axis("k"), "1.0");
+  EXPECT_EQ(whole[1].model.ffn.k, 17);
+}
+
+TEST(ScenarioExpand, A2of8PointOnThe1bPresetKeeps1366Channels) {
+  const auto pts =
+      parse_scenario("mode = \"ffn-decode\"\n[model]\npreset = \"1b\"\n[axes]\nffn = [\"moc_2:8\"]\n", kFile)
+          .expand("cuda");
+  ASSERT_EQ(pts.size(), 1u);
+  EXPECT_EQ(pts[0].model.d_ffn, 5461);
+  EXPECT_EQ(pts[0].model.kept_channels(), 1366);
+}
+
+TEST(ScenarioExpand, DescribeIsOneLineWithIndexModeAxesAndModel) {
+  const auto pts = parse_scenario(kBase + "ffn = [\"moc_2:8\"]\n", kFile).expand("cpu");
+  const std::string d = pts[1].describe();
+  EXPECT_EQ(d.find('\n'), std::string::npos);
+  EXPECT_EQ(d.rfind("#1 ffn-decode batch=2 ffn=moc_2:8 | tiny", 0), 0u) << d;
+  EXPECT_NE(d.find("kept"), std::string::npos) << d;
+}
+
+TEST(ScenarioShipped, EveryShippedScenarioParsesAndExpandsForBothBackends) {
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(scenarios_dir())) {
+    if (entry.path().extension() != ".toml") continue;
+    ++files;
+    SCOPED_TRACE(entry.path().string());
+    Scenario s;
+    ASSERT_NO_THROW(s = load_scenario(entry.path().string()));
+    EXPECT_FALSE(s.description.empty());
+    for (const auto& backend : scenario_backends()) {
+      const auto pts = s.expand(backend);
+      EXPECT_FALSE(pts.empty()) << backend;
+      for (const auto& p : pts) EXPECT_NO_THROW(p.model.validate()) << p.describe();
+    }
+  }
+  EXPECT_GE(files, 2);
+}
+
+TEST(ScenarioShipped, DecodeBs1To4Is2ModesBy3FfnsBy4BatchesOnEveryBackend) {
+  const Scenario s = load_scenario((scenarios_dir() / "decode_bs1_4.toml").string());
+  EXPECT_EQ(s.name, "decode_bs1_4");
+  const auto cuda = s.expand("cuda");
+  ASSERT_EQ(cuda.size(), 2u * 3u * 4u);
+  EXPECT_EQ(cuda[0].model.preset, "1b");
+  EXPECT_EQ(cuda[0].model.layers, 24);
+  EXPECT_EQ(cuda[0].measure.prompt, 128);
+  EXPECT_EQ(cuda[0].measure.generate, 128);
+  std::set<std::string> modes, ffns, batches;
+  for (const auto& p : cuda) {
+    modes.insert(p.mode);
+    ffns.insert(p.model.ffn_name());
+    batches.insert(std::to_string(p.batch));
+    const std::size_t kept = static_cast<std::size_t>(p.model.kept_channels());
+    EXPECT_EQ(kept, p.model.ffn_name() == "moc" ? 1024u : p.model.ffn_name() == "moc_2:8" ? 1366u : 5461u);
+  }
+  EXPECT_EQ(modes, (std::set<std::string>{"ffn-decode", "decode"}));
+  EXPECT_EQ(ffns, (std::set<std::string>{"dense", "moc", "moc_2:8"}));
+  EXPECT_EQ(batches, (std::set<std::string>{"1", "2", "3", "4"}));
+  // The CPU keeps the study's shape and the 1b layer, with a small enough model and run.
+  std::vector<AppliedOverride> applied;
+  const auto cpu = s.expand("cpu", &applied);
+  ASSERT_EQ(cpu.size(), cuda.size());
+  EXPECT_FALSE(applied.empty());
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_EQ(cpu[i].axes, cuda[i].axes);
+    EXPECT_EQ(cpu[i].model.d_ffn, 5461);
+    EXPECT_EQ(cpu[i].model.kept_channels(), cuda[i].model.kept_channels());
+    EXPECT_LE(cpu[i].model.layers, 1);
+    EXPECT_LE(cpu[i].measure.generate, 16);
+  }
+}
+
+TEST(ScenarioShipped, SmokeCpuCoversEveryModeOnTheTinyPreset) {
+  const Scenario s = load_scenario((scenarios_dir() / "smoke_cpu.toml").string());
+  EXPECT_EQ(s.device, "cpu");
+  const auto pts = s.expand("cpu");
+  std::set<std::string> modes;
+  for (const auto& p : pts) {
+    modes.insert(p.mode);
+    EXPECT_EQ(p.model.preset, "tiny");
+  }
+  EXPECT_EQ(modes.size(), scenario_modes().size());
+  EXPECT_LE(pts.size(), 12u);
+}
+
+TEST(ScenarioLoad, LoadReadsTheFileAndReportsItsPath) {
+  const auto path = std::filesystem::temp_directory_path() / "mocbench_test_scenario.toml";
+  { std::ofstream(path) << kBase << "[measure]\nmin_reps = 0\n"; }
+  try {
+    load_scenario(path.string());
+    FAIL() << "min_reps = 0 accepted";
+  } catch (const ScenarioError& e) {
+    EXPECT_EQ(e.file, path.string());
+    EXPECT_EQ(e.line, 8);
+    EXPECT_EQ(std::string(e.what()).rfind(path.string() + ":8:12: ", 0), 0u) << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace moc
