@@ -1,12 +1,16 @@
 // mocbench command line. Exit codes: 0 success, 1 runtime failure, 2 bad input (config/arguments).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "app/runner.h"
+#include "db/results_db.h"
 #include "kernels/ops.h"
 #include "model/config.h"
 #include "model/decoder.h"
@@ -162,6 +166,44 @@ int cmd_smoke(const std::string& preset_name, int batch, int seq, int steps, int
   return 0;
 }
 
+int cmd_list(const std::string& db_path) {
+  auto store = db::ResultsDb::open(db_path, db::OpenMode::read_only);
+  std::printf("%-5s %-12s %-24s %-6s %-28s %s\n", "run", "status", "scenario", "device", "device name", "started");
+  for (const auto& r : store.runs()) {
+    std::time_t t = static_cast<std::time_t>(r.started_unix_ms / 1000);
+    char when[32];
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+    std::printf("%-5lld %-12s %-24s %-6s %-28s %s\n", static_cast<long long>(r.id), r.status.c_str(),
+                r.scenario_name.c_str(), r.device_kind.c_str(), r.device_name.substr(0, 28).c_str(), when);
+  }
+  return 0;
+}
+
+int cmd_show(const std::string& db_path, long long run_id) {
+  auto store = db::ResultsDb::open(db_path, db::OpenMode::read_only);
+  auto run = store.run(run_id);
+  if (!run) throw ConfigError("no run " + std::to_string(run_id) + " in " + db_path + " (see `mocbench list`)");
+  std::printf("run %lld: %s (%s) on %s %s, status %s, mocbench %s\n", run_id, run->scenario_name.c_str(),
+              run->scenario_path.c_str(), run->device_kind.c_str(), run->device_name.c_str(), run->status.c_str(),
+              run->mocbench_version.c_str());
+  const char* shown[] = {"median_ms", "tokens_per_s", "latency_us", "achieved_GBps", "peak_bytes"};
+  std::printf("%-4s %-12s %-40s", "#", "status", "axes");
+  for (const char* m : shown) std::printf(" %14s", m);
+  std::printf("\n");
+  for (const auto& p : store.points(run_id)) {
+    std::string axes;
+    for (const auto& [k, v] : p.axes) axes += (axes.empty() ? "" : " ") + k + "=" + v;
+    std::printf("%-4d %-12s %-40s", p.index, p.status.c_str(), axes.c_str());
+    for (const char* m : shown) {
+      auto it = std::find_if(p.metrics.begin(), p.metrics.end(), [&](const auto& kv) { return kv.first == m; });
+      if (it == p.metrics.end()) std::printf(" %14s", "-");
+      else std::printf(" %14.4g", it->second);
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
 int cmd_devices() {
   std::printf("cpu: OpenBLAS fp32 reference backend (always available)\n");
 #ifdef MOCBENCH_HAVE_CUDA
@@ -213,11 +255,39 @@ int main(int argc, char** argv) {
 
   auto* dev = app.add_subcommand("devices", "List the backends and GPUs mocbench can use");
 
+  auto* run = app.add_subcommand("run", "Run a scenario's sweep and store every point in the results database");
+  std::string run_file;
+  RunOptions run_opt;
+  bool run_quiet = false, run_json = false;
+  std::size_t run_mem_mib = 0;
+  run->add_option("FILE", run_file, "Scenario file (TOML)")->required()->check(CLI::ExistingFile);
+  run->add_option("--db", run_opt.db_path, "Results database")->capture_default_str();
+  run->add_option("--device", run_opt.device, "auto | cpu | cuda (default: the scenario's)");
+  run->add_flag("--dry-run", run_opt.dry_run, "Print the expanded points and exit");
+  auto* q = run->add_flag("--quiet", run_quiet, "No progress or summary");
+  run->add_flag("--json", run_json, "One JSON object per point on stdout")->excludes(q);
+  run->add_option("--cpu-memory-limit-mib", run_mem_mib, "CPU backend memory limit (points beyond it are stored as oom)");
+
+  std::string db_path = "mocbench.db";
+  auto* list = app.add_subcommand("list", "List the runs in a results database");
+  list->add_option("--db", db_path, "Results database")->capture_default_str();
+  auto* show = app.add_subcommand("show", "Show a run's points and main metrics");
+  long long show_run = 0;
+  show->add_option("RUN", show_run, "Run id (see list)")->required();
+  show->add_option("--db", db_path, "Results database")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*smoke) return cmd_smoke(smoke_preset, smoke_batch, smoke_seq, smoke_steps, smoke_gen, smoke_sets);
     if (*mm) return cmd_memory_model(mm_preset, mm_batch, mm_seq, mm_ffn, mm_k, mm_gcp, mm_sets);
     if (*dev) return cmd_devices();
+    if (*run) {
+      run_opt.output = run_json ? RunOptions::Output::json : run_quiet ? RunOptions::Output::quiet : RunOptions::Output::progress;
+      run_opt.cpu_memory_limit_bytes = run_mem_mib << 20;
+      return run_scenario_file(run_file, run_opt);
+    }
+    if (*list) return cmd_list(db_path);
+    if (*show) return cmd_show(db_path, show_run);
   } catch (const moc::ConfigError& e) {
     std::fprintf(stderr, "mocbench: %s\n", e.what());
     return kExitBadInput;

@@ -1,0 +1,260 @@
+#include "app/runner.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "app/point_bench.h"
+#include "app/scenario.h"
+#include "db/results_db.h"
+#ifdef MOCBENCH_HAVE_CUDA
+#include "kernels/cuda/cuda_info.h"
+#endif
+
+#ifndef MOCBENCH_VERSION
+#define MOCBENCH_VERSION "unknown"
+#endif
+
+namespace moc {
+
+namespace {
+std::atomic<bool> g_stop{false};
+extern "C" void on_sigint(int) { g_stop.store(true); }
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          o += buf;
+        } else {
+          o += c;
+        }
+    }
+  }
+  return o;
+}
+
+std::int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+std::string machine_json(const std::string& backend) {
+  std::ostringstream o;
+  o << "{\"cpu\":\"" << json_escape(cpu_model()) << "\",\"threads\":" << std::thread::hardware_concurrency()
+    << ",\"backend\":\"" << backend << "\"";
+#ifdef MOCBENCH_HAVE_CUDA
+  std::string why;
+  auto gpus = cuda::list_gpus(&why);
+  o << ",\"gpus\":[";
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    const auto& g = gpus[i];
+    o << (i ? "," : "") << "{\"name\":\"" << json_escape(g.name) << "\",\"sm\":\"" << g.cc_major << g.cc_minor
+      << "\",\"sms\":" << g.sm_count << ",\"memory_bytes\":" << g.total_mem_bytes << ",\"l2_bytes\":" << g.l2_bytes
+      << ",\"sm_clock_khz\":" << g.sm_clock_khz << ",\"mem_clock_khz\":" << g.mem_clock_khz
+      << ",\"driver\":" << g.driver_version << ",\"runtime\":" << g.runtime_version << "}";
+  }
+  o << "]";
+#endif
+  o << "}";
+  return o.str();
+}
+
+bool gpu_present() {
+#ifdef MOCBENCH_HAVE_CUDA
+  return !cuda::list_gpus().empty();
+#else
+  return false;
+#endif
+}
+
+std::string fmt_duration(double s) {
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  return buf;
+}
+
+std::string axes_text(const ScenarioPoint& p) {
+  std::string t;
+  for (const auto& [k, v] : p.axes) t += (t.empty() ? "" : " ") + k + "=" + v;
+  return t;
+}
+
+PointSpec to_spec(const ScenarioPoint& p) {
+  PointSpec s;
+  s.mode = p.mode;
+  s.model = p.model;
+  s.batch = p.batch;
+  s.seq = p.seq;
+  s.prompt = p.measure.prompt;
+  s.generate = p.measure.generate;
+  s.cold = p.measure.cold;
+  s.measure.warmup = p.measure.warmup;
+  s.measure.min_reps = p.measure.min_reps;
+  s.measure.max_reps = p.measure.max_reps;
+  s.measure.time_bound_s = p.measure.time_bound_s;
+  s.measure.target_noise = p.measure.target_noise;
+  s.stop = &g_stop;
+  if (p.precision == "bf16" || p.precision == "bf16-fp32master") s.model.param_dtype = s.model.act_dtype = DType::bf16;
+  if (p.precision == "fp32") s.model.param_dtype = s.model.act_dtype = DType::f32;
+  return s;
+}
+}  // namespace
+
+int run_scenario_file(const std::string& path, const RunOptions& opt) {
+  Scenario sc;
+  try {
+    sc = load_scenario(path);
+  } catch (const ScenarioError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+  std::string backend = opt.device.empty() ? sc.device : opt.device;
+  if (backend == "auto") backend = gpu_present() ? "cuda" : "cpu";
+  if (backend == "cuda") {
+    std::fprintf(stderr,
+                 "mocbench: the CUDA backend's ops are not built yet (issue #4); run with --device cpu\n");
+    return 1;
+  }
+  if (backend != "cpu") {
+    std::fprintf(stderr, "mocbench: unknown device '%s' (auto, cpu or cuda)\n", backend.c_str());
+    return 2;
+  }
+  std::vector<AppliedOverride> applied;
+  std::vector<ScenarioPoint> points;
+  try {
+    points = sc.expand(backend, &applied);
+  } catch (const ScenarioError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+  const bool quiet = opt.output == RunOptions::Output::quiet, json = opt.output == RunOptions::Output::json;
+  if (!quiet && !json) {
+    std::printf("scenario %s (%s): %zu points on %s\n", sc.name.c_str(), path.c_str(), points.size(), backend.c_str());
+    for (const auto& a : applied)
+      std::printf("  %s override: %s.%s = %s\n", backend.c_str(), a.section.c_str(), a.key.c_str(), a.value.c_str());
+  }
+  if (opt.dry_run) {
+    for (const auto& p : points) std::printf("%s\n", p.describe().c_str());
+    return 0;
+  }
+
+  db::ResultsDb store = db::ResultsDb::open(opt.db_path, db::OpenMode::read_write);
+  db::RunRecord run;
+  run.scenario_name = sc.name;
+  run.scenario_path = path;
+  run.scenario_text = sc.text;
+  run.scenario_hash = sc.hash;
+  std::string ov = "[";
+  for (std::size_t i = 0; i < applied.size(); ++i)
+    ov += std::string(i ? "," : "") + "{\"section\":\"" + json_escape(applied[i].section) + "\",\"key\":\"" +
+          json_escape(applied[i].key) + "\",\"value\":\"" + json_escape(applied[i].value) + "\"}";
+  run.overrides_json = ov + "]";
+  run.config_json = "{\"backend\":\"" + backend + "\",\"points\":" + std::to_string(points.size()) + "}";
+  run.machine_json = machine_json(backend);
+  run.device_kind = backend;
+  run.device_name = cpu_model();
+  run.mocbench_version = MOCBENCH_VERSION;
+  run.started_unix_ms = unix_ms();
+  const std::int64_t run_id = store.begin_run(run);
+  store.add_device(run_id, {backend, run.device_name, run.machine_json});
+
+  g_stop.store(false);
+  auto previous = std::signal(SIGINT, on_sigint);
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string status = "ok";
+  int ok = 0, oom = 0, failed = 0;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const auto& p = points[i];
+    if (!quiet && !json) {
+      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const std::string eta = i ? fmt_duration(el / static_cast<double>(i) * static_cast<double>(points.size() - i)) : "?";
+      std::printf(tty ? "\r\033[K[%zu/%zu] %s %s  ETA %s" : "[%zu/%zu] %s %s  ETA %s\n", i + 1, points.size(),
+                  p.mode.c_str(), axes_text(p).c_str(), eta.c_str());
+      std::fflush(stdout);
+    }
+    db::PointRecord rec;
+    rec.run_id = run_id;
+    rec.index = static_cast<int>(i);
+    rec.axes = p.axes;
+    PointOutcome out;
+    try {
+      auto ops = make_cpu_ops(opt.cpu_memory_limit_bytes);
+      out = run_point(*ops, to_spec(p));
+      rec.status = "ok";
+      rec.metrics = out.metrics;
+      ++ok;
+    } catch (const Interrupted&) {
+      rec.status = "interrupted";
+      rec.error = "stopped by SIGINT";
+    } catch (const OutOfMemory& e) {
+      rec.status = "oom";
+      rec.error = e.what();
+      ++oom;
+    } catch (const std::exception& e) {
+      rec.status = "failed";
+      rec.error = e.what();
+      ++failed;
+    }
+    std::vector<db::RangeRecord> ranges;
+    for (const auto& r : out.ranges) ranges.push_back({r.name, r.start_ns, r.end_ns, r.depth});
+    std::vector<db::OpRecord> ops_rec;  // host phases: the CPU backend's op records
+    for (const auto& r : out.ranges)
+      if (r.name.rfind("ffn.", 0) == 0 || r.name == "attention" || r.name == "head" || r.name == "optimizer")
+        ops_rec.push_back({"cpu_op", r.name, r.start_ns, r.end_ns, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, r.name});
+    std::vector<db::MemEventRecord> mem;
+    for (const auto& e : out.memory_events)
+      mem.push_back({e.t_ns, std::string(category_name(e.tag.category)), std::string(module_name(e.tag.module)),
+                     e.tag.layer, e.bytes});
+    store.add_point(rec, ops_rec, ranges, mem);
+    if (json) {
+      std::printf("{\"index\":%zu,\"mode\":\"%s\",\"status\":\"%s\"", i, p.mode.c_str(), rec.status.c_str());
+      for (const auto& [k, v] : p.axes) std::printf(",\"%s\":\"%s\"", json_escape(k).c_str(), json_escape(v).c_str());
+      for (const auto& [k, v] : rec.metrics) std::printf(",\"%s\":%.9g", json_escape(k).c_str(), v);
+      if (!rec.error.empty()) std::printf(",\"error\":\"%s\"", json_escape(rec.error).c_str());
+      std::printf("}\n");
+      std::fflush(stdout);
+    }
+    if (rec.status == "interrupted") {
+      status = "interrupted";
+      break;
+    }
+  }
+  std::signal(SIGINT, previous);
+  store.finish_run(run_id, status, unix_ms());
+  if (!quiet && !json) {
+    if (tty) std::printf("\n");
+    std::printf("run %lld %s: %d ok, %d oom, %d failed of %zu points in %s -> %s\n", static_cast<long long>(run_id),
+                status.c_str(), ok, oom, failed, points.size(),
+                fmt_duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()).c_str(),
+                opt.db_path.c_str());
+  }
+  return status == "interrupted" ? 130 : (failed ? 1 : 0);
+}
+
+}  // namespace moc

@@ -1,0 +1,19 @@
+// `mocbench run`: scenario -> points -> backend -> measurements -> SQLite, with progress on the terminal.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace moc {
+
+struct RunOptions {
+  std::string db_path = "mocbench.db";
+  std::string device;            // empty: the scenario's device
+  bool dry_run = false;
+  enum class Output { progress, quiet, json } output = Output::progress;
+  std::size_t cpu_memory_limit_bytes = 0;  // 0: unlimited (tests provoke OOM with a limit)
+};
+
+// Returns the process exit code: 0 ok, 1 runtime failure, 2 bad scenario, 130 interrupted.
+int run_scenario_file(const std::string& path, const RunOptions& opt);
+
+}  // namespace moc
