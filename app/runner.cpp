@@ -194,8 +194,9 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     if (!quiet && !json) {
       const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const std::string eta = i ? fmt_duration(el / static_cast<double>(i) * static_cast<double>(points.size() - i)) : "?";
-      std::printf(tty ? "\r\033[K[%zu/%zu] %s %s  ETA %s" : "[%zu/%zu] %s %s  ETA %s\n", i + 1, points.size(),
-                  p.mode.c_str(), axes_text(p).c_str(), eta.c_str());
+      const std::string what = (p.axis("mode") ? "" : "mode=" + p.mode + " ") + axes_text(p);
+      std::printf(tty ? "\r\033[K[%zu/%zu] %s  ETA %s" : "[%zu/%zu] %s  ETA %s\n", i + 1, points.size(), what.c_str(),
+                  eta.c_str());
       std::fflush(stdout);
     }
     db::PointRecord rec;
