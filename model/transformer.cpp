@@ -272,6 +272,8 @@ void Transformer::backward() {
     h_final_.reset();
     rstdf_.reset();
   }
+  Tensor pos = ws({n}, DType::i32);  // RoPE positions, the same for every layer
+  o.upload_i32(pos, row_positions(batch_, seq_));
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     ScopedRange layer_range(ranges_, "layer." + std::to_string(l));
     const auto& lp = layers_[static_cast<std::size_t>(l)];
@@ -293,8 +295,6 @@ void Transformer::backward() {
       Tensor dq = ws(s.q.shape(), act), dk = ws(s.k.shape(), act), dv = ws(s.v.shape(), act);
       o.attention_backward(s.q, s.k, s.v, s.attn, s.lse, dattn, dq, dk, dv);
       dattn.reset();
-      Tensor pos = ws({n}, DType::i32);
-      o.upload_i32(pos, row_positions(batch_, seq_));
       Tensor dq3 = dq.reshape({n, h, hd}), dk3 = dk.reshape({n, kvh, hd});
       o.rope(dq3, pos, cfg_.rope_theta, true);  // RoPE is a rotation: its backward rotates back
       o.rope(dk3, pos, cfg_.rope_theta, true);
