@@ -1,6 +1,7 @@
 #include "kernels/ops.h"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -10,6 +11,14 @@ namespace moc {
 int MocSelect::kept(int d_ffn) const {
   if (!grouped()) return k;
   return group_a * (d_ffn / group_b) + std::min(group_a, d_ffn % group_b);
+}
+
+double Ops::timed(const std::function<void()>& fn) {
+  synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void Ops::upload_f32(Tensor& dst, const std::vector<float>& host) {

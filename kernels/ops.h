@@ -67,6 +67,22 @@ struct ParamSlot {
   bool decay = true;
 };
 
+// Decode layout of one FFN layer's weights: channel j is one contiguous row of every matrix, so a
+// selected channel costs one contiguous read (as Deja Vu / TEAL / CATS keep W_up and W_down).
+struct DecodeFfnWeights {
+  const Tensor* w_gate_t;  // [d_ffn, d]  (W_gate transposed)
+  const Tensor* w_up_t;    // [d_ffn, d]  (W_up transposed)
+  const Tensor* w_down;    // [d_ffn, d]
+};
+
+// Which parts of ffn_decode run (benchmarks time them apart for the paper's breakdown).
+enum FfnDecodePart : unsigned {
+  kFfnGate = 1u,    // g = x W_gate
+  kFfnSelect = 2u,  // the row top-K / a:b selection of g (MoC only)
+  kFfnUpDown = 4u,  // z = SiLU(g) * (x W_up) on the kept channels, out += z W_down
+  kFfnAll = 7u,
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -84,6 +100,9 @@ class Ops {
   virtual void set_stream(void* /*stream*/) {}
   // Records the ops fn issues and returns a graph that re-issues them (the CPU backend re-runs fn).
   virtual std::unique_ptr<OpGraph> capture(std::function<void()> fn) = 0;
+  // Seconds the ops that fn issues take on the device: CUDA events around them on the GPU, the host
+  // clock between two synchronizations elsewhere.
+  virtual double timed(const std::function<void()>& fn);
 
   // ---- data movement
   virtual void upload(Tensor& dst, const void* host) = 0;      // host holds dst.nbytes() of dst.dtype()
@@ -142,6 +161,17 @@ class Ops {
   // dz[i, j] = dout[i, :] . w[idx[i, j], :];  dw[idx[i, j], :] += z[i, j] * dout[i, :]
   virtual void sparse_rows_matmul_backward(const Tensor& dout, const Tensor& z, const Tensor& idx, const Tensor& w,
                                            Tensor& dz, Tensor& dw) = 0;
+
+  // ---- decode-time FFN (a few rows: bound by streaming the weights)
+  // out[i, :] += FFN(x[i, :]) for x [rows, d], weights in decode layout. sel null: dense SwiGLU.
+  // MoC: g = x W_gate accumulated in fp32 (not rounded to x's dtype); each row keeps the channels
+  // moc_select would choose on that fp32 g (ties -> lower index), or those of force_idx [rows, kept] (i16)
+  // when given; z_j = SiLU(g_j) * (x . W_up[:, j]) on them; out += z W_down[kept rows]. idx_out, when
+  // given, receives the selection [rows, kept] (i16, ascending). Across rows each needed weight row is
+  // read once. parts (FfnDecodePart bits) limits what runs, for timing: without kFfnUpDown out is
+  // untouched; kFfnUpDown without kFfnSelect needs force_idx (MoC).
+  virtual void ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
+                          const Tensor* force_idx = nullptr, Tensor* idx_out = nullptr, unsigned parts = kFfnAll) = 0;
 
   // ---- loss, optimizer, sampling
   // logits [rows, V], targets i32 [rows] (negative: ignored) -> losses [rows] f32 (0 where ignored).

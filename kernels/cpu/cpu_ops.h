@@ -47,6 +47,9 @@ class CpuOps final : public Ops {
   void sparse_rows_matmul_backward(const Tensor& dout, const Tensor& z, const Tensor& idx, const Tensor& w,
                                    Tensor& dz, Tensor& dw) override;
 
+  void ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
+                  const Tensor* force_idx, Tensor* idx_out, unsigned parts) override;
+
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) override;
   void cross_entropy_backward(Tensor& logits, const Tensor& targets, float scale) override;
   void sum_squares(const Tensor& t, Tensor& acc) override;

@@ -1,0 +1,30 @@
+// Internal interface between CudaOps (cuda_ops.cu) and the kernel files of the CUDA backend. Every
+// function issues work on ops.stream() (a cudaStream_t), allocates temporaries with
+// ops.empty(..., workspace_tag()) and checks its arguments (std::invalid_argument naming the op).
+// Float tensors may be f32 or bf16 (computed in fp32); channel indices are i16 read as unsigned.
+// The semantics of each function are those of the Ops method of the same name (kernels/ops.h).
+#pragma once
+#include "kernels/ops.h"
+
+namespace moc::cuda {
+
+// attention.cu
+void attention_forward(Ops& ops, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse);
+void attention_backward(Ops& ops, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv);
+void attention_decode(Ops& ops, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
+                      Tensor& out);
+
+// moc_ops.cu
+void moc_select(Ops& ops, const Tensor& g, const MocSelect& sel, Tensor& idx);
+void gather_cols(Ops& ops, const Tensor& src, const Tensor& idx, Tensor& out);
+void scatter_cols(Ops& ops, const Tensor& compact, const Tensor& idx, Tensor& dense);
+void sparse_rows_matmul(Ops& ops, const Tensor& z, const Tensor& idx, const Tensor& w, Tensor& out, float beta);
+void sparse_rows_matmul_backward(Ops& ops, const Tensor& dout, const Tensor& z, const Tensor& idx, const Tensor& w,
+                                 Tensor& dz, Tensor& dw);
+
+// ffn_decode.cu
+void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
+                const Tensor* force_idx, Tensor* idx_out, unsigned parts);
+
+}  // namespace moc::cuda
