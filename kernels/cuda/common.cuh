@@ -1,0 +1,47 @@
+// Shared by the CUDA backend's translation units: checked CUDA calls, the ops' stream, fp32 <-> storage
+// conversions for f32/bf16 tensors, and a dtype dispatch.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/ops.h"
+
+namespace moc::cuda {
+
+// Every CUDA call is checked; the message names the call, CUDA's reason and where it was made.
+inline void check(cudaError_t e, const char* call, const char* file, int line) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+                             ") at " + file + ":" + std::to_string(line));
+}
+#define MOC_CUDA_CHECK(call) ::moc::cuda::check((call), #call, __FILE__, __LINE__)
+// After a <<<...>>> launch: launch-configuration errors, named after the kernel.
+#define MOC_CUDA_LAUNCHED(kernel_name) ::moc::cuda::check(cudaGetLastError(), "launch of " kernel_name, __FILE__, __LINE__)
+
+inline cudaStream_t stream_of(Ops& ops) { return static_cast<cudaStream_t>(ops.stream()); }
+
+inline void require(bool ok, const char* op, const std::string& what) {
+  if (!ok) throw std::invalid_argument(std::string("cuda ") + op + ": " + what);
+}
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// Calls fn with a null pointer of the tensor's element type (float or __nv_bfloat16): 
+//   dispatch_float(t.dtype(), "op", [&](auto tag) { using T = std::remove_pointer_t<decltype(tag)>; ... });
+template <class Fn>
+void dispatch_float(DType dt, const char* op, Fn&& fn) {
+  if (dt == DType::f32) fn(static_cast<float*>(nullptr));
+  else if (dt == DType::bf16) fn(static_cast<__nv_bfloat16*>(nullptr));
+  else throw std::invalid_argument(std::string("cuda ") + op + ": expected an f32 or bf16 tensor");
+}
+
+inline int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
+
+}  // namespace moc::cuda
