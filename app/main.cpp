@@ -5,10 +5,13 @@
 #include <chrono>
 #include <ctime>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "app/report.h"
 #include "app/runner.h"
 #include "db/results_db.h"
 #include "kernels/ops.h"
@@ -204,6 +207,78 @@ int cmd_show(const std::string& db_path, long long run_id) {
   return 0;
 }
 
+ExportFormat parse_format(const std::string& f) {
+  if (f == "csv") return ExportFormat::csv;
+  if (f == "json") return ExportFormat::json;
+  throw ConfigError("unknown format '" + f + "'; use csv or json");
+}
+
+// Writes text to path (or stdout for "-" / empty) through a temporary file, so a failed export leaves no
+// half-written file behind.
+void write_output(const std::string& path, const std::string& text) {
+  if (path.empty() || path == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return;
+  }
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) throw std::runtime_error("cannot write " + tmp);
+    f << text;
+    if (!f.flush()) throw std::runtime_error("writing " + tmp + " failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot move " + tmp + " to " + path);
+  }
+}
+
+int cmd_export(const std::string& db_path, std::vector<long long> ids, bool all, const std::string& format,
+               const std::string& output) {
+  const ExportFormat fmt = parse_format(format);
+  auto store = db::ResultsDb::open(db_path, db::OpenMode::read_only);
+  std::vector<std::int64_t> run_ids;
+  if (all) {
+    auto runs = store.runs();
+    for (auto it = runs.rbegin(); it != runs.rend(); ++it) run_ids.push_back(it->id);  // oldest first
+  } else {
+    if (ids.empty()) throw ConfigError("name the runs to export (see `mocbench list`) or pass --all");
+    for (auto id : ids) {
+      if (!store.run(id)) throw ConfigError("no run " + std::to_string(id) + " in " + db_path + " (see `mocbench list`)");
+      run_ids.push_back(id);
+    }
+  }
+  std::ostringstream o;
+  write_export(store, run_ids, fmt, o);
+  write_output(output, o.str());
+  if (!output.empty() && output != "-")
+    std::fprintf(stderr, "exported %zu run(s) from %s to %s\n", run_ids.size(), db_path.c_str(), output.c_str());
+  return 0;
+}
+
+int cmd_compare(const std::string& a, const std::string& b, const std::string& db_path,
+                const std::vector<std::string>& metrics, const std::string& format, bool force) {
+  const RunRef ra = parse_run_ref(a, db_path), rb = parse_run_ref(b, db_path);
+  auto da = db::ResultsDb::open(ra.db_path, db::OpenMode::read_only);
+  auto dbb = db::ResultsDb::open(rb.db_path, db::OpenMode::read_only);
+  auto newest = [](const db::ResultsDb& d, const RunRef& r) {
+    if (r.run_id) return *r.run_id;
+    auto runs = d.runs();
+    if (runs.empty()) throw ConfigError(d.path() + " holds no runs");
+    return runs.front().id;
+  };
+  Comparison c;
+  try {
+    c = compare_runs(da, newest(da, ra), dbb, newest(dbb, rb), metrics, force);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(e.what());
+  }
+  std::ostringstream o;
+  print_comparison(c, format.empty() ? ExportFormat::csv : parse_format(format), o, format.empty());
+  std::fwrite(o.str().data(), 1, o.str().size(), stdout);
+  return 0;
+}
+
 int cmd_devices() {
   std::printf("cpu: OpenBLAS fp32 reference backend (always available)\n");
 #ifdef MOCBENCH_HAVE_CUDA
@@ -226,6 +301,8 @@ int cmd_devices() {
 
 int main(int argc, char** argv) {
   CLI::App app{"mocbench: benchmark and profile Mixture-of-Channels FFNs against dense SwiGLU"};
+  app.footer("Exit codes: 0 success; 1 runtime failure (a failed point, an unreadable database, a CUDA error);\n"
+             "2 bad input (scenario errors, unknown runs, bad arguments); 130 a run stopped by Ctrl-C.");
   app.set_version_flag("--version", std::string(MOCBENCH_VERSION));
   app.require_subcommand(1);
 
@@ -276,7 +353,33 @@ int main(int argc, char** argv) {
   show->add_option("RUN", show_run, "Run id (see list)")->required();
   show->add_option("--db", db_path, "Results database")->capture_default_str();
 
-  CLI11_PARSE(app, argc, argv);
+  auto* exp = app.add_subcommand("export", "Write runs as CSV or JSON: one row per point (run, device, axes, metrics)");
+  std::vector<long long> exp_runs;
+  bool exp_all = false;
+  std::string exp_format = "csv", exp_out;
+  auto* exp_runs_opt = exp->add_option("RUN", exp_runs, "Run ids (see list)");
+  exp->add_flag("--all", exp_all, "Every run in the database, oldest first")->excludes(exp_runs_opt);
+  exp->add_option("--format", exp_format, "csv | json")->capture_default_str()->check(CLI::IsMember({"csv", "json"}));
+  exp->add_option("-o,--output", exp_out, "Output file (default: standard output)");
+  exp->add_option("--db", db_path, "Results database")->capture_default_str();
+
+  auto* cmp = app.add_subcommand("compare", "Compare two runs of one scenario point by point (ratio = B / A)");
+  std::string cmp_a, cmp_b, cmp_format;
+  std::vector<std::string> cmp_metrics;
+  bool cmp_force = false;
+  cmp->add_option("A", cmp_a, "Baseline: RUN, FILE:RUN or FILE (its newest run)")->required();
+  cmp->add_option("B", cmp_b, "Candidate: RUN, FILE:RUN or FILE (its newest run)")->required();
+  cmp->add_option("--db", db_path, "Database for bare run ids")->capture_default_str();
+  cmp->add_option("--metric", cmp_metrics, "Metric to compare (repeatable; default: the main ones)");
+  cmp->add_option("--format", cmp_format, "csv | json instead of the table")->check(CLI::IsMember({"csv", "json"}));
+  cmp->add_flag("--force", cmp_force, "Compare runs of different scenarios");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints help, version or the error with a hint
+    return code == 0 ? 0 : kExitBadInput;
+  }
   try {
     if (*smoke) return cmd_smoke(smoke_preset, smoke_batch, smoke_seq, smoke_steps, smoke_gen, smoke_sets);
     if (*mm) return cmd_memory_model(mm_preset, mm_batch, mm_seq, mm_ffn, mm_k, mm_gcp, mm_sets);
@@ -288,6 +391,8 @@ int main(int argc, char** argv) {
     }
     if (*list) return cmd_list(db_path);
     if (*show) return cmd_show(db_path, show_run);
+    if (*exp) return cmd_export(db_path, exp_runs, exp_all, exp_format, exp_out);
+    if (*cmp) return cmd_compare(cmp_a, cmp_b, db_path, cmp_metrics, cmp_format, cmp_force);
   } catch (const moc::ConfigError& e) {
     std::fprintf(stderr, "mocbench: %s\n", e.what());
     return kExitBadInput;

@@ -43,7 +43,11 @@ class Tensor {
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_bytes(dtype_); }
   const MemTag& tag() const { return storage_->tag; }
   // Rows = product of all dims but the last; cols = last dim.
-  std::int64_t rows() const { return rank() ? numel() / shape_.back() : 0; }
+  std::int64_t rows() const {
+    std::int64_t r = rank() ? 1 : 0;
+    for (std::size_t i = 0; i + 1 < shape_.size(); ++i) r *= shape_[i];
+    return r;
+  }
   std::int64_t cols() const { return rank() ? shape_.back() : 0; }
 
   void* raw() const { return static_cast<char*>(storage_->ptr) + offset_bytes_; }

@@ -1,0 +1,289 @@
+#include "app/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <ostream>
+#include <stdexcept>
+
+namespace moc {
+
+namespace {
+std::string csv_cell(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return o + "\"";
+}
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\r': o += "\\r"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          o += buf;
+        } else {
+          o += c;
+        }
+    }
+  }
+  return o + "\"";
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+std::string iso_utc(std::int64_t unix_ms) {
+  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void add_unique(std::vector<std::string>& v, const std::string& s) {
+  if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
+}
+
+template <class V>
+const V* find_kv(const std::vector<std::pair<std::string, V>>& kv, const std::string& key) {
+  for (const auto& [k, v] : kv)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+std::string axes_key(const db::PointRecord& p) {
+  std::string k;
+  for (const auto& [n, v] : p.axes) k += (k.empty() ? "" : " ") + n + "=" + v;
+  return k.empty() ? "(single point)" : k;
+}
+}  // namespace
+
+void write_export(const db::ResultsDb& store, const std::vector<std::int64_t>& run_ids, ExportFormat format,
+                  std::ostream& out) {
+  struct Item {
+    const db::RunRecord* run;
+    db::PointRecord point;
+  };
+  std::vector<db::RunRecord> runs;
+  for (auto id : run_ids) {
+    auto r = store.run(id);
+    if (!r) throw std::invalid_argument("no run " + std::to_string(id) + " in " + store.path());
+    runs.push_back(*r);
+  }
+  std::vector<Item> items;
+  std::vector<std::string> axes, metrics;
+  for (const auto& r : runs)
+    for (auto& p : store.points(r.id)) {
+      for (const auto& kv : p.axes) add_unique(axes, kv.first);
+      for (const auto& kv : p.metrics) add_unique(metrics, kv.first);
+      items.push_back({&r, std::move(p)});
+    }
+  const std::vector<std::string> fixed = {"run",     "scenario", "scenario_hash", "device_kind", "device_name",
+                                          "mocbench_version", "started", "point", "status", "error"};
+  auto fixed_values = [](const Item& it) {
+    const auto& r = *it.run;
+    return std::vector<std::string>{std::to_string(r.id), r.scenario_name, r.scenario_hash, r.device_kind,
+                                    r.device_name, r.mocbench_version, iso_utc(r.started_unix_ms),
+                                    std::to_string(it.point.index), it.point.status, it.point.error};
+  };
+  if (format == ExportFormat::csv) {
+    // Cells are appended one at a time (GCC 12 warns falsely on "," + std::string temporaries).
+    auto cells = [&out](const std::vector<std::string>& v) {
+      std::string line;
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        if (i) line.push_back(',');
+        line.append(csv_cell(v[i]));
+      }
+      out << line << "\n";
+    };
+    std::vector<std::string> header = fixed;
+    header.insert(header.end(), axes.begin(), axes.end());
+    header.insert(header.end(), metrics.begin(), metrics.end());
+    cells(header);
+    for (const auto& it : items) {
+      std::vector<std::string> row = fixed_values(it);
+      for (const auto& a : axes) {
+        const auto* v = find_kv(it.point.axes, a);
+        row.push_back(v ? *v : std::string());
+      }
+      for (const auto& m : metrics) {
+        const auto* v = find_kv(it.point.metrics, m);
+        row.push_back(v && !std::isnan(*v) ? num(*v) : std::string());
+      }
+      cells(row);
+    }
+    return;
+  }
+  out << "[";
+  bool first = true;
+  for (const auto& it : items) {
+    out << (first ? "\n  {" : ",\n  {");
+    first = false;
+    const auto vals = fixed_values(it);
+    for (std::size_t i = 0; i < fixed.size(); ++i) {
+      out << (i ? ", " : "") << json_str(fixed[i]) << ": ";
+      if (fixed[i] == "run" || fixed[i] == "point") out << vals[i];
+      else out << json_str(vals[i]);
+    }
+    out << ", \"axes\": {";
+    for (std::size_t i = 0; i < it.point.axes.size(); ++i)
+      out << (i ? ", " : "") << json_str(it.point.axes[i].first) << ": " << json_str(it.point.axes[i].second);
+    out << "}, \"metrics\": {";
+    for (std::size_t i = 0; i < it.point.metrics.size(); ++i) {
+      const double v = it.point.metrics[i].second;
+      out << (i ? ", " : "") << json_str(it.point.metrics[i].first) << ": " << (std::isnan(v) ? "null" : num(v));
+    }
+    out << "}}";
+  }
+  out << (first ? "]\n" : "\n]\n");
+}
+
+RunRef parse_run_ref(const std::string& text, const std::string& default_db) {
+  auto all_digits = [](const std::string& s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (all_digits(text)) return {default_db, std::stoll(text)};
+  const auto colon = text.rfind(':');
+  if (colon != std::string::npos && all_digits(text.substr(colon + 1)))
+    return {text.substr(0, colon), std::stoll(text.substr(colon + 1))};
+  if (text.empty()) throw std::invalid_argument("empty run reference: use RUN, FILE:RUN or FILE");
+  return {text, std::nullopt};
+}
+
+Comparison compare_runs(const db::ResultsDb& da, std::int64_t ra, const db::ResultsDb& dbb, std::int64_t rb,
+                        const std::vector<std::string>& metrics, bool allow_different_scenarios) {
+  auto run_a = da.run(ra);
+  auto run_b = dbb.run(rb);
+  if (!run_a) throw std::invalid_argument("no run " + std::to_string(ra) + " in " + da.path());
+  if (!run_b) throw std::invalid_argument("no run " + std::to_string(rb) + " in " + dbb.path());
+  Comparison c;
+  c.label_a = da.path() + ":" + std::to_string(ra) + " (" + run_a->device_name + ")";
+  c.label_b = dbb.path() + ":" + std::to_string(rb) + " (" + run_b->device_name + ")";
+  if (run_a->scenario_name != run_b->scenario_name && !allow_different_scenarios)
+    throw std::invalid_argument("run A is scenario '" + run_a->scenario_name + "', run B is '" +
+                                run_b->scenario_name + "'; compare runs of one scenario (or pass --force)");
+  if (run_a->scenario_hash != run_b->scenario_hash)
+    c.warnings.push_back("the scenario files differ (hash " + run_a->scenario_hash.substr(0, 12) + " vs " +
+                         run_b->scenario_hash.substr(0, 12) + "): points are matched by their axes");
+  if (run_a->device_kind != run_b->device_kind || run_a->device_name != run_b->device_name)
+    c.warnings.push_back("devices: A ran on " + run_a->device_kind + " " + run_a->device_name + ", B on " +
+                         run_b->device_kind + " " + run_b->device_name);
+  if (run_a->mocbench_version != run_b->mocbench_version)
+    c.warnings.push_back("mocbench versions: A " + run_a->mocbench_version + ", B " + run_b->mocbench_version);
+
+  const auto pa = da.points(ra), pb = dbb.points(rb);
+  std::map<std::string, const db::PointRecord*> by_key_b;
+  for (const auto& p : pb) by_key_b.emplace(axes_key(p), &p);
+  std::vector<std::string> names = metrics;
+  if (names.empty()) {
+    names.push_back("median_ms");
+    for (const char* m : {"tokens_per_s", "latency_us", "achieved_GBps", "peak_bytes"}) {
+      const bool any = std::any_of(pa.begin(), pa.end(), [&](const auto& p) { return find_kv(p.metrics, m); });
+      if (any) names.push_back(m);
+    }
+  }
+  std::map<std::string, bool> seen_b;
+  for (const auto& p : pa) {
+    const std::string key = axes_key(p);
+    auto it = by_key_b.find(key);
+    const db::PointRecord* q = it == by_key_b.end() ? nullptr : it->second;
+    if (q) {
+      ++c.matched;
+      seen_b[key] = true;
+    } else {
+      ++c.only_a;
+    }
+    for (const auto& m : names) {
+      CompareRow row{key, m, std::nullopt, std::nullopt, p.status, q ? q->status : "missing"};
+      if (const auto* v = find_kv(p.metrics, m); v && !std::isnan(*v)) row.a = *v;
+      if (q)
+        if (const auto* v = find_kv(q->metrics, m); v && !std::isnan(*v)) row.b = *v;
+      // A default metric this point's mode does not produce (latency_us of a training point) is left out.
+      if (metrics.empty() && !row.a && !row.b && row.status_a == "ok" && row.status_b == "ok") continue;
+      c.rows.push_back(std::move(row));
+    }
+  }
+  for (const auto& q : pb) {
+    const std::string key = axes_key(q);
+    if (seen_b.count(key)) continue;
+    ++c.only_b;
+    for (const auto& m : names) {
+      CompareRow row{key, m, std::nullopt, std::nullopt, "missing", q.status};
+      if (const auto* v = find_kv(q.metrics, m); v && !std::isnan(*v)) row.b = *v;
+      c.rows.push_back(std::move(row));
+    }
+  }
+  return c;
+}
+
+void print_comparison(const Comparison& c, ExportFormat format, std::ostream& out, bool table) {
+  auto ratio = [](const CompareRow& r) -> std::optional<double> {
+    if (r.a && r.b && *r.a != 0) return *r.b / *r.a;
+    return std::nullopt;
+  };
+  if (!table) {
+    if (format == ExportFormat::json) {
+      out << "[";
+      for (std::size_t i = 0; i < c.rows.size(); ++i) {
+        const auto& r = c.rows[i];
+        out << (i ? ",\n " : "\n ") << "{\"point\": " << json_str(r.key) << ", \"metric\": " << json_str(r.metric)
+            << ", \"a\": " << (r.a ? num(*r.a) : "null") << ", \"b\": " << (r.b ? num(*r.b) : "null")
+            << ", \"ratio_b_over_a\": " << (ratio(r) ? num(*ratio(r)) : "null")
+            << ", \"status_a\": " << json_str(r.status_a) << ", \"status_b\": " << json_str(r.status_b) << "}";
+      }
+      out << (c.rows.empty() ? "]\n" : "\n]\n");
+      return;
+    }
+    out << "point,metric,a,b,ratio_b_over_a,status_a,status_b\n";
+    for (const auto& r : c.rows)
+      out << csv_cell(r.key) << "," << csv_cell(r.metric) << "," << (r.a ? num(*r.a) : "") << ","
+          << (r.b ? num(*r.b) : "") << "," << (ratio(r) ? num(*ratio(r)) : "") << "," << r.status_a << ","
+          << r.status_b << "\n";
+    return;
+  }
+  out << "A: " << c.label_a << "\nB: " << c.label_b << "\n";
+  for (const auto& w : c.warnings) out << "note: " << w << "\n";
+  std::size_t kw = 5;
+  for (const auto& r : c.rows) kw = std::max(kw, r.key.size());
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%-*s  %-14s %14s %14s %9s\n", static_cast<int>(kw), "point", "metric", "A", "B",
+                "B/A");
+  out << buf;
+  for (const auto& r : c.rows) {
+    auto cell = [](const std::optional<double>& v, const std::string& status) {
+      if (v) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.6g", *v);
+        return std::string(b);
+      }
+      return status == "ok" ? std::string("-") : status;
+    };
+    const auto q = ratio(r);
+    char rb[32] = "-";
+    if (q) std::snprintf(rb, sizeof rb, "%.3fx", *q);
+    std::snprintf(buf, sizeof buf, "%-*s  %-14s %14s %14s %9s\n", static_cast<int>(kw), r.key.c_str(),
+                  r.metric.c_str(), cell(r.a, r.status_a).c_str(), cell(r.b, r.status_b).c_str(), rb);
+    out << buf;
+  }
+  out << c.matched << " points matched";
+  if (c.only_a) out << ", " << c.only_a << " only in A";
+  if (c.only_b) out << ", " << c.only_b << " only in B";
+  out << "\n";
+}
+
+}  // namespace moc

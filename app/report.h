@@ -1,0 +1,51 @@
+// Readers over the results database: `mocbench export` (one row per point: run, device, axes, metrics) and
+// `mocbench compare` (two runs of one scenario, point by point, with ratios). One result model, two printers
+// (CSV for spreadsheets, JSON for scripts), as nvbench does.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "db/results_db.h"
+
+namespace moc {
+
+enum class ExportFormat { csv, json };
+
+// Writes every point of the given runs. Columns: run, scenario, scenario_hash, device_kind, device_name
+// (the GPU's name on CUDA runs, the CPU model on CPU runs), mocbench_version, started (ISO 8601 UTC), point,
+// status, error, then every axis (union over the runs, in first-seen order), then every metric (likewise).
+// A cell a point lacks is empty (CSV) or absent (JSON); NaN metrics are empty / null.
+void write_export(const db::ResultsDb& store, const std::vector<std::int64_t>& run_ids, ExportFormat format,
+                  std::ostream& out);
+
+// "RUN", "FILE:RUN" or "FILE" (that file's newest run); default_db is used when no file is named.
+struct RunRef {
+  std::string db_path;
+  std::optional<std::int64_t> run_id;
+};
+RunRef parse_run_ref(const std::string& text, const std::string& default_db);
+
+struct CompareRow {
+  std::string key;  // the point's axes, "name=value ..." (mode included when it varies)
+  std::string metric;
+  std::optional<double> a, b;
+  std::string status_a, status_b;  // "missing" when the other run has no such point
+};
+struct Comparison {
+  std::string label_a, label_b;
+  std::vector<std::string> warnings;  // different scenario text, devices, mocbench versions
+  std::vector<CompareRow> rows;
+  int matched = 0, only_a = 0, only_b = 0;
+};
+// Points are matched by their axis values. metrics empty: median_ms plus tokens_per_s / latency_us /
+// achieved_GBps / peak_bytes where present. Throws std::invalid_argument when the runs belong to different
+// scenarios (by name) and !allow_different_scenarios.
+Comparison compare_runs(const db::ResultsDb& da, std::int64_t ra, const db::ResultsDb& dbb, std::int64_t rb,
+                        const std::vector<std::string>& metrics, bool allow_different_scenarios);
+// A table (ratio = B / A), or CSV with the same columns.
+void print_comparison(const Comparison& c, ExportFormat format, std::ostream& out, bool table);
+
+}  // namespace moc

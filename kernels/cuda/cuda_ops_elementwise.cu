@@ -1,0 +1,423 @@
+// CudaOps element-wise and row ops: copy/fill, add, embedding, RMSNorm, RoPE, KV-cache write, SwiGLU,
+// increment. fp32 math on f32/bf16 storage; semantics are those of CpuOps (kernels/cpu/cpu_ops.cpp).
+#include <cub/device/device_radix_sort.cuh>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/cuda/cuda_ops_impl.cuh"
+
+namespace moc::cuda {
+
+namespace {
+
+#define MOC_GRID_STRIDE(i, n)                                                                           \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+
+constexpr int kThreads = 256;
+
+// ---------------------------------------------------------------- data movement
+
+__global__ void convert_kernel(FIn src, FOut dst, std::int64_t n) {
+  MOC_GRID_STRIDE(i, n) dst.set(i, src[i]);
+}
+
+template <class W>
+__global__ void fill_kernel(W* p, W value, std::int64_t n) {
+  MOC_GRID_STRIDE(i, n) p[i] = value;
+}
+
+__global__ void add_kernel(FIn a, FIn b, FOut out, std::int64_t n) {
+  MOC_GRID_STRIDE(i, n) out.set(i, a[i] + b[i]);
+}
+
+__global__ void increment_kernel(std::int32_t* t, std::int64_t n, int by) {
+  MOC_GRID_STRIDE(i, n) t[i] += by;
+}
+
+// ---------------------------------------------------------------- embedding
+
+// Out-of-range token ids (the CPU backend throws) give NaN rows.
+__global__ void embedding_forward_kernel(const std::int32_t* tok, FIn table, FOut out, std::int64_t n,
+                                         std::int64_t d, std::int64_t vocab) {
+  MOC_GRID_STRIDE(e, n * d) {
+    const std::int64_t i = e / d, j = e - i * d;
+    const std::int32_t t = tok[i];
+    out.set(e, t >= 0 && t < vocab ? table[t * d + j] : __int_as_float(0x7fc00000));
+  }
+}
+
+// keys[i] = token (vocab for ids out of range), rows[i] = i: sorted stably, equal tokens keep row order.
+__global__ void embedding_keys_kernel(const std::int32_t* tok, std::int64_t n, std::int32_t vocab,
+                                      std::int32_t* keys, std::int32_t* rows) {
+  MOC_GRID_STRIDE(i, n) {
+    const std::int32_t t = tok[i];
+    keys[i] = t >= 0 && t < vocab ? t : vocab;
+    rows[i] = static_cast<std::int32_t>(i);
+  }
+}
+
+// One block per run of equal sorted tokens (started at position p): dtable[t, :] += sum of its rows of
+// dout, summed in ascending row order (deterministic).
+__global__ void embedding_backward_kernel(const std::int32_t* keys, const std::int32_t* rows, std::int64_t n,
+                                          std::int32_t vocab, FIn dout, FOut dtable, std::int64_t d) {
+  for (std::int64_t p = blockIdx.x; p < n; p += gridDim.x) {
+    const std::int32_t t = keys[p];
+    if (t >= vocab || (p > 0 && keys[p - 1] == t)) continue;
+    std::int64_t end = p + 1;
+    while (end < n && keys[end] == t) ++end;
+    for (std::int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      float acc = 0.0f;
+      for (std::int64_t q = p; q < end; ++q) acc += dout[static_cast<std::int64_t>(rows[q]) * d + j];
+      const std::int64_t o = static_cast<std::int64_t>(t) * d + j;
+      dtable.set(o, dtable.get(o) + acc);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- RMSNorm
+
+__global__ void rmsnorm_forward_kernel(FIn x, FIn w, float eps, FOut y, float* rstd, std::int64_t d) {
+  __shared__ float red[32];
+  const std::int64_t row = blockIdx.x, base = row * d;
+  float ss = 0.0f;
+  for (std::int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    const float v = x[base + j];
+    ss += v * v;
+  }
+  ss = block_sum(ss, red);
+  const float rs = static_cast<float>(1.0 / sqrt(static_cast<double>(ss) / static_cast<double>(d) + eps));
+  if (threadIdx.x == 0) rstd[row] = rs;
+  for (std::int64_t j = threadIdx.x; j < d; j += blockDim.x) y.set(base + j, x[base + j] * rs * w[j]);
+}
+
+// dx[i, j] += dy w rs - x c with c = (sum_j dy w x) / d * rs^3 (one block per row).
+__global__ void rmsnorm_backward_dx_kernel(FIn dy, FIn x, FIn w, const float* rstd, FOut dx, std::int64_t d) {
+  __shared__ float red[32];
+  const std::int64_t row = blockIdx.x, base = row * d;
+  float dot = 0.0f;
+  for (std::int64_t j = threadIdx.x; j < d; j += blockDim.x) dot += dy[base + j] * w[j] * x[base + j];
+  dot = block_sum(dot, red);
+  const float rs = rstd[row];
+  const float c = dot / static_cast<float>(d) * rs * rs * rs;
+  for (std::int64_t j = threadIdx.x; j < d; j += blockDim.x)
+    dx.set(base + j, dx.get(base + j) + (dy[base + j] * w[j] * rs - x[base + j] * c));
+}
+
+// Column sums of dy x rs over the rows [chunk * rows_per, ...): into partial[chunk, :], or straight into
+// dw when there is one chunk.
+__global__ void rmsnorm_backward_dw_kernel(FIn dy, FIn x, const float* rstd, std::int64_t n, std::int64_t d,
+                                           std::int64_t rows_per, float* partial, FOut dw, bool direct) {
+  const std::int64_t j = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= d) return;
+  const std::int64_t r0 = blockIdx.y * rows_per, r1 = min(n, r0 + rows_per);
+  float acc = 0.0f;
+  for (std::int64_t r = r0; r < r1; ++r) acc += dy[r * d + j] * x[r * d + j] * rstd[r];
+  if (direct) dw.set(j, dw.get(j) + acc);
+  else partial[blockIdx.y * d + j] = acc;
+}
+
+__global__ void rmsnorm_backward_dw_reduce_kernel(const float* partial, int chunks, std::int64_t d, FOut dw) {
+  MOC_GRID_STRIDE(j, d) {
+    float acc = 0.0f;
+    for (int c = 0; c < chunks; ++c) acc += partial[c * d + j];
+    dw.set(j, dw.get(j) + acc);
+  }
+}
+
+// ---------------------------------------------------------------- RoPE
+
+// One thread per (row, i < half), looping over heads; the angle in double as on the CPU, and the
+// rotation without fused multiply-adds so both backends round alike.
+__global__ void rope_kernel(FOut x, const std::int32_t* pos, std::int64_t n, std::int64_t h, std::int64_t hd,
+                            double theta, float sign) {
+  const std::int64_t half = hd / 2;
+  MOC_GRID_STRIDE(e, n * half) {
+    const std::int64_t r = e / half, i = e - r * half;
+    const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    const double ang = static_cast<double>(pos[r]) * inv_freq;
+    const float c = static_cast<float>(cos(ang)), s = sign * static_cast<float>(sin(ang));
+    for (std::int64_t hh = 0; hh < h; ++hh) {
+      const std::int64_t o = (r * h + hh) * hd;
+      const float a = x.get(o + i), b = x.get(o + i + half);
+      x.set(o + i, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+      x.set(o + i + half, __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- KV cache
+
+// Rows whose start position would run past the cache (the CPU backend throws) are not written.
+__global__ void kv_cache_write_kernel(FIn k, FIn v, const std::int32_t* start, FOut kc, FOut vc, std::int64_t b,
+                                      std::int64_t n, std::int64_t kvh, std::int64_t hd, std::int64_t T) {
+  MOC_GRID_STRIDE(e, b * n * kvh * hd) {
+    const std::int64_t c = e % hd;
+    std::int64_t rest = e / hd;
+    const std::int64_t kh = rest % kvh;
+    rest /= kvh;
+    const std::int64_t t = rest % n, bi = rest / n;
+    const std::int64_t st = start[bi];
+    if (st < 0 || st + n > T) continue;
+    const std::int64_t dst = ((bi * kvh + kh) * T + st + t) * hd + c;
+    kc.set(dst, k[e]);
+    vc.set(dst, v[e]);
+  }
+}
+
+// ---------------------------------------------------------------- SwiGLU
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__global__ void swiglu_forward_kernel(FIn g, FIn u, FOut s, bool has_s, FOut z, std::int64_t n) {
+  MOC_GRID_STRIDE(i, n) {
+    const float gi = g[i];
+    const float si = gi * sigmoidf_(gi);
+    if (has_s) s.set(i, si);
+    z.set(i, si * u[i]);
+  }
+}
+
+__global__ void swiglu_backward_kernel(FIn dz, FIn g, FIn u, FIn s, bool has_s, FOut dg, FOut du, std::int64_t n) {
+  MOC_GRID_STRIDE(i, n) {
+    const float gi = g[i], sg = sigmoidf_(gi);
+    const float si = has_s ? s[i] : gi * sg;
+    const float dzi = dz[i];
+    du.set(i, dzi * si);
+    dg.set(i, dzi * u[i] * sg * (1.0f + gi * (1.0f - sg)));
+  }
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto* pa = static_cast<const char*>(a.raw());
+  const auto* pb = static_cast<const char*>(b.raw());
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+}  // namespace
+
+// ================================================================ methods
+
+void CudaOps::copy(Tensor& dst, const Tensor& src) {
+  require(dst.numel() == src.numel(), "copy", shape_str(src.shape()) + " -> " + shape_str(dst.shape()));
+  if (dst.numel() == 0) return;
+  if (dst.dtype() == src.dtype()) {
+    if (dst.raw() == src.raw()) return;
+    if (overlaps(dst, src)) {  // as memmove: through a temporary
+      Tensor tmp = empty(src.shape(), src.dtype(), workspace_tag());
+      MOC_CUDA_CHECK(cudaMemcpyAsync(tmp.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, cur()));
+      MOC_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), tmp.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, cur()));
+      return;
+    }
+    MOC_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, cur()));
+    return;
+  }
+  const FIn in = fin(src, "copy", "a converting copy's source");
+  const FOut out = fout(dst, "copy", "a converting copy's destination");
+  convert_kernel<<<grid_1d(src.numel(), kThreads), kThreads, 0, cur()>>>(in, out, src.numel());
+  MOC_CUDA_LAUNCHED("convert_kernel");
+}
+
+void CudaOps::fill(Tensor& t, float value) {
+  const std::int64_t n = t.numel();
+  if (n == 0) return;
+  const int grid = grid_1d(n, kThreads);
+  switch (t.dtype()) {
+    case DType::f32: {
+      std::uint32_t bits;
+      std::memcpy(&bits, &value, 4);
+      if (bits == 0) break;
+      fill_kernel<<<grid, kThreads, 0, cur()>>>(t.data<std::uint32_t>(), bits, n);
+      MOC_CUDA_LAUNCHED("fill_kernel");
+      return;
+    }
+    case DType::bf16: {
+      const std::uint16_t bits = f32_to_bf16(value);
+      if (bits == 0) break;
+      fill_kernel<<<grid, kThreads, 0, cur()>>>(t.data<std::uint16_t>(), bits, n);
+      MOC_CUDA_LAUNCHED("fill_kernel");
+      return;
+    }
+    case DType::i32: {
+      const auto v = static_cast<std::int32_t>(value);
+      if (v == 0) break;
+      fill_kernel<<<grid, kThreads, 0, cur()>>>(t.data<std::int32_t>(), v, n);
+      MOC_CUDA_LAUNCHED("fill_kernel");
+      return;
+    }
+    case DType::i16: {
+      const auto v = static_cast<std::uint16_t>(value);
+      if (v == 0) break;
+      fill_kernel<<<grid, kThreads, 0, cur()>>>(t.data<std::uint16_t>(), v, n);
+      MOC_CUDA_LAUNCHED("fill_kernel");
+      return;
+    }
+  }
+  MOC_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), cur()));  // all-zero bit pattern
+}
+
+void CudaOps::add(const Tensor& a, const Tensor& b, Tensor& out) {
+  require(a.numel() == b.numel() && a.numel() == out.numel(), "add", "size mismatch");
+  const FIn A = fin(a, "add", "a"), B = fin(b, "add", "b");
+  const FOut O = fout(out, "add", "out");
+  const std::int64_t n = a.numel();
+  if (n == 0) return;
+  add_kernel<<<grid_1d(n, kThreads), kThreads, 0, cur()>>>(A, B, O, n);
+  MOC_CUDA_LAUNCHED("add_kernel");
+}
+
+void CudaOps::increment(Tensor& t, int by) {
+  require(t.dtype() == DType::i32, "increment", "needs an i32 tensor");
+  if (t.numel() == 0) return;
+  increment_kernel<<<grid_1d(t.numel(), kThreads), kThreads, 0, cur()>>>(t.data<std::int32_t>(), t.numel(), by);
+  MOC_CUDA_LAUNCHED("increment_kernel");
+}
+
+void CudaOps::embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) {
+  const std::int64_t n = tokens.numel(), d = table.cols(), vocab = table.rows();
+  require(tokens.dtype() == DType::i32 && out.rows() == n && out.cols() == d, "embedding_forward", "shape mismatch");
+  const FIn T = fin(table, "embedding_forward", "table");
+  const FOut O = fout(out, "embedding_forward", "out");
+  if (n * d == 0) return;
+  embedding_forward_kernel<<<grid_1d(n * d, kThreads), kThreads, 0, cur()>>>(tokens.data<std::int32_t>(), T, O, n, d,
+                                                                             vocab);
+  MOC_CUDA_LAUNCHED("embedding_forward_kernel");
+}
+
+void CudaOps::embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) {
+  const std::int64_t n = tokens.numel(), d = dtable.cols(), vocab = dtable.rows();
+  require(tokens.dtype() == DType::i32 && dout.rows() == n && dout.cols() == d, "embedding_backward",
+          "tokens i32 [n], dout [n, d], dtable [vocab, d]");
+  require(n <= std::numeric_limits<std::int32_t>::max() && vocab < std::numeric_limits<std::int32_t>::max(),
+          "embedding_backward", "too many tokens or too large a vocabulary");
+  const FIn D = fin(dout, "embedding_backward", "dout");
+  const FOut G = fout(dtable, "embedding_backward", "dtable");
+  if (n == 0 || d == 0) return;
+  const int ni = static_cast<int>(n);
+  const auto v32 = static_cast<std::int32_t>(vocab);
+  Tensor keys = empty({2, n}, DType::i32, workspace_tag()), rows = empty({2, n}, DType::i32, workspace_tag());
+  std::int32_t* k_in = keys.data<std::int32_t>();
+  std::int32_t* k_out = k_in + n;
+  std::int32_t* r_in = rows.data<std::int32_t>();
+  std::int32_t* r_out = r_in + n;
+  embedding_keys_kernel<<<grid_1d(n, kThreads), kThreads, 0, cur()>>>(tokens.data<std::int32_t>(), n, v32, k_in,
+                                                                      r_in);
+  MOC_CUDA_LAUNCHED("embedding_keys_kernel");
+  int end_bit = 1;
+  while (end_bit < 31 && (std::int64_t(1) << end_bit) <= vocab) ++end_bit;  // keys lie in [0, vocab]
+  std::size_t temp_bytes = 0;
+  MOC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k_in, k_out, r_in, r_out, ni, 0, end_bit,
+                                                 cur()));
+  Tensor temp = empty({static_cast<std::int64_t>((temp_bytes + 3) / 4)}, DType::i32, workspace_tag());
+  MOC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw(), temp_bytes, k_in, k_out, r_in, r_out, ni, 0, end_bit,
+                                                 cur()));
+  embedding_backward_kernel<<<grid_1d(n, 1), kThreads, 0, cur()>>>(k_out, r_out, n, v32, D, G, d);
+  MOC_CUDA_LAUNCHED("embedding_backward_kernel");
+}
+
+void CudaOps::rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {
+  const std::int64_t n = x.rows(), d = x.cols();
+  require(w.numel() == d && y.numel() == x.numel() && rstd.numel() == n && rstd.dtype() == DType::f32,
+          "rmsnorm_forward", "shape mismatch");
+  const FIn X = fin(x, "rmsnorm_forward", "x"), W = fin(w, "rmsnorm_forward", "w");
+  const FOut Y = fout(y, "rmsnorm_forward", "y");
+  if (n == 0) return;
+  require(n <= std::numeric_limits<int>::max(), "rmsnorm_forward", "too many rows");
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, cur()>>>(X, W, eps, Y, rstd.data<float>(), d);
+  MOC_CUDA_LAUNCHED("rmsnorm_forward_kernel");
+}
+
+void CudaOps::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
+                               Tensor& dw) {
+  const std::int64_t n = x.rows(), d = x.cols();
+  require(dy.numel() == x.numel() && dx.numel() == x.numel() && w.numel() == d && dw.numel() == d &&
+              rstd.numel() == n && rstd.dtype() == DType::f32,
+          "rmsnorm_backward", "shape mismatch");
+  const FIn DY = fin(dy, "rmsnorm_backward", "dy"), X = fin(x, "rmsnorm_backward", "x"),
+            W = fin(w, "rmsnorm_backward", "w");
+  const FOut DX = fout(dx, "rmsnorm_backward", "dx"), DW = fout(dw, "rmsnorm_backward", "dw");
+  if (n == 0 || d == 0) return;
+  require(n <= std::numeric_limits<int>::max(), "rmsnorm_backward", "too many rows");
+  const float* r = rstd.data<float>();
+  rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(n), kThreads, 0, cur()>>>(DY, X, W, r, DX, d);
+  MOC_CUDA_LAUNCHED("rmsnorm_backward_dx_kernel");
+  // dw: column sums over row chunks, enough chunks to fill the GPU, then a fixed-order sum of the chunks.
+  const int col_blocks = ceil_div(d, kThreads);
+  const std::int64_t want_chunks = std::max<std::int64_t>(1, (4LL * sm_count_ + col_blocks - 1) / col_blocks);
+  const std::int64_t rows_per = std::max<std::int64_t>(16, (n + want_chunks - 1) / want_chunks);
+  const int chunks = ceil_div(n, rows_per);
+  Tensor partial;
+  float* pp = nullptr;
+  if (chunks > 1) {
+    partial = empty({chunks, d}, DType::f32, workspace_tag());
+    pp = partial.data<float>();
+  }
+  rmsnorm_backward_dw_kernel<<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(chunks)), kThreads, 0,
+                               cur()>>>(DY, X, r, n, d, rows_per, pp, DW, chunks == 1);
+  MOC_CUDA_LAUNCHED("rmsnorm_backward_dw_kernel");
+  if (chunks > 1) {
+    rmsnorm_backward_dw_reduce_kernel<<<grid_1d(d, kThreads), kThreads, 0, cur()>>>(pp, chunks, d, DW);
+    MOC_CUDA_LAUNCHED("rmsnorm_backward_dw_reduce_kernel");
+  }
+}
+
+void CudaOps::rope(Tensor& x, const Tensor& positions, float theta, bool inverse) {
+  require(x.rank() == 3 && positions.numel() == x.dim(0) && x.dim(2) % 2 == 0 && positions.dtype() == DType::i32,
+          "rope", "x must be [rows, heads, even head_dim] with one i32 position per row");
+  const std::int64_t n = x.dim(0), h = x.dim(1), hd = x.dim(2);
+  const FOut X = fout(x, "rope", "x");
+  if (n * hd == 0 || h == 0) return;
+  rope_kernel<<<grid_1d(n * (hd / 2), kThreads), kThreads, 0, cur()>>>(X, positions.data<std::int32_t>(), n, h, hd,
+                                                                        static_cast<double>(theta),
+                                                                        inverse ? -1.0f : 1.0f);
+  MOC_CUDA_LAUNCHED("rope_kernel");
+}
+
+void CudaOps::kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& start, Tensor& k_cache,
+                             Tensor& v_cache) {
+  require(k.rank() == 4 && k.shape() == v.shape() && k_cache.rank() == 4 && k_cache.shape() == v_cache.shape(),
+          "kv_cache_write", "k/v [b, n, kvh, hd] and caches [b, kvh, max_seq, hd]");
+  const std::int64_t b = k.dim(0), n = k.dim(1), kvh = k.dim(2), hd = k.dim(3), T = k_cache.dim(2);
+  require(k_cache.dim(0) == b && k_cache.dim(1) == kvh && k_cache.dim(3) == hd && start.numel() == b &&
+              start.dtype() == DType::i32,
+          "kv_cache_write", "cache " + shape_str(k_cache.shape()) + " does not fit k " + shape_str(k.shape()));
+  require(k_cache.dtype() == v_cache.dtype(), "kv_cache_write", "k and v caches differ in dtype");
+  const FIn K = fin(k, "kv_cache_write", "k"), V = fin(v, "kv_cache_write", "v");
+  const FOut KC = fout(k_cache, "kv_cache_write", "k_cache"), VC = fout(v_cache, "kv_cache_write", "v_cache");
+  const std::int64_t total = b * n * kvh * hd;
+  if (total == 0) return;
+  kv_cache_write_kernel<<<grid_1d(total, kThreads), kThreads, 0, cur()>>>(K, V, start.data<std::int32_t>(), KC, VC, b,
+                                                                          n, kvh, hd, T);
+  MOC_CUDA_LAUNCHED("kv_cache_write_kernel");
+}
+
+void CudaOps::swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor& z) {
+  require(g.numel() == u.numel() && z.numel() == g.numel() && (!s || s->numel() == g.numel()), "swiglu_forward",
+          "size mismatch");
+  const FIn G = fin(g, "swiglu_forward", "g"), U = fin(u, "swiglu_forward", "u");
+  const FOut Z = fout(z, "swiglu_forward", "z");
+  const FOut S = s ? fout(*s, "swiglu_forward", "s") : FOut{nullptr, false};
+  const std::int64_t n = g.numel();
+  if (n == 0) return;
+  swiglu_forward_kernel<<<grid_1d(n, kThreads), kThreads, 0, cur()>>>(G, U, S, s != nullptr, Z, n);
+  MOC_CUDA_LAUNCHED("swiglu_forward_kernel");
+}
+
+void CudaOps::swiglu_backward(const Tensor& dz, const Tensor& g, const Tensor& u, const Tensor* s, Tensor& dg,
+                              Tensor& du) {
+  const std::int64_t n = g.numel();
+  require(dz.numel() == n && u.numel() == n && dg.numel() == n && du.numel() == n && (!s || s->numel() == n),
+          "swiglu_backward", "size mismatch");
+  const FIn DZ = fin(dz, "swiglu_backward", "dz"), G = fin(g, "swiglu_backward", "g"),
+            U = fin(u, "swiglu_backward", "u");
+  const FIn S = s ? fin(*s, "swiglu_backward", "s") : FIn{nullptr, false};
+  const FOut DG = fout(dg, "swiglu_backward", "dg"), DU = fout(du, "swiglu_backward", "du");
+  if (n == 0) return;
+  swiglu_backward_kernel<<<grid_1d(n, kThreads), kThreads, 0, cur()>>>(DZ, G, U, S, s != nullptr, DG, DU, n);
+  MOC_CUDA_LAUNCHED("swiglu_backward_kernel");
+}
+
+}  // namespace moc::cuda

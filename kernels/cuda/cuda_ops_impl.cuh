@@ -1,0 +1,229 @@
+// Internals of the CUDA backend shared by the cuda_ops*.cu translation units: the caching device
+// allocator, the CudaOps class, fp32 views of f32/bf16 pointers and block reductions.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/cuda/common.cuh"
+
+namespace moc::cuda {
+
+// ---- caching device allocator
+//
+// Freed blocks wait in free lists keyed by their rounded size (512 B steps below 1 MiB, 2 MiB steps
+// above) and are reused by the next request of that size; cudaMalloc runs only on a miss. One stream:
+// a block freed by one op can be handed to any later op on the same stream.
+//
+// Graph capture: between begin_capture() and end_capture() allocations are drawn for a private pool.
+// Every block released while the capture runs, and every block allocated during it, belongs to the pool
+// (the graph's kernels keep addressing it); such blocks are reused only inside that pool. When the
+// graph is destroyed (release_pool) its free blocks go back to the shared cache, and its blocks still
+// held by tensors go there when those are released.
+class CachingDeviceAllocator final : public Allocator {
+ public:
+  CachingDeviceAllocator(int device, std::size_t limit_bytes);
+  ~CachingDeviceAllocator() override;
+  CachingDeviceAllocator(const CachingDeviceAllocator&) = delete;
+  CachingDeviceAllocator& operator=(const CachingDeviceAllocator&) = delete;
+
+  void* allocate(std::size_t bytes, const MemTag& tag) override;
+  void release(void* p, std::size_t bytes, const MemTag& tag) override;
+  MemoryTracker& tracker() override { return tracker_; }
+
+  void begin_capture();    // starts a new private pool for the allocations of a capture
+  int end_capture();       // the pool's id; the graph hands it back with release_pool
+  void release_pool(int pool);
+
+  static std::size_t round_size(std::size_t bytes);
+  std::size_t reserved_bytes() const;  // everything cudaMalloc'ed and not freed
+  std::size_t cached_bytes() const;    // reserved but free (shared cache and graph pools)
+  std::size_t malloc_count() const;    // cudaMalloc calls so far
+
+ private:
+  using FreeLists = std::unordered_map<std::size_t, std::vector<void*>>;
+  struct Block {
+    std::size_t size = 0;  // rounded
+    int pool = 0;          // 0: the shared cache
+  };
+  struct Pool {
+    FreeLists free;
+    std::size_t live = 0;       // blocks handed out and not released
+    bool graph_alive = true;
+  };
+  static void* take(FreeLists& fl, std::size_t size);
+  void* malloc_locked(std::size_t size, std::size_t requested, const MemTag& tag);
+  void free_cached_locked();
+  void put_back_locked(void* p, Block& b);
+
+  int device_;
+  std::size_t limit_;
+  MemoryTracker tracker_;
+  mutable std::mutex mu_;
+  std::unordered_map<void*, Block> blocks_;  // every block we own, live or free
+  FreeLists cache_;
+  std::map<int, Pool> pools_;
+  int capturing_pool_ = 0;  // nonzero while a capture runs
+  int next_pool_ = 1;
+  std::size_t live_bytes_ = 0;  // requested bytes of live allocations (what the limit applies to)
+  std::size_t reserved_ = 0, cached_ = 0, mallocs_ = 0;
+};
+
+// ---- the backend
+
+struct GemmPlan;
+
+class CudaOps final : public Ops {
+ public:
+  CudaOps(int device, std::size_t memory_limit_bytes);
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  DeviceKind device() const override { return DeviceKind::cuda; }
+  std::string name() const override { return name_; }
+  Allocator& allocator() override { return alloc_; }
+  CachingDeviceAllocator& device_allocator() { return alloc_; }
+  void synchronize() override;
+  void* stream() const override { return stream_; }
+  void set_stream(void* s) override;
+  std::unique_ptr<OpGraph> capture(std::function<void()> fn) override;
+  double timed(const std::function<void()>& fn) override;
+  int sm_count() const { return sm_count_; }
+
+  void upload(Tensor& dst, const void* host) override;
+  void download(const Tensor& src, void* host) override;
+  void copy(Tensor& dst, const Tensor& src) override;
+  void fill(Tensor& t, float value) override;
+
+  void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
+            float beta) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override;
+
+  void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) override;
+  void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) override;
+  void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) override;
+  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
+                        Tensor& dw) override;
+  void rope(Tensor& x, const Tensor& positions, float theta, bool inverse) override;
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse) override;
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                          const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override;
+  void kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& start, Tensor& k_cache,
+                      Tensor& v_cache) override;
+  void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
+                        Tensor& out) override;
+  void swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor& z) override;
+  void swiglu_backward(const Tensor& dz, const Tensor& g, const Tensor& u, const Tensor* s, Tensor& dg,
+                       Tensor& du) override;
+
+  void moc_select(const Tensor& g, const MocSelect& sel, Tensor& idx) override;
+  void gather_cols(const Tensor& src, const Tensor& idx, Tensor& out) override;
+  void scatter_cols(const Tensor& compact, const Tensor& idx, Tensor& dense) override;
+  void sparse_rows_matmul(const Tensor& z, const Tensor& idx, const Tensor& w, Tensor& out, float beta) override;
+  void sparse_rows_matmul_backward(const Tensor& dout, const Tensor& z, const Tensor& idx, const Tensor& w,
+                                   Tensor& dz, Tensor& dw) override;
+  void ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
+                  const Tensor* force_idx, Tensor* idx_out, unsigned parts) override;
+
+  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) override;
+  void cross_entropy_backward(Tensor& logits, const Tensor& targets, float scale) override;
+  void sum_squares(const Tensor& t, Tensor& acc) override;
+  void adamw_step(const std::vector<ParamSlot>& slots, const AdamWParams& p) override;
+  void sample(const Tensor& logits, float temperature, std::uint64_t seed, const Tensor& counter,
+              Tensor& next) override;
+  void increment(Tensor& t, int by) override;
+
+ private:
+  cudaStream_t cur() const { return stream_; }
+  GemmPlan& gemm_plan(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c);
+
+  // Declared first: destroyed last, after everything that returns memory to it.
+  CachingDeviceAllocator alloc_;
+  int device_ = 0;
+  int sm_count_ = 1;
+  std::string name_;
+  cudaStream_t own_stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* gemm_ws_ = nullptr;
+  std::size_t gemm_ws_bytes_ = 0;
+  using GemmKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, int, int, int, int, int, int>;
+  std::map<GemmKey, std::unique_ptr<GemmPlan>> gemm_plans_;
+};
+
+// ---- device helpers
+
+// An fp32 view of an f32 or bf16 array whose dtype is known at run time only (operands of one op may
+// mix dtypes, as on the CPU backend). The branch is uniform across the grid.
+struct FIn {
+  const void* p;
+  bool bf;
+  __device__ __forceinline__ float operator[](std::int64_t i) const {
+    return bf ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]) : static_cast<const float*>(p)[i];
+  }
+};
+struct FOut {
+  void* p;
+  bool bf;
+  __device__ __forceinline__ float get(std::int64_t i) const {
+    return bf ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]) : static_cast<const float*>(p)[i];
+  }
+  __device__ __forceinline__ void set(std::int64_t i, float v) const {
+    if (bf) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+    else static_cast<float*>(p)[i] = v;
+  }
+};
+
+inline void require_float(const Tensor& t, const char* op, const char* what) {
+  require(is_float(t.dtype()), op, std::string(what) + " must be f32 or bf16, got " + std::string(dtype_name(t.dtype())));
+}
+inline FIn fin(const Tensor& t, const char* op, const char* what) {
+  require_float(t, op, what);
+  return {t.raw(), t.dtype() == DType::bf16};
+}
+inline FOut fout(Tensor& t, const char* op, const char* what) {
+  require_float(t, op, what);
+  return {t.raw(), t.dtype() == DType::bf16};
+}
+
+// Grid for a grid-stride loop over n items.
+inline int grid_1d(std::int64_t n, int threads) {
+  const std::int64_t b = (n + threads - 1) / threads;
+  return static_cast<int>(b < 1 ? 1 : (b > 65536 ? 65536 : b));
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+template <class T>
+__device__ __forceinline__ T block_sum(T v, T* smem /* >= 32 */) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  __syncthreads();  // smem may still be read by a previous call
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  T r = lane < nw ? smem[lane] : T(0);
+  for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+  return r;
+}
+
+__device__ __forceinline__ float block_max(float v, float* smem /* >= 32 */) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  float r = lane < nw ? smem[lane] : -INFINITY;
+  for (int o = 16; o > 0; o >>= 1) r = fmaxf(r, __shfl_xor_sync(0xffffffffu, r, o));
+  return r;
+}
+
+}  // namespace moc::cuda

@@ -1,0 +1,555 @@
+// CUDA attention (forward, backward, decode) and MoC ops (selection, gather/scatter, sparse down projection)
+// against the CPU backend on fresh random odd-size inputs with poisoned outputs, f32 and bf16.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gpu_util.h"
+#include "test_util.h"
+
+namespace moc {
+namespace {
+using namespace moc::test;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+double tol_for(DType dt) { return dt == DType::f32 ? 1e-4 : 1e-2; }
+
+// The same values on both backends (rounded to dt the same way by upload_f32).
+struct Twin {
+  Tensor g, c;
+};
+
+Twin twin(Ops& gpu, Ops& cpu, const std::vector<float>& host, const Shape& shape, DType dt) {
+  Twin t{gpu.empty(shape, dt, workspace_tag()), cpu.empty(shape, dt, workspace_tag())};
+  gpu.upload_f32(t.g, host);
+  cpu.upload_f32(t.c, host);
+  return t;
+}
+
+Twin twin_random(Ops& gpu, Ops& cpu, std::mt19937& rng, const Shape& shape, DType dt, float std = 1.0f) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return twin(gpu, cpu, randn(rng, static_cast<std::size_t>(n), std), shape, dt);
+}
+
+Twin twin_poisoned(Ops& gpu, Ops& cpu, const Shape& shape, DType dt) {
+  Twin t{poisoned(gpu, shape, dt), poisoned(cpu, shape, dt)};
+  return t;
+}
+
+Tensor upload_idx(Ops& o, const std::vector<std::int32_t>& v, const Shape& shape) {
+  Tensor t = o.empty(shape, DType::i16, workspace_tag());
+  std::vector<std::uint16_t> h(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) h[i] = static_cast<std::uint16_t>(v[i]);
+  o.upload(t, h.data());
+  return t;
+}
+
+// ||got - want|| <= tol * ||want|| over every element; every element of got must be finite where want is.
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double d2 = 0, w2 = 0;
+  std::size_t bad = 0, first_bad = 0, worst_i = 0;
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(want[i])) continue;
+    if (!std::isfinite(got[i])) {
+      if (bad++ == 0) first_bad = i;
+      continue;
+    }
+    const double e = static_cast<double>(got[i]) - want[i];
+    d2 += e * e;
+    w2 += static_cast<double>(want[i]) * want[i];
+    if (std::fabs(e) > worst) {
+      worst = std::fabs(e);
+      worst_i = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " non-finite outputs, first at " << first_bad;
+  const double rel = std::sqrt(d2) / std::max(std::sqrt(w2), 1e-30);
+  EXPECT_LE(rel, tol) << what << ": relative error " << rel << "; worst at " << worst_i << ": got " << got[worst_i]
+                      << ", want " << want[worst_i];
+}
+
+void expect_close(const std::string& what, Ops& gpu, const Tensor& g, Ops& cpu, const Tensor& c, double tol) {
+  expect_close(what, gpu.download_f32(g), cpu.download_f32(c), tol);
+}
+
+// Bit-for-bit equal values (copies), reporting the first difference.
+void expect_same_values(const std::string& what, Ops& gpu, const Tensor& g, Ops& cpu, const Tensor& c) {
+  const auto got = gpu.download_f32(g), want = cpu.download_f32(c);
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (!(got[i] == want[i])) {
+      ADD_FAILURE() << what << ": first difference at " << i << ": gpu " << got[i] << ", cpu " << want[i];
+      return;
+    }
+}
+
+struct HeadCfg {
+  int h, kvh;
+  const char* name;
+};
+constexpr HeadCfg kHeadCfgs[] = {{4, 4, "MHA"}, {6, 2, "GQA"}, {4, 1, "MQA"}};
+constexpr int kSeqLens[] = {1, 7, 33, 130};
+constexpr int kHeadDims[] = {8, 64, 128};
+constexpr DType kDtypes[] = {DType::f32, DType::bf16};
+
+std::string case_name(DType dt, const HeadCfg& hc, int s, int hd) {
+  std::ostringstream os;
+  os << dtype_name(dt) << " " << hc.name << " h" << hc.h << "/kv" << hc.kvh << " s" << s << " hd" << hd;
+  return os.str();
+}
+
+TEST(GpuAttention, ForwardMatchesCpu) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int b = 2;
+  for (DType dt : kDtypes)
+    for (const auto& hc : kHeadCfgs)
+      for (int s : kSeqLens)
+        for (int hd : kHeadDims) {
+          const std::string name = case_name(dt, hc, s, hd);
+          SCOPED_TRACE(name);
+          auto q = twin_random(*gpu, *cpu, rng, {b, s, hc.h, hd}, dt);
+          auto k = twin_random(*gpu, *cpu, rng, {b, s, hc.kvh, hd}, dt);
+          auto v = twin_random(*gpu, *cpu, rng, {b, s, hc.kvh, hd}, dt);
+          auto out = twin_poisoned(*gpu, *cpu, {b, s, hc.h, hd}, dt);
+          auto lse = twin_poisoned(*gpu, *cpu, {b, hc.h, s}, DType::f32);
+          gpu->attention_forward(q.g, k.g, v.g, out.g, lse.g);
+          cpu->attention_forward(q.c, k.c, v.c, out.c, lse.c);
+          expect_close(name + " out", *gpu, out.g, *cpu, out.c, tol_for(dt));
+          expect_close(name + " lse", *gpu, lse.g, *cpu, lse.c, 1e-5);
+        }
+}
+
+TEST(GpuAttention, BackwardMatchesCpu) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int b = 2;
+  for (DType dt : kDtypes)
+    for (const auto& hc : kHeadCfgs)
+      for (int s : kSeqLens)
+        for (int hd : kHeadDims) {
+          const std::string name = case_name(dt, hc, s, hd);
+          SCOPED_TRACE(name);
+          auto q = twin_random(*gpu, *cpu, rng, {b, s, hc.h, hd}, dt);
+          auto k = twin_random(*gpu, *cpu, rng, {b, s, hc.kvh, hd}, dt);
+          auto v = twin_random(*gpu, *cpu, rng, {b, s, hc.kvh, hd}, dt);
+          auto dout = twin_random(*gpu, *cpu, rng, {b, s, hc.h, hd}, dt);
+          // Both backends get the CPU's forward results, so the backward is checked on its own.
+          Tensor out_c = cpu->empty({b, s, hc.h, hd}, dt, workspace_tag());
+          Tensor lse_c = cpu->empty({b, hc.h, s}, DType::f32, workspace_tag());
+          cpu->attention_forward(q.c, k.c, v.c, out_c, lse_c);
+          auto out = twin(*gpu, *cpu, cpu->download_f32(out_c), {b, s, hc.h, hd}, dt);
+          auto lse = twin(*gpu, *cpu, cpu->download_f32(lse_c), {b, hc.h, s}, DType::f32);
+          auto dq = twin_poisoned(*gpu, *cpu, {b, s, hc.h, hd}, dt);
+          auto dk = twin_poisoned(*gpu, *cpu, {b, s, hc.kvh, hd}, dt);
+          auto dv = twin_poisoned(*gpu, *cpu, {b, s, hc.kvh, hd}, dt);
+          gpu->attention_backward(q.g, k.g, v.g, out.g, lse.g, dout.g, dq.g, dk.g, dv.g);
+          cpu->attention_backward(q.c, k.c, v.c, out.c, lse.c, dout.c, dq.c, dk.c, dv.c);
+          expect_close(name + " dq", *gpu, dq.g, *cpu, dq.c, tol_for(dt));
+          expect_close(name + " dk", *gpu, dk.g, *cpu, dk.c, tol_for(dt));
+          expect_close(name + " dv", *gpu, dv.g, *cpu, dv.c, tol_for(dt));
+        }
+}
+
+// Caches [b, kvh, T, hd] random at positions <= pos[i] and NaN beyond (must never be read).
+std::vector<float> cache_values(std::mt19937& rng, int b, int kvh, int T, int hd, const std::vector<std::int32_t>& pos) {
+  std::vector<float> v = randn(rng, static_cast<std::size_t>(b) * kvh * T * hd);
+  for (int bi = 0; bi < b; ++bi)
+    for (int kh = 0; kh < kvh; ++kh)
+      for (int t = pos[static_cast<std::size_t>(bi)] + 1; t < T; ++t)
+        std::fill_n(v.begin() + ((static_cast<std::ptrdiff_t>(bi) * kvh + kh) * T + t) * hd, hd, kNaN);
+  return v;
+}
+
+TEST(GpuAttention, DecodeMatchesCpu) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (DType dt : kDtypes)
+    for (const auto& hc : kHeadCfgs)
+      for (int hd : kHeadDims)
+        for (int b : {1, 3})
+          for (int T : {1, 37, 301}) {
+            std::vector<std::int32_t> pos(static_cast<std::size_t>(b));
+            std::uniform_int_distribution<int> pick(0, T - 1);
+            for (auto& p : pos) p = pick(rng);
+            pos[0] = T - 1;  // the full cache
+            if (b > 1) pos[1] = 0;  // a single key
+            std::ostringstream os;
+            os << case_name(dt, hc, T, hd) << " b" << b << " pos";
+            for (auto p : pos) os << " " << p;
+            const std::string name = os.str();
+            SCOPED_TRACE(name);
+            auto q = twin_random(*gpu, *cpu, rng, {b, hc.h, hd}, dt);
+            auto kc = twin(*gpu, *cpu, cache_values(rng, b, hc.kvh, T, hd, pos), {b, hc.kvh, T, hd}, dt);
+            auto vc = twin(*gpu, *cpu, cache_values(rng, b, hc.kvh, T, hd, pos), {b, hc.kvh, T, hd}, dt);
+            Tensor pg = gpu->empty({b}, DType::i32, workspace_tag()), pc = cpu->empty({b}, DType::i32, workspace_tag());
+            gpu->upload_i32(pg, pos);
+            cpu->upload_i32(pc, pos);
+            auto out = twin_poisoned(*gpu, *cpu, {b, hc.h, hd}, dt);
+            gpu->attention_decode(q.g, kc.g, vc.g, pg, out.g);
+            cpu->attention_decode(q.c, kc.c, vc.c, pc, out.c);
+            expect_close(name + " out", *gpu, out.g, *cpu, out.c, tol_for(dt));
+          }
+}
+
+// A captured decode step reads the positions on the device: replays follow pos as the graph advances it.
+TEST(GpuAttention, DecodeGraphReplayFollowsDevicePositions) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int b = 3, h = 8, kvh = 2, hd = 64, T = 515;
+  const DType dt = DType::bf16;
+  std::vector<std::int32_t> pos = {126, 127, 300};
+  std::vector<std::int32_t> last = {T - 1, T - 1, T - 1};
+  auto q = twin_random(*gpu, *cpu, rng, {b, h, hd}, dt);
+  auto kc = twin(*gpu, *cpu, cache_values(rng, b, kvh, T, hd, last), {b, kvh, T, hd}, dt);
+  auto vc = twin(*gpu, *cpu, cache_values(rng, b, kvh, T, hd, last), {b, kvh, T, hd}, dt);
+  Tensor pg = gpu->empty({b}, DType::i32, workspace_tag());
+  gpu->upload_i32(pg, pos);
+  Tensor out_g = poisoned(*gpu, {b, h, hd}, dt);
+  auto graph = gpu->capture([&] {
+    gpu->attention_decode(q.g, kc.g, vc.g, pg, out_g);
+    gpu->increment(pg, 1);
+  });
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE("replay " + std::to_string(step));
+    gpu->fill(out_g, kNaN);
+    graph->replay();
+    Tensor pc = cpu->empty({b}, DType::i32, workspace_tag());
+    std::vector<std::int32_t> now = pos;
+    for (auto& p : now) p += step;
+    cpu->upload_i32(pc, now);
+    Tensor out_c = cpu->empty({b, h, hd}, dt, workspace_tag());
+    cpu->attention_decode(q.c, kc.c, vc.c, pc, out_c);
+    expect_close("decode replay", *gpu, out_g, *cpu, out_c, tol_for(dt));
+  }
+  EXPECT_EQ(gpu->download_i32(pg), (std::vector<std::int32_t>{pos[0] + 3, pos[1] + 3, pos[2] + 3}));
+}
+
+TEST(GpuAttention, RejectsBadArguments) {
+  MOC_GPU_OR_SKIP(gpu);
+  Tensor q = gpu->empty({1, 3, 4, 160}, DType::f32, workspace_tag());
+  Tensor k = gpu->empty({1, 3, 2, 160}, DType::f32, workspace_tag());
+  Tensor out = gpu->empty({1, 3, 4, 160}, DType::f32, workspace_tag());
+  Tensor lse = gpu->empty({1, 4, 3}, DType::f32, workspace_tag());
+  EXPECT_THROW(gpu->attention_forward(q, k, k, out, lse), std::invalid_argument);  // head_dim above 128
+  Tensor q2 = gpu->empty({1, 3, 3, 64}, DType::f32, workspace_tag());
+  Tensor k2 = gpu->empty({1, 3, 2, 64}, DType::f32, workspace_tag());
+  Tensor out2 = gpu->empty({1, 3, 3, 64}, DType::f32, workspace_tag());
+  Tensor lse2 = gpu->empty({1, 3, 3}, DType::f32, workspace_tag());
+  EXPECT_THROW(gpu->attention_forward(q2, k2, k2, out2, lse2), std::invalid_argument);  // 2 kv heads, 3 heads
+}
+
+// ---------------------------------------------------------------- MoC selection
+
+enum class Fill { distinct, ties, nans };
+
+std::vector<float> select_input(std::mt19937& rng, Fill fill, int rows, int F) {
+  std::vector<float> g = randn(rng, static_cast<std::size_t>(rows) * F, 2.0f);
+  if (fill == Fill::ties) {
+    // A small set with repeated values, both zeros and both infinities.
+    const float set[] = {-2.0f, -1.0f, -0.5f, -0.0f, 0.0f, 0.5f, 1.0f, 2.0f, -kInf, kInf, 3.0f};
+    std::uniform_int_distribution<int> pick(0, 10);
+    for (auto& x : g) x = set[pick(rng)];
+  } else if (fill == Fill::nans) {
+    std::bernoulli_distribution nan(0.2);
+    for (auto& x : g)
+      if (nan(rng)) x = kNaN;
+    std::fill_n(g.begin(), F, kNaN);  // a row of NaN only
+    if (rows > 1) std::fill_n(g.begin() + F, F / 2, kNaN);
+  }
+  return g;
+}
+
+const char* fill_name(Fill f) { return f == Fill::distinct ? "distinct" : f == Fill::ties ? "ties" : "nans"; }
+const char* rule_name(SelectRule r) {
+  return r == SelectRule::gate ? "gate" : r == SelectRule::silu ? "silu" : "abs_silu";
+}
+
+void expect_same_selection(Ops& gpu, Ops& cpu, const std::vector<float>& g, int rows, int F, DType dt,
+                           const MocSelect& sel, const std::string& name) {
+  SCOPED_TRACE(name);
+  const int kept = sel.kept(F);
+  auto gt = twin(gpu, cpu, g, {rows, F}, dt);
+  Tensor ig = gpu.empty({rows, kept}, DType::i16, workspace_tag());
+  Tensor ic = cpu.empty({rows, kept}, DType::i16, workspace_tag());
+  std::vector<std::uint16_t> poison(static_cast<std::size_t>(rows) * kept, 0xFFFFu);
+  gpu.upload(ig, poison.data());
+  gpu.moc_select(gt.g, sel, ig);
+  cpu.moc_select(gt.c, sel, ic);
+  const auto got = gpu.download_i32(ig), want = cpu.download_i32(ic);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i]) {
+      const std::size_t r = i / static_cast<std::size_t>(kept), j = i % static_cast<std::size_t>(kept);
+      ADD_FAILURE() << name << ": row " << r << " slot " << j << ": gpu " << got[i] << ", cpu " << want[i]
+                    << " (g[cpu pick] = " << g[r * static_cast<std::size_t>(F) + static_cast<std::size_t>(want[i])]
+                    << ")";
+      return;
+    }
+}
+
+TEST(GpuMoc, SelectMatchesCpuExactly) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  struct Case {
+    int F, rows;
+  };
+  for (const Case c : {Case{5461, 19}, Case{37, 23}})
+    for (Fill fill : {Fill::distinct, Fill::ties, Fill::nans}) {
+      const auto g = select_input(rng, fill, c.rows, c.F);
+      for (SelectRule rule : {SelectRule::gate, SelectRule::silu, SelectRule::abs_silu}) {
+        std::vector<MocSelect> sels = {{1, 0, 0, rule}, {17, 0, 0, rule}, {c.F, 0, 0, rule}, {0, 2, 8, rule}};
+        if (c.F > 1024) {
+          sels.push_back({1024, 0, 0, rule});
+          sels.push_back({0, 100, 300, rule});  // large groups: one block per group, partial last group of 61
+        } else {
+          sels.push_back({0, 5, 13, rule});
+          sels.push_back({0, 3, 64, rule});  // a single partial group
+        }
+        for (const auto& sel : sels) {
+          std::ostringstream os;
+          os << "F" << c.F << " " << fill_name(fill) << " " << rule_name(rule) << " ";
+          if (sel.grouped()) os << sel.group_a << ":" << sel.group_b;
+          else os << "K" << sel.k;
+          expect_same_selection(*gpu, *cpu, g, c.rows, c.F, DType::f32, sel, os.str());
+        }
+      }
+    }
+}
+
+TEST(GpuMoc, SelectMatchesCpuOnBf16AndWideRows) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (Fill fill : {Fill::distinct, Fill::ties, Fill::nans}) {
+    // bf16 g: many exact ties among the rounded values.
+    const auto g = select_input(rng, fill, 9, 5461);
+    for (SelectRule rule : {SelectRule::gate, SelectRule::silu})
+      for (const MocSelect& sel : {MocSelect{1024, 0, 0, rule}, MocSelect{0, 2, 8, rule}})
+        expect_same_selection(*gpu, *cpu, g, 9, 5461, DType::bf16, sel,
+                              std::string("bf16 ") + fill_name(fill) + " " + rule_name(rule));
+    // Rows wider than the shared-memory key buffer.
+    const int F = 30011;
+    const auto w = select_input(rng, fill, 3, F);
+    for (const MocSelect& sel : {MocSelect{17, 0, 0, SelectRule::gate}, MocSelect{6000, 0, 0, SelectRule::abs_silu},
+                                 MocSelect{0, 7000, 20000, SelectRule::gate}})
+      expect_same_selection(*gpu, *cpu, w, 3, F, DType::f32, sel,
+                            std::string("wide ") + fill_name(fill) + " " + rule_name(sel.rule));
+  }
+}
+
+TEST(GpuMoc, SelectRejectsBadArguments) {
+  MOC_GPU_OR_SKIP(gpu);
+  Tensor g = gpu->empty({3, 37}, DType::f32, workspace_tag());
+  Tensor idx32 = gpu->empty({3, 5}, DType::i32, workspace_tag());
+  EXPECT_THROW(gpu->moc_select(g, {5, 0, 0, SelectRule::gate}, idx32), std::invalid_argument);
+  Tensor idx = gpu->empty({3, 5}, DType::i16, workspace_tag());
+  EXPECT_THROW(gpu->moc_select(g, {6, 0, 0, SelectRule::gate}, idx), std::invalid_argument);
+  EXPECT_THROW(gpu->moc_select(g, {38, 0, 0, SelectRule::gate}, idx), std::invalid_argument);
+}
+
+// ---------------------------------------------------------------- gather / scatter / sparse down projection
+
+// Selected channels of random gates, computed on the CPU, as host values.
+std::vector<std::int32_t> random_selection(Ops& cpu, std::mt19937& rng, int rows, int F, const MocSelect& sel) {
+  Tensor g = random_tensor(cpu, rng, {rows, F});
+  Tensor idx = cpu.empty({rows, sel.kept(F)}, DType::i16, workspace_tag());
+  cpu.moc_select(g, sel, idx);
+  return cpu.download_i32(idx);
+}
+
+TEST(GpuMoc, GatherScatterMatchCpu) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int rows = 19;
+  for (int F : {37, 5461})
+    for (const MocSelect& sel : {MocSelect{17, 0, 0, SelectRule::gate}, MocSelect{0, 2, 8, SelectRule::gate}})
+      for (DType src_dt : kDtypes)
+        for (DType dst_dt : kDtypes) {
+          const int K = sel.kept(F);
+          const std::string name = "F" + std::to_string(F) + " K" + std::to_string(K) + " " +
+                                   std::string(dtype_name(src_dt)) + "->" + std::string(dtype_name(dst_dt));
+          SCOPED_TRACE(name);
+          const auto ix = random_selection(*cpu, rng, rows, F, sel);
+          Tensor ig = upload_idx(*gpu, ix, {rows, K}), ic = upload_idx(*cpu, ix, {rows, K});
+          auto src = twin_random(*gpu, *cpu, rng, {rows, F}, src_dt);
+          auto gathered = twin_poisoned(*gpu, *cpu, {rows, K}, dst_dt);
+          gpu->gather_cols(src.g, ig, gathered.g);
+          cpu->gather_cols(src.c, ic, gathered.c);
+          expect_same_values(name + " gather", *gpu, gathered.g, *cpu, gathered.c);
+          auto compact = twin_random(*gpu, *cpu, rng, {rows, K}, src_dt);
+          auto dense = twin_poisoned(*gpu, *cpu, {rows, F}, dst_dt);
+          gpu->scatter_cols(compact.g, ig, dense.g);
+          cpu->scatter_cols(compact.c, ic, dense.c);
+          expect_same_values(name + " scatter", *gpu, dense.g, *cpu, dense.c);
+        }
+}
+
+void check_sparse_rows_matmul(Ops& gpu, Ops& cpu, std::mt19937& rng, int rows, int F, const MocSelect& sel, int d,
+                              DType dt) {
+  const int K = sel.kept(F);
+  const auto ix = random_selection(cpu, rng, rows, F, sel);
+  Tensor ig = upload_idx(gpu, ix, {rows, K}), ic = upload_idx(cpu, ix, {rows, K});
+  auto z = twin_random(gpu, cpu, rng, {rows, K}, dt);
+  auto w = twin_random(gpu, cpu, rng, {F, d}, dt, 0.05f);
+  for (float beta : {0.0f, 1.0f}) {
+    const std::string name = "rows " + std::to_string(rows) + " F" + std::to_string(F) + " K" + std::to_string(K) +
+                             " d" + std::to_string(d) + " " + std::string(dtype_name(dt)) +
+                             " beta " + std::to_string(beta);
+    SCOPED_TRACE(name);
+    auto out = beta == 0.0f ? twin_poisoned(gpu, cpu, {rows, d}, dt) : twin_random(gpu, cpu, rng, {rows, d}, dt);
+    gpu.sparse_rows_matmul(z.g, ig, w.g, out.g, beta);
+    cpu.sparse_rows_matmul(z.c, ic, w.c, out.c, beta);
+    expect_close(name + " out", gpu, out.g, cpu, out.c, tol_for(dt));
+  }
+  const std::string name = "backward rows " + std::to_string(rows) + " F" + std::to_string(F) + " K" +
+                           std::to_string(K) + " d" + std::to_string(d) + " " + std::string(dtype_name(dt));
+  SCOPED_TRACE(name);
+  auto dout = twin_random(gpu, cpu, rng, {rows, d}, dt);
+  auto dz = twin_poisoned(gpu, cpu, {rows, K}, dt);
+  auto dw = twin_random(gpu, cpu, rng, {F, d}, dt, 0.1f);  // accumulated into
+  gpu.sparse_rows_matmul_backward(dout.g, z.g, ig, w.g, dz.g, dw.g);
+  cpu.sparse_rows_matmul_backward(dout.c, z.c, ic, w.c, dz.c, dw.c);
+  expect_close(name + " dz", gpu, dz.g, cpu, dz.c, tol_for(dt));
+  expect_close(name + " dw", gpu, dw.g, cpu, dw.c, tol_for(dt));
+}
+
+TEST(GpuMoc, SparseRowsMatmulAndBackwardMatchCpu) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (DType dt : kDtypes)
+    for (int rows : {1, 19})
+      for (int F : {37, 5461})
+        for (const MocSelect& sel : {MocSelect{17, 0, 0, SelectRule::gate}, MocSelect{0, 2, 8, SelectRule::gate}})
+          for (int d : {65, 129}) check_sparse_rows_matmul(*gpu, *cpu, rng, rows, F, sel, d, dt);
+}
+
+// Enough rows that the dense workspace is split into chunks (and bf16 dW accumulates in an fp32 workspace).
+TEST(GpuMoc, SparseRowsMatmulManyRowsInChunks) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (DType dt : kDtypes) check_sparse_rows_matmul(*gpu, *cpu, rng, 6203, 5461, {17, 0, 0, SelectRule::gate}, 65, dt);
+}
+
+// Timings for the notes, not a check: run with --gtest_also_run_disabled_tests --gtest_filter='GpuPerf.*'.
+TEST(GpuPerf, DISABLED_MocAndAttentionTimings) {
+  MOC_GPU_OR_SKIP(gpu);
+  std::mt19937 rng(fresh_seed());
+  auto median_us = [&](const std::function<void()>& fn) {
+    fn();
+    gpu->synchronize();
+    std::vector<double> t;
+    for (int r = 0; r < 15; ++r) t.push_back(gpu->timed(fn) * 1e6);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  const int n = 16384, F = 5461, K = 1024, d = 2048;
+  for (DType dt : kDtypes) {
+    Tensor g = random_tensor(*gpu, rng, {n, F}, 1.0f, dt);
+    Tensor idx = gpu->empty({n, K}, DType::i16, workspace_tag());
+    const double bytes = static_cast<double>(n) * F * static_cast<double>(dtype_bytes(dt));
+    for (SelectRule rule : {SelectRule::gate, SelectRule::silu}) {
+      const double us = median_us([&] { gpu->moc_select(g, {K, 0, 0, rule}, idx); });
+      std::printf("moc_select %dx%d K%d %s %s: %.1f us (%.0f GB/s)\n", n, F, K, std::string(dtype_name(dt)).c_str(),
+                  rule_name(rule), us, bytes / us * 1e-3);
+    }
+    const MocSelect s28{0, 2, 8, SelectRule::gate};
+    Tensor idx28 = gpu->empty({n, s28.kept(F)}, DType::i16, workspace_tag());
+    const double us = median_us([&] { gpu->moc_select(g, s28, idx28); });
+    std::printf("moc_select %dx%d 2:8 %s: %.1f us (%.0f GB/s)\n", n, F, std::string(dtype_name(dt)).c_str(), us,
+                bytes / us * 1e-3);
+  }
+  {
+    const DType dt = DType::bf16;
+    Tensor g = random_tensor(*gpu, rng, {n, F}, 1.0f, dt);
+    Tensor idx = gpu->empty({n, K}, DType::i16, workspace_tag());
+    gpu->moc_select(g, {K, 0, 0, SelectRule::gate}, idx);
+    Tensor z = random_tensor(*gpu, rng, {n, K}, 1.0f, dt);
+    Tensor w = random_tensor(*gpu, rng, {F, d}, 0.05f, dt);
+    Tensor out = gpu->empty({n, d}, dt, workspace_tag());
+    const double fl = 2.0 * n * F * d;  // dense-equivalent GEMM flops
+    double us = median_us([&] { gpu->sparse_rows_matmul(z, idx, w, out, 0.0f); });
+    std::printf("sparse_rows_matmul %dx%d (K%d) x %dx%d bf16: %.1f us (%.0f dense TFLOP/s)\n", n, F, K, F, d, us,
+                fl / us * 1e-6);
+    Tensor dout = random_tensor(*gpu, rng, {n, d}, 1.0f, dt);
+    Tensor dz = gpu->empty({n, K}, dt, workspace_tag());
+    Tensor dw = gpu->empty({F, d}, dt, workspace_tag());
+    gpu->fill(dw, 0.0f);
+    us = median_us([&] { gpu->sparse_rows_matmul_backward(dout, z, idx, w, dz, dw); });
+    std::printf("sparse_rows_matmul_backward bf16: %.1f us (%.0f dense TFLOP/s)\n", us, 2 * fl / us * 1e-6);
+  }
+  for (int hd : {64, 128}) {
+    const int b = 4, s = 2048, h = 2048 / hd, kvh = h / 4;
+    const DType dt = DType::bf16;
+    Tensor q = random_tensor(*gpu, rng, {b, s, h, hd}, 1.0f, dt);
+    Tensor k = random_tensor(*gpu, rng, {b, s, kvh, hd}, 1.0f, dt);
+    Tensor v = random_tensor(*gpu, rng, {b, s, kvh, hd}, 1.0f, dt);
+    Tensor out = gpu->empty({b, s, h, hd}, dt, workspace_tag());
+    Tensor lse = gpu->empty({b, h, s}, DType::f32, workspace_tag());
+    const double fl = 4.0 * b * h * static_cast<double>(s) * s * hd / 2;  // causal
+    double us = median_us([&] { gpu->attention_forward(q, k, v, out, lse); });
+    std::printf("attention_forward b%d s%d h%d kvh%d hd%d bf16: %.1f us (%.1f TFLOP/s)\n", b, s, h, kvh, hd, us,
+                fl / us * 1e-6);
+    Tensor dq = gpu->empty({b, s, h, hd}, dt, workspace_tag());
+    Tensor dk = gpu->empty({b, s, kvh, hd}, dt, workspace_tag());
+    Tensor dv = gpu->empty({b, s, kvh, hd}, dt, workspace_tag());
+    us = median_us([&] { gpu->attention_backward(q, k, v, out, lse, out, dq, dk, dv); });
+    std::printf("attention_backward: %.1f us (%.1f TFLOP/s at 2.5x forward flops)\n", us, 2.5 * fl / us * 1e-6);
+  }
+  for (int b : {1, 4}) {
+    const int h = 32, kvh = 8, hd = 128, T = 4096;
+    const DType dt = DType::bf16;
+    Tensor q = random_tensor(*gpu, rng, {b, h, hd}, 1.0f, dt);
+    Tensor kc = random_tensor(*gpu, rng, {b, kvh, T, hd}, 1.0f, dt);
+    Tensor vc = random_tensor(*gpu, rng, {b, kvh, T, hd}, 1.0f, dt);
+    Tensor pos = gpu->empty({b}, DType::i32, workspace_tag());
+    gpu->upload_i32(pos, std::vector<std::int32_t>(static_cast<std::size_t>(b), T - 1));
+    Tensor out = gpu->empty({b, h, hd}, dt, workspace_tag());
+    auto graph = gpu->capture([&] { gpu->attention_decode(q, kc, vc, pos, out); });
+    const double us = median_us([&] { graph->replay(); });
+    const double bytes = 2.0 * b * kvh * T * hd * 2;
+    std::printf("attention_decode b%d h%d kvh%d hd%d pos %d bf16 (graph): %.1f us (%.0f GB/s)\n", b, h, kvh, hd,
+                T - 1, us, bytes / us * 1e-3);
+  }
+}
+
+}  // namespace
+}  // namespace moc

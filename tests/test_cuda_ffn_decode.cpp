@@ -1,0 +1,437 @@
+// Decode-time FFN on the GPU (kernels/cuda/ffn_decode.cu) against its CPU twin (kernels/cpu/cpu_decode.cpp):
+// dense, row top-K (K 1, 17, 1024, d_ffn; rules gate/silu/abs_silu), a:b (2:8 in the gate epilogue, 3:7 in
+// the gate kernel's last block), 1..9 rows (more than 8 rows run in chunks), bf16 and f32, odd sizes, fresh
+// random inputs. Selections are compared as sets: a channel may differ only where the CPU's fp32 gate value
+// lies within a small tolerance of the threshold it was ranked against (the GPU sums the dot products in
+// another order); outputs are compared with the CPU run on the GPU's selection (force_idx). Also: the parts
+// of a call, ties and NaN, the fallback when the threshold bin overflows, graph replay, bad arguments.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gpu_util.h"
+#include "test_util.h"
+
+namespace moc {
+namespace {
+using namespace moc::test;
+
+std::vector<float> round_to(std::vector<float> v, DType dt) {
+  if (dt == DType::bf16)
+    for (auto& x : v) x = bf16_to_f32(f32_to_bf16(x));
+  return v;
+}
+
+float silu_h(float x) { return x * (1.0f / (1.0f + std::exp(-x))); }
+float rank_value(float g, SelectRule rule) {
+  float v = g;
+  if (rule == SelectRule::silu) v = silu_h(g);
+  if (rule == SelectRule::abs_silu) v = std::fabs(silu_h(g));
+  return std::isnan(v) ? -std::numeric_limits<float>::infinity() : v;
+}
+
+// One FFN layer on both backends (same dtype and values), plus host copies of the stored values.
+struct Layer {
+  int R = 0, d = 0, F = 0;
+  DType dt = DType::bf16;
+  std::vector<float> x, wg, wu, wd, out0;
+  Tensor xg, xc, wgg, wgc, wug, wuc, wdg, wdc;
+  DecodeFfnWeights gw() const { return {&wgg, &wug, &wdg}; }
+  DecodeFfnWeights cw() const { return {&wgc, &wuc, &wdc}; }
+};
+
+void upload_pair(Ops& gpu, Ops& cpu, Tensor& g, Tensor& c, const Shape& s, DType dt, const std::vector<float>& v) {
+  g = gpu.empty(s, dt, workspace_tag());
+  c = cpu.empty(s, dt, workspace_tag());
+  gpu.upload_f32(g, v);
+  cpu.upload_f32(c, v);
+}
+
+Layer make_layer(std::mt19937& rng, int R, int d, int F, DType dt) {
+  Layer L;
+  L.R = R;
+  L.d = d;
+  L.F = F;
+  L.dt = dt;
+  const float ws = 1.0f / std::sqrt(static_cast<float>(d));
+  L.x = round_to(randn(rng, static_cast<std::size_t>(R) * d), dt);
+  L.wg = round_to(randn(rng, static_cast<std::size_t>(F) * d, ws), dt);
+  L.wu = round_to(randn(rng, static_cast<std::size_t>(F) * d, ws), dt);
+  L.wd = round_to(randn(rng, static_cast<std::size_t>(F) * d, ws), dt);
+  L.out0 = round_to(randn(rng, static_cast<std::size_t>(R) * d, 0.5f), dt);
+  return L;
+}
+
+void upload_layer(Ops& gpu, Ops& cpu, Layer& L) {
+  upload_pair(gpu, cpu, L.xg, L.xc, {L.R, L.d}, L.dt, L.x);
+  upload_pair(gpu, cpu, L.wgg, L.wgc, {L.F, L.d}, L.dt, L.wg);
+  upload_pair(gpu, cpu, L.wug, L.wuc, {L.F, L.d}, L.dt, L.wu);
+  upload_pair(gpu, cpu, L.wdg, L.wdc, {L.F, L.d}, L.dt, L.wd);
+}
+
+// The CPU twin's fp32 gate values (double accumulation in column order, rounded once).
+std::vector<float> host_gate(const Layer& L) {
+  std::vector<float> g(static_cast<std::size_t>(L.R) * L.F);
+  for (int r = 0; r < L.R; ++r)
+    for (int j = 0; j < L.F; ++j) {
+      double s = 0;
+      for (int c = 0; c < L.d; ++c)
+        s += static_cast<double>(L.x[static_cast<std::size_t>(r) * L.d + c]) * L.wg[static_cast<std::size_t>(j) * L.d + c];
+      g[static_cast<std::size_t>(r) * L.F + j] = static_cast<float>(s);
+    }
+  return g;
+}
+
+// Per row and channel, the value of the threshold the channel was ranked against: the K-th best value of
+// the row (top-K) or the a-th best of its group (a:b).
+std::vector<float> thresholds(const std::vector<float>& g, int R, int F, const MocSelect& sel) {
+  std::vector<float> thr(g.size());
+  for (int r = 0; r < R; ++r) {
+    std::vector<float> v(static_cast<std::size_t>(F));
+    for (int j = 0; j < F; ++j) v[j] = rank_value(g[static_cast<std::size_t>(r) * F + j], sel.rule);
+    auto kth = [&](int j0, int len, int n) {
+      std::vector<float> s(v.begin() + j0, v.begin() + j0 + len);
+      std::nth_element(s.begin(), s.begin() + (n - 1), s.end(), std::greater<float>());
+      for (int j = j0; j < j0 + len; ++j) thr[static_cast<std::size_t>(r) * F + j] = s[n - 1];
+    };
+    if (!sel.grouped()) kth(0, F, sel.k);
+    else
+      for (int j0 = 0; j0 < F; j0 += sel.group_b) {
+        const int len = std::min(sel.group_b, F - j0);
+        kth(j0, len, std::min(sel.group_a, len));
+      }
+  }
+  return thr;
+}
+
+// (a) The GPU's selection against the CPU's: ascending rows; sets equal except for near-ties.
+void expect_same_selection(const std::string& what, const std::vector<std::int32_t>& gpu_idx,
+                           const std::vector<std::int32_t>& cpu_idx, const std::vector<float>& g, int R, int F,
+                           const MocSelect& sel) {
+  const int kept = sel.kept(F);
+  ASSERT_EQ(gpu_idx.size(), static_cast<std::size_t>(R) * kept) << what;
+  const std::vector<float> thr = thresholds(g, R, F, sel);
+  int differing = 0, far = 0, unsorted = 0;
+  double worst = 0;
+  for (int r = 0; r < R; ++r) {
+    std::vector<int> a(gpu_idx.begin() + static_cast<std::ptrdiff_t>(r) * kept, gpu_idx.begin() + static_cast<std::ptrdiff_t>(r + 1) * kept);
+    std::vector<int> b(cpu_idx.begin() + static_cast<std::ptrdiff_t>(r) * kept, cpu_idx.begin() + static_cast<std::ptrdiff_t>(r + 1) * kept);
+    for (int i = 1; i < kept; ++i) unsorted += a[i] <= a[i - 1];
+    std::sort(a.begin(), a.end());
+    std::vector<int> diff;
+    std::set_symmetric_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(diff));
+    for (int j : diff) {
+      ++differing;
+      if (j < 0 || j >= F) {
+        ++far;
+        continue;
+      }
+      const double v = rank_value(g[static_cast<std::size_t>(r) * F + j], sel.rule);
+      const double t = thr[static_cast<std::size_t>(r) * F + j];
+      const double dist = std::fabs(v - t) / std::max(1.0, std::fabs(t));
+      worst = std::max(worst, dist);
+      if (!(dist <= 3e-5)) ++far;
+    }
+  }
+  EXPECT_EQ(unsorted, 0) << what << ": idx_out rows must be ascending";
+  // A near-tie swaps one channel for another (2 differences); fp32 reordering makes them rare.
+  EXPECT_EQ(far, 0) << what << ": " << far << " of " << differing << " differing channels are not near-ties";
+  EXPECT_LE(differing, 2 * R) << what << ": too many near-tie swaps (worst distance " << worst << ")";
+}
+
+// (b) Outputs: ||gpu - cpu|| <= tol ||cpu - out0|| + rounding of out itself (out is accumulated).
+void expect_same_out(const std::string& what, const std::vector<float>& gpu, const std::vector<float>& cpu,
+                     const std::vector<float>& out0, DType dt) {
+  ASSERT_EQ(gpu.size(), cpu.size());
+  double e2 = 0, d2 = 0, o2 = 0;
+  std::size_t nan = 0;
+  for (std::size_t i = 0; i < gpu.size(); ++i) {
+    if (std::isnan(gpu[i]) != std::isnan(cpu[i])) ++nan;
+    const double e = static_cast<double>(gpu[i]) - cpu[i], dl = static_cast<double>(cpu[i]) - out0[i];
+    e2 += e * e;
+    d2 += dl * dl;
+    o2 += static_cast<double>(cpu[i]) * cpu[i];
+  }
+  const double rtol = dt == DType::bf16 ? 1e-2 : 1e-4, round = dt == DType::bf16 ? 1.0 / 256 : 1e-6;
+  EXPECT_EQ(nan, 0u) << what;
+  EXPECT_LE(std::sqrt(e2), rtol * std::sqrt(d2) + round * std::sqrt(o2))
+      << what << ": ||gpu - cpu|| = " << std::sqrt(e2) << ", ||delta|| = " << std::sqrt(d2);
+}
+
+Tensor poisoned_idx(Ops& ops, int R, int kept) {
+  Tensor t = ops.empty({R, kept}, DType::i16, workspace_tag());
+  std::vector<std::uint16_t> h(static_cast<std::size_t>(R) * kept, 0xffff);
+  ops.upload(t, h.data());
+  return t;
+}
+
+Tensor idx_tensor(Ops& ops, const std::vector<std::int32_t>& v, int R, int kept) {
+  Tensor t = ops.empty({R, kept}, DType::i16, workspace_tag());
+  std::vector<std::uint16_t> h(v.begin(), v.end());
+  ops.upload(t, h.data());
+  return t;
+}
+
+std::string sel_str(const MocSelect* sel) {
+  if (!sel) return "dense";
+  const char* rule = sel->rule == SelectRule::gate ? "gate" : sel->rule == SelectRule::silu ? "silu" : "abs_silu";
+  if (sel->grouped()) return std::to_string(sel->group_a) + ":" + std::to_string(sel->group_b) + "/" + rule;
+  return "top" + std::to_string(sel->k) + "/" + rule;
+}
+
+// Full call on both backends; returns the GPU's selection (empty when dense).
+std::vector<std::int32_t> check_call(Ops& gpu, Ops& cpu, Layer& L, const MocSelect* sel) {
+  const std::string what = sel_str(sel) + " rows " + std::to_string(L.R) + " d " + std::to_string(L.d) + " d_ffn " +
+                           std::to_string(L.F) + " " + std::string(dtype_name(L.dt));
+  SCOPED_TRACE(what);
+  Tensor og = gpu.empty({L.R, L.d}, L.dt, workspace_tag());
+  gpu.upload_f32(og, L.out0);
+  if (!sel) {
+    Tensor oc = cpu.empty({L.R, L.d}, L.dt, workspace_tag());
+    cpu.upload_f32(oc, L.out0);
+    gpu.ffn_decode(L.xg, L.gw(), nullptr, og);
+    cpu.ffn_decode(L.xc, L.cw(), nullptr, oc);
+    expect_same_out(what, gpu.download_f32(og), cpu.download_f32(oc), L.out0, L.dt);
+    return {};
+  }
+  const int kept = sel->kept(L.F);
+  Tensor ig = poisoned_idx(gpu, L.R, kept);
+  gpu.ffn_decode(L.xg, L.gw(), sel, og, nullptr, &ig);
+  const std::vector<std::int32_t> gidx = gpu.download_i32(ig);
+  // The CPU's own selection.
+  Tensor oc = cpu.empty({L.R, L.d}, L.dt, workspace_tag());
+  cpu.upload_f32(oc, L.out0);
+  Tensor ic = cpu.empty({L.R, kept}, DType::i16, workspace_tag());
+  cpu.ffn_decode(L.xc, L.cw(), sel, oc, nullptr, &ic, kFfnGate | kFfnSelect);
+  expect_same_selection(what, gidx, cpu.download_i32(ic), host_gate(L), L.R, L.F, *sel);
+  for (std::int32_t j : gidx)
+    if (j < 0 || j >= L.F) return gidx;  // reported above; the CPU cannot run on it
+  // The CPU on the GPU's selection.
+  Tensor fc = idx_tensor(cpu, gidx, L.R, kept);
+  cpu.ffn_decode(L.xc, L.cw(), sel, oc, &fc);
+  expect_same_out(what, gpu.download_f32(og), cpu.download_f32(oc), L.out0, L.dt);
+  return gidx;
+}
+
+const DType kTypes[] = {DType::bf16, DType::f32};
+struct Size {
+  int d, F;
+};
+const Size kSmall[] = {{64, 37}, {136, 301}};
+const Size kPaper = {2048, 5461};  // the paper's 1b FFN layer
+const int kRows[] = {1, 2, 3, 4, 5, 9};
+
+TEST(GpuFfnDecode, DenseMatchesCpu) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (DType dt : kTypes) {
+    for (const Size& s : kSmall)
+      for (int R : kRows) {
+        Layer L = make_layer(rng, R, s.d, s.F, dt);
+        upload_layer(*gpu, *cpu, L);
+        check_call(*gpu, *cpu, L, nullptr);
+      }
+    for (int R : {1, 4, 9}) {
+      Layer L = make_layer(rng, R, kPaper.d, kPaper.F, dt);
+      upload_layer(*gpu, *cpu, L);
+      check_call(*gpu, *cpu, L, nullptr);
+    }
+  }
+}
+
+TEST(GpuFfnDecode, TopKMatchesCpu) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (DType dt : kTypes)
+    for (const Size& s : kSmall)
+      for (int R : kRows) {
+        Layer L = make_layer(rng, R, s.d, s.F, dt);
+        upload_layer(*gpu, *cpu, L);
+        for (int k : {1, 17, s.F}) {
+          MocSelect sel{k, 0, 0, SelectRule::gate};
+          check_call(*gpu, *cpu, L, &sel);
+        }
+        for (SelectRule rule : {SelectRule::silu, SelectRule::abs_silu}) {
+          MocSelect sel{17, 0, 0, rule};
+          check_call(*gpu, *cpu, L, &sel);
+        }
+      }
+  for (DType dt : kTypes)
+    for (int R : {1, 2, 3, 4, 9}) {
+      Layer L = make_layer(rng, R, kPaper.d, kPaper.F, dt);
+      upload_layer(*gpu, *cpu, L);
+      MocSelect sel{1024, 0, 0, SelectRule::gate};
+      check_call(*gpu, *cpu, L, &sel);
+      if (dt == DType::bf16 && R <= 2) {
+        for (int k : {1, kPaper.F}) {
+          MocSelect s2{k, 0, 0, SelectRule::gate};
+          check_call(*gpu, *cpu, L, &s2);
+        }
+        MocSelect s3{1024, 0, 0, SelectRule::abs_silu};
+        check_call(*gpu, *cpu, L, &s3);
+      }
+    }
+}
+
+TEST(GpuFfnDecode, GroupedMatchesCpu) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  // 2:8 and 4:16 are selected in the gate GEMV epilogue; 3:7 (7 does not divide 16) in its last block.
+  const MocSelect sels[] = {{0, 2, 8, SelectRule::gate}, {0, 3, 7, SelectRule::gate}, {0, 4, 16, SelectRule::silu},
+                            {0, 2, 8, SelectRule::abs_silu}};
+  for (DType dt : kTypes)
+    for (const Size& s : kSmall)
+      for (int R : kRows) {
+        Layer L = make_layer(rng, R, s.d, s.F, dt);
+        upload_layer(*gpu, *cpu, L);
+        for (const MocSelect& sel : sels) check_call(*gpu, *cpu, L, &sel);
+      }
+  for (int R : {1, 4, 9}) {
+    Layer L = make_layer(rng, R, kPaper.d, kPaper.F, DType::bf16);
+    upload_layer(*gpu, *cpu, L);
+    check_call(*gpu, *cpu, L, &sels[0]);
+  }
+}
+
+// (c) The parts of a call: gate only leaves out and idx_out alone; gate + select writes idx_out only;
+// up/down with force_idx equals the full call with that selection (and copies it to idx_out).
+TEST(GpuFfnDecode, PartsBreakDownTheCall) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const MocSelect sels[] = {{17, 0, 0, SelectRule::gate}, {0, 2, 8, SelectRule::gate}, {1024, 0, 0, SelectRule::gate}};
+  for (const MocSelect& sel : sels)
+    for (int R : {1, 3, 9}) {
+      const Size s = sel.k == 1024 ? kPaper : Size{136, 301};
+      Layer L = make_layer(rng, R, s.d, s.F, DType::bf16);
+      upload_layer(*gpu, *cpu, L);
+      SCOPED_TRACE(sel_str(&sel) + " rows " + std::to_string(R));
+      const int kept = sel.kept(L.F);
+      Tensor full = gpu->empty({R, L.d}, L.dt, workspace_tag());
+      gpu->upload_f32(full, L.out0);
+      Tensor idx = poisoned_idx(*gpu, R, kept);
+      gpu->ffn_decode(L.xg, L.gw(), &sel, full, nullptr, &idx);
+      const auto want_idx = gpu->download_i32(idx);
+      const auto want_out = gpu->download_f32(full);
+
+      Tensor o = gpu->empty({R, L.d}, L.dt, workspace_tag());
+      gpu->upload_f32(o, L.out0);
+      Tensor i2 = poisoned_idx(*gpu, R, kept);
+      gpu->ffn_decode(L.xg, L.gw(), &sel, o, nullptr, &i2, kFfnGate);
+      EXPECT_EQ(gpu->download_f32(o), L.out0) << "gate only must leave out untouched";
+      EXPECT_EQ(gpu->download_i32(i2), std::vector<std::int32_t>(want_idx.size(), 0xffff))
+          << "gate only must leave idx_out untouched";
+
+      gpu->ffn_decode(L.xg, L.gw(), &sel, o, nullptr, &i2, kFfnGate | kFfnSelect);
+      EXPECT_EQ(gpu->download_f32(o), L.out0) << "gate + select must leave out untouched";
+      EXPECT_EQ(gpu->download_i32(i2), want_idx) << "gate + select writes the same selection";
+
+      Tensor force = idx_tensor(*gpu, want_idx, R, kept);
+      for (unsigned parts : {static_cast<unsigned>(kFfnUpDown), static_cast<unsigned>(kFfnAll)}) {
+        Tensor o3 = gpu->empty({R, L.d}, L.dt, workspace_tag());
+        gpu->upload_f32(o3, L.out0);
+        Tensor i3 = poisoned_idx(*gpu, R, kept);
+        gpu->ffn_decode(L.xg, L.gw(), &sel, o3, &force, &i3, parts);
+        expect_same_out("force_idx, parts " + std::to_string(parts), gpu->download_f32(o3), want_out, L.out0, L.dt);
+        EXPECT_EQ(gpu->download_i32(i3), want_idx) << "force_idx is copied to idx_out";
+      }
+    }
+}
+
+// Ties go to the lower channel (every gate value equal), NaN gate values are never selected, and a threshold
+// bin holding more candidates than the fast path keeps in shared memory (the fallback over the whole row).
+TEST(GpuFfnDecode, TiesNaNAndOverflowingThresholdBin) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (int F : {301, 5461}) {
+    Layer L = make_layer(rng, 2, 64, F, DType::bf16);
+    for (int j = 1; j < F; ++j) std::copy_n(L.wg.begin(), L.d, L.wg.begin() + static_cast<std::ptrdiff_t>(j) * L.d);
+    upload_layer(*gpu, *cpu, L);
+    for (const MocSelect& sel : {MocSelect{17, 0, 0, SelectRule::gate}, MocSelect{0, 2, 8, SelectRule::silu}}) {
+      const auto idx = check_call(*gpu, *cpu, L, &sel);
+      const int kept = sel.kept(F);
+      for (int r = 0; r < L.R; ++r)
+        for (int i = 0; i < kept; ++i) {
+          const int want = sel.grouped() ? (i / 2) * 8 + i % 2 : i;
+          ASSERT_EQ(idx[static_cast<std::size_t>(r) * kept + i], want) << "ties go to the lower channel";
+        }
+    }
+  }
+  Layer L = make_layer(rng, 3, 136, 301, DType::bf16);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int j : {0, 5, 100, 300}) std::fill_n(L.wg.begin() + static_cast<std::ptrdiff_t>(j) * L.d, L.d, nan);
+  upload_layer(*gpu, *cpu, L);
+  for (const MocSelect& sel : {MocSelect{17, 0, 0, SelectRule::gate}, MocSelect{0, 2, 8, SelectRule::gate},
+                               MocSelect{40, 0, 0, SelectRule::abs_silu}}) {
+    const auto idx = check_call(*gpu, *cpu, L, &sel);
+    for (std::int32_t j : idx) EXPECT_TRUE(j != 0 && j != 5 && j != 100 && j != 300) << sel_str(&sel) << ": NaN kept";
+  }
+}
+
+TEST(GpuFfnDecode, GraphReplayMatchesEager) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const MocSelect sels[] = {{1024, 0, 0, SelectRule::gate}, {0, 2, 8, SelectRule::gate}};
+  for (const MocSelect* sel : {static_cast<const MocSelect*>(nullptr), &sels[0], &sels[1]}) {
+    Layer L = make_layer(rng, 3, kPaper.d, kPaper.F, DType::bf16);
+    upload_layer(*gpu, *cpu, L);
+    SCOPED_TRACE(sel_str(sel));
+    Tensor eager = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
+    gpu->upload_f32(eager, L.out0);
+    gpu->ffn_decode(L.xg, L.gw(), sel, eager);
+    const auto want = gpu->download_f32(eager);
+    Tensor o = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
+    auto graph = gpu->capture([&] { gpu->ffn_decode(L.xg, L.gw(), sel, o); });
+    for (int rep = 0; rep < 2; ++rep) {
+      gpu->upload_f32(o, L.out0);
+      graph->replay();
+      EXPECT_EQ(gpu->download_f32(o), want) << "replay " << rep;
+    }
+  }
+}
+
+TEST(GpuFfnDecode, RejectsBadArguments) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  std::mt19937 rng(fresh_seed());
+  Layer L = make_layer(rng, 2, 64, 37, DType::bf16);
+  upload_layer(*gpu, *cpu, L);
+  Tensor out = gpu->empty({2, 64}, DType::bf16, workspace_tag());
+  Tensor bad_out = gpu->empty({2, 63}, DType::bf16, workspace_tag());
+  Tensor f32_out = gpu->empty({2, 64}, DType::f32, workspace_tag());
+  MocSelect sel{17, 0, 0, SelectRule::gate};
+  MocSelect too_many{38, 0, 0, SelectRule::gate};
+  MocSelect bad_group{0, 9, 8, SelectRule::gate};
+  Tensor idx_wrong = gpu->empty({2, 16}, DType::i16, workspace_tag());
+  EXPECT_THROW(gpu->ffn_decode(L.xg, L.gw(), nullptr, bad_out), std::invalid_argument);
+  EXPECT_THROW(gpu->ffn_decode(L.xg, L.gw(), nullptr, f32_out), std::invalid_argument);
+  EXPECT_THROW(gpu->ffn_decode(L.xg, {&L.wgg, &L.wug, nullptr}, nullptr, out), std::invalid_argument);
+  EXPECT_THROW(gpu->ffn_decode(L.xg, L.gw(), &too_many, out), std::invalid_argument);
+  EXPECT_THROW(gpu->ffn_decode(L.xg, L.gw(), &bad_group, out), std::invalid_argument);
+  EXPECT_THROW(gpu->ffn_decode(L.xg, L.gw(), &sel, out, nullptr, &idx_wrong), std::invalid_argument);
+  EXPECT_THROW(gpu->ffn_decode(L.xg, L.gw(), &sel, out, nullptr, nullptr, kFfnUpDown), std::invalid_argument);
+  EXPECT_THROW(gpu->ffn_decode(L.xg, L.gw(), nullptr, out, nullptr, &idx_wrong), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace moc
