@@ -16,6 +16,7 @@
 #include "db/results_db.h"
 #ifdef MOCBENCH_HAVE_CUDA
 #include "kernels/cuda/cuda_info.h"
+#include "kernels/cuda/cuda_ops.h"
 #endif
 
 #ifndef MOCBENCH_VERSION
@@ -135,12 +136,17 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
   }
   std::string backend = opt.device.empty() ? sc.device : opt.device;
   if (backend == "auto") backend = gpu_present() ? "cuda" : "cpu";
-  if (backend == "cuda") {
-    std::fprintf(stderr,
-                 "mocbench: the CUDA backend's ops are not built yet (issue #4); run with --device cpu\n");
+  if (backend == "cuda" && !gpu_present()) {
+#ifdef MOCBENCH_HAVE_CUDA
+    std::string why;
+    cuda::list_gpus(&why);
+    std::fprintf(stderr, "mocbench: no usable CUDA GPU (%s); run with --device cpu\n", why.c_str());
+#else
+    std::fprintf(stderr, "mocbench: this build has no CUDA backend (nvcc was not found); run with --device cpu\n");
+#endif
     return 1;
   }
-  if (backend != "cpu") {
+  if (backend != "cpu" && backend != "cuda") {
     std::fprintf(stderr, "mocbench: unknown device '%s' (auto, cpu or cuda)\n", backend.c_str());
     return 2;
   }
@@ -178,6 +184,9 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
   run.machine_json = machine_json(backend);
   run.device_kind = backend;
   run.device_name = cpu_model();
+#ifdef MOCBENCH_HAVE_CUDA
+  if (backend == "cuda") run.device_name = cuda::list_gpus().at(0).name;
+#endif
   run.mocbench_version = MOCBENCH_VERSION;
   run.started_unix_ms = unix_ms();
   const std::int64_t run_id = store.begin_run(run);
@@ -205,7 +214,11 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     rec.axes = p.axes;
     PointOutcome out;
     try {
-      auto ops = make_cpu_ops(opt.cpu_memory_limit_bytes);
+      std::unique_ptr<Ops> ops;
+#ifdef MOCBENCH_HAVE_CUDA
+      if (backend == "cuda") ops = cuda::make_cuda_ops(0);
+#endif
+      if (!ops) ops = make_cpu_ops(opt.cpu_memory_limit_bytes);
       out = run_point(*ops, to_spec(p));
       rec.status = "ok";
       rec.metrics = out.metrics;

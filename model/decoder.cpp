@@ -6,6 +6,7 @@ namespace moc {
 
 Decoder::Decoder(Transformer& model, int batch, int max_seq, SamplingConfig sampling)
     : model_(&model), sampling_(sampling), cache_(model.make_kv_cache(batch, max_seq)) {
+  model.prepare_decode();  // decode-layout FFN weights: the selected channels are contiguous rows
   Ops& o = model.ops();
   tokens_ = o.empty({batch}, DType::i32, workspace_tag());
   pos_ = o.empty({batch}, DType::i32, workspace_tag());
@@ -46,6 +47,13 @@ const Tensor& Decoder::step(const std::vector<std::int32_t>& tokens) {
   step_ops();
   ++pos_host_;
   return logits_;
+}
+
+std::unique_ptr<OpGraph> Decoder::capture_step() {
+  return model_->ops().capture([this] {
+    step_ops();
+    sample_ops();
+  });
 }
 
 std::vector<std::vector<std::int32_t>> Decoder::generate(const std::vector<std::int32_t>& prompt, int prompt_len,

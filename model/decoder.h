@@ -17,6 +17,7 @@ struct SamplingConfig {
 
 class Decoder {
  public:
+  // Switches the model to the decode layout (Transformer::prepare_decode): it is inference-only after.
   Decoder(Transformer& model, int batch, int max_seq, SamplingConfig sampling = {});
 
   // prompt: batch rows of prompt_len ids, row-major. Returns the prompt logits [batch*prompt_len, vocab].
@@ -27,6 +28,11 @@ class Decoder {
   std::vector<std::vector<std::int32_t>> generate(const std::vector<std::int32_t>& prompt, int prompt_len, int n_new,
                                                   bool use_graph = true);
   int position() const { return pos_host_; }
+  int max_seq() const { return cache_.max_seq; }
+  // One step (decode the current tokens, sample the next ones, feed them back) captured as a graph;
+  // replaying it advances position by one: call advance() after each replay to keep the host mirror.
+  std::unique_ptr<OpGraph> capture_step();
+  void advance() { ++pos_host_; }
 
  private:
   void step_ops();        // decode step on tokens_ at pos_, then advance pos_

@@ -26,9 +26,22 @@ void Ffn::forward(const Tensor& x, const FfnWeights& w, Tensor& out, float beta,
   else forward_moc(x, w, out, beta, keep, r);
 }
 
+void Ffn::decode(const Tensor& x, const FfnWeights& w, Tensor& out, Tensor* idx_out, RangeSink* r) {
+  if (!w.decode_layout) throw std::logic_error("Ffn::decode needs the decode layout (Transformer::prepare_decode)");
+  ScopedRange sr(r, "ffn.decode");
+  const DecodeFfnWeights dw{w.w_gate, w.w_up, w.w_down};
+  if (cfg_->ffn.kind == FfnKind::dense) {
+    ops_->ffn_decode(x, dw, nullptr, out);
+    return;
+  }
+  const MocSelect sel = cfg_->ffn.selection();
+  ops_->ffn_decode(x, dw, &sel, out, forced_idx_.defined() ? &forced_idx_ : nullptr, idx_out);
+}
+
 void Ffn::backward(const Tensor& x, const Tensor& dout, const FfnWeights& w, Tensor& dx, const FfnGrads& g,
                    RangeSink* r) {
   if (!g_.defined()) throw std::logic_error("Ffn::backward without a forward that kept its activations");
+  if (w.decode_layout) throw std::logic_error("Ffn::backward: the decode layout is for inference only");
   if (cfg_->ffn.kind == FfnKind::dense) backward_dense(x, dout, w, dx, g, r);
   else backward_moc(x, dout, w, dx, g, r);
   release();
@@ -43,11 +56,11 @@ void Ffn::forward_dense(const Tensor& x, const FfnWeights& w, Tensor& out, float
   Tensor U = o.empty({n, F}, act, keep_tag(keep));
   {
     ScopedRange sr(r, "ffn.gate");
-    o.gemm(x, false, *w.w_gate, false, G);
+    o.gemm(x, false, *w.w_gate, w.decode_layout, G);
   }
   {
     ScopedRange sr(r, "ffn.up");
-    o.gemm(x, false, *w.w_up, false, U);
+    o.gemm(x, false, *w.w_up, w.decode_layout, U);
   }
   const bool store_sz = keep && !cfg_->ffn.gcp;
   Tensor S, Z = o.empty({n, F}, act, keep_tag(store_sz));
@@ -120,7 +133,7 @@ void Ffn::forward_moc(const Tensor& x, const FfnWeights& w, Tensor& out, float b
     Tensor G = o.empty({n, F}, act, workspace_tag());
     {
       ScopedRange sr(r, "ffn.gate");
-      o.gemm(x, false, *w.w_gate, false, G);
+      o.gemm(x, false, *w.w_gate, w.decode_layout, G);
     }
     {
       ScopedRange sr(r, "ffn.topk");
@@ -138,7 +151,7 @@ void Ffn::forward_moc(const Tensor& x, const FfnWeights& w, Tensor& out, float b
   {
     Tensor U = o.empty({n, F}, act, workspace_tag());
     ScopedRange sr(r, "ffn.up");
-    o.gemm(x, false, *w.w_up, false, U);
+    o.gemm(x, false, *w.w_up, w.decode_layout, U);
     o.gather_cols(U, idx, usel);  // U ⊙ M
   }
   const bool store_sz = keep && !cfg_->ffn.gcp;

@@ -15,9 +15,12 @@
 namespace moc {
 
 struct FfnWeights {
-  const Tensor* w_gate;  // [d, d_ffn]
-  const Tensor* w_up;    // [d, d_ffn]
+  const Tensor* w_gate;  // [d, d_ffn], or [d_ffn, d] in the decode layout
+  const Tensor* w_up;    // [d, d_ffn], or [d_ffn, d] in the decode layout
   const Tensor* w_down;  // [d_ffn, d]  (row j is channel j: contiguous for the sparse down projection)
+  // Decode layout (inference only): W_gate and W_up are stored transposed, so a channel is one contiguous
+  // row of every matrix (see Ops::ffn_decode). forward() works on it; backward() does not.
+  bool decode_layout = false;
 };
 
 struct FfnGrads {
@@ -37,6 +40,10 @@ class Ffn {
   void backward(const Tensor& x, const Tensor& dout, const FfnWeights& w, Tensor& dx, const FfnGrads& g,
                 RangeSink* ranges = nullptr);
   void release();
+  // Decode-time forward for a few rows (out += FFN(x)) through Ops::ffn_decode; needs the decode layout.
+  // A forced selection (force_selection) is used when set. idx_out, when given, receives the selection.
+  void decode(const Tensor& x, const FfnWeights& w, Tensor& out, Tensor* idx_out = nullptr,
+              RangeSink* ranges = nullptr);
 
   // Channel indices selected by the last forward ([rows, kept] i16); undefined for dense.
   const Tensor& selected() const { return idx_; }

@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <stdexcept>
 
@@ -109,7 +110,7 @@ void Transformer::zero_grads() {
 
 FfnWeights Transformer::ffn_weights(int l) const {
   const auto& lp = layers_[static_cast<std::size_t>(l)];
-  return {&lp.w_gate->value, &lp.w_up->value, &lp.w_down->value};
+  return {&lp.w_gate->value, &lp.w_up->value, &lp.w_down->value, decode_layout_};
 }
 
 Tensor Transformer::run_layers(const Tensor& tokens, int batch, int seq, Mode mode, KvCache* cache) {
@@ -250,6 +251,7 @@ void Transformer::release_activations() {
 
 void Transformer::backward() {
   if (!logits_.defined()) throw std::logic_error("backward() needs a forward(keep_for_backward = true) first");
+  if (decode_layout_) throw std::logic_error("backward(): the model was switched to the decode layout (inference only)");
   if (!embed_->grad.defined()) allocate_grads();
   Ops& o = *ops_;
   const std::int64_t n = static_cast<std::int64_t>(batch_) * seq_;
@@ -336,6 +338,31 @@ KvCache Transformer::make_kv_cache(int batch, int max_seq) {
   return c;
 }
 
+void Transformer::prepare_decode() {
+  if (decode_layout_) return;
+  Ops& o = *ops_;
+  // A one-time host transpose (the model knows no device code); each weight is replaced as it is done,
+  // so at most one extra copy of one matrix is alive.
+  auto transpose = [&](Param& p) {
+    const std::int64_t r = p.value.dim(0), c = p.value.dim(1);
+    const std::size_t es = dtype_bytes(p.value.dtype());
+    std::vector<unsigned char> src(p.value.nbytes()), dst(p.value.nbytes());
+    o.download(p.value, src.data());
+    for (std::int64_t i = 0; i < r; ++i)
+      for (std::int64_t j = 0; j < c; ++j)
+        std::memcpy(&dst[static_cast<std::size_t>(j * r + i) * es], &src[static_cast<std::size_t>(i * c + j) * es], es);
+    Tensor t = o.empty({c, r}, p.value.dtype(), p.value.tag());
+    o.upload(t, dst.data());
+    p.value = t;
+    p.grad.reset();
+  };
+  for (auto& lp : layers_) {
+    transpose(*lp.w_gate);
+    transpose(*lp.w_up);
+  }
+  decode_layout_ = true;
+}
+
 Tensor Transformer::prefill(const Tensor& tokens, int batch, int seq, KvCache& cache) {
   if (batch != cache.batch || seq > cache.max_seq)
     throw std::invalid_argument("prefill: batch " + std::to_string(batch) + " / prompt " + std::to_string(seq) +
@@ -376,7 +403,8 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
     {
       ScopedRange sr(ranges_, "ffn");
       o.rmsnorm_forward(x, lp.ffn_norm->value, cfg_.norm_eps, xn, rstd);
-      ffns_[static_cast<std::size_t>(l)].forward(xn, ffn_weights(l), x, 1.0f, false, ranges_);
+      if (decode_layout_) ffns_[static_cast<std::size_t>(l)].decode(xn, ffn_weights(l), x, nullptr, ranges_);
+      else ffns_[static_cast<std::size_t>(l)].forward(xn, ffn_weights(l), x, 1.0f, false, ranges_);
     }
   }
   ScopedRange sr(ranges_, "head");

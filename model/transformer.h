@@ -57,6 +57,11 @@ class Transformer {
   // Logits [batch*seq, vocab] (f32) of every position, nothing kept.
   Tensor forward_logits(const Tensor& tokens, int batch, int seq);
 
+  // Switches the FFN weights to the decode layout (W_gate and W_up transposed in place, so a channel is a
+  // contiguous row: Ops::ffn_decode). Inference only from then on: backward() throws. Idempotent.
+  void prepare_decode();
+  bool decode_layout() const { return decode_layout_; }
+
   // Decoding. prefill writes K/V of positions 0..seq-1 and returns the prompt logits [batch*seq, vocab].
   KvCache make_kv_cache(int batch, int max_seq);
   Tensor prefill(const Tensor& tokens, int batch, int seq, KvCache& cache);
@@ -79,6 +84,7 @@ class Transformer {
 
   Param& add_param(const std::string& name, const Shape& shape, float init_std, bool decay);
   void init_weights();
+  bool decode_layout_ = false;
   // Embedding through the final norm; returns the normalized final hidden state [n, d].
   Tensor run_layers(const Tensor& tokens, int batch, int seq, Mode mode, KvCache* cache);
   Tensor head_logits(const Tensor& xf, bool keep);

@@ -69,4 +69,30 @@ class HostRangeTimer final : public RangeSink {
   std::vector<Event> events_;
 };
 
+// Forwards every range to several sinks (host timing and NVTX on a GPU run).
+class TeeRangeSink final : public RangeSink {
+ public:
+  explicit TeeRangeSink(std::vector<RangeSink*> sinks) : sinks_(std::move(sinks)) {}
+  void push(std::string_view name) override {
+    for (auto* s : sinks_)
+      if (s) s->push(name);
+  }
+  void pop() override {
+    for (auto it = sinks_.rbegin(); it != sinks_.rend(); ++it)
+      if (*it) (*it)->pop();
+  }
+
+ private:
+  std::vector<RangeSink*> sinks_;
+};
+
+// NVTX ranges under the same names, for Nsight Systems and CUPTI's range correlation. A no-op sink when
+// mocbench was built without the CUDA toolkit (nvtx_available() says which).
+class NvtxRangeSink final : public RangeSink {
+ public:
+  void push(std::string_view name) override;
+  void pop() override;
+  static bool nvtx_available();
+};
+
 }  // namespace moc

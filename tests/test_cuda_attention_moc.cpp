@@ -54,8 +54,10 @@ Tensor upload_idx(Ops& o, const std::vector<std::int32_t>& v, const Shape& shape
   return t;
 }
 
-// ||got - want|| <= tol * ||want|| over every element; every element of got must be finite where want is.
-void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, double tol) {
+// ||got - want|| <= tol * ||want|| + atol * sqrt(n) over every element; every element of got must be finite where
+// want is. atol covers outputs that are zero in exact arithmetic (rounding noise is all that is left of them).
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, double tol,
+                  double atol = 0.0) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double d2 = 0, w2 = 0;
   std::size_t bad = 0, first_bad = 0, worst_i = 0;
@@ -76,12 +78,14 @@ void expect_close(const std::string& what, const std::vector<float>& got, const 
   }
   EXPECT_EQ(bad, 0u) << what << ": " << bad << " non-finite outputs, first at " << first_bad;
   const double rel = std::sqrt(d2) / std::max(std::sqrt(w2), 1e-30);
-  EXPECT_LE(rel, tol) << what << ": relative error " << rel << "; worst at " << worst_i << ": got " << got[worst_i]
-                      << ", want " << want[worst_i];
+  EXPECT_LE(std::sqrt(d2), tol * std::sqrt(w2) + atol * std::sqrt(static_cast<double>(got.size())))
+      << what << ": relative error " << rel << " (||got - want|| " << std::sqrt(d2) << ", ||want|| " << std::sqrt(w2)
+      << "); worst at " << worst_i << ": got " << got[worst_i] << ", want " << want[worst_i];
 }
 
-void expect_close(const std::string& what, Ops& gpu, const Tensor& g, Ops& cpu, const Tensor& c, double tol) {
-  expect_close(what, gpu.download_f32(g), cpu.download_f32(c), tol);
+void expect_close(const std::string& what, Ops& gpu, const Tensor& g, Ops& cpu, const Tensor& c, double tol,
+                  double atol = 0.0) {
+  expect_close(what, gpu.download_f32(g), cpu.download_f32(c), tol, atol);
 }
 
 // Bit-for-bit equal values (copies), reporting the first difference.
@@ -163,9 +167,10 @@ TEST(GpuAttention, BackwardMatchesCpu) {
           auto dv = twin_poisoned(*gpu, *cpu, {b, s, hc.kvh, hd}, dt);
           gpu->attention_backward(q.g, k.g, v.g, out.g, lse.g, dout.g, dq.g, dk.g, dv.g);
           cpu->attention_backward(q.c, k.c, v.c, out.c, lse.c, dout.c, dq.c, dk.c, dv.c);
-          expect_close(name + " dq", *gpu, dq.g, *cpu, dq.c, tol_for(dt));
-          expect_close(name + " dk", *gpu, dk.g, *cpu, dk.c, tol_for(dt));
-          expect_close(name + " dv", *gpu, dv.g, *cpu, dv.c, tol_for(dt));
+          // s = 1: dq and dk are exactly zero (one key: dp == D), the GPU leaves ~1e-7 of rounding noise.
+          expect_close(name + " dq", *gpu, dq.g, *cpu, dq.c, tol_for(dt), 1e-5);
+          expect_close(name + " dk", *gpu, dk.g, *cpu, dk.c, tol_for(dt), 1e-5);
+          expect_close(name + " dv", *gpu, dv.g, *cpu, dv.c, tol_for(dt), 1e-5);
         }
 }
 

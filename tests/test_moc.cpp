@@ -463,3 +463,75 @@ TEST_F(Theorem1, ThePracticalGateRuleDropsRealChannelsWithNegativeGates) {
 
 }  // namespace
 }  // namespace moc
+
+namespace moc {
+namespace {
+using namespace moc::test;
+
+std::vector<float> transposed(const std::vector<float>& m, std::int64_t r, std::int64_t c) {
+  std::vector<float> t(m.size());
+  for (std::int64_t i = 0; i < r; ++i)
+    for (std::int64_t j = 0; j < c; ++j) t[static_cast<std::size_t>(j * r + i)] = m[static_cast<std::size_t>(i * c + j)];
+  return t;
+}
+
+// The decode FFN twin (the GPU decode kernels' oracle) equals the training-layout forward on the same
+// selection, for dense, MoC and MoC 2:8, odd sizes, with out accumulated; its own selection is that of
+// moc_select on the fp32 gate; parts run alone do what they say.
+TEST(FfnDecodeTwin, MatchesTheForwardUnderItsOwnSelection) {
+  auto o = make_cpu_ops();
+  std::mt19937 rng(fresh_seed());
+  for (const char* ffn : {"dense", "moc", "moc_2:8"})
+    for (int rows : {1, 3}) {
+      ModelConfig cfg = preset("tiny");
+      cfg.hidden = 24;
+      cfg.d_ffn = 301;
+      apply_override(cfg, "ffn", ffn);
+      if (cfg.ffn.kind == FfnKind::moc && !cfg.ffn.selection().grouped()) cfg.ffn.k = 37;
+      const std::int64_t d = cfg.hidden, F = cfg.d_ffn;
+      auto wg = randn(rng, d * F, 0.2f), wu = randn(rng, d * F, 0.2f), wd = randn(rng, F * d, 0.2f);
+      auto x = randn(rng, rows * d), out0 = randn(rng, rows * d);
+      auto up = [&](const std::vector<float>& v, Shape s) {
+        Tensor t = o->empty(s, DType::f32, weights_tag());
+        o->upload_f32(t, v);
+        return t;
+      };
+      Tensor Wg = up(wg, {d, F}), Wu = up(wu, {d, F}), Wd = up(wd, {F, d});
+      Tensor WgT = up(transposed(wg, d, F), {F, d}), WuT = up(transposed(wu, d, F), {F, d});
+      Tensor X = up(x, {rows, d});
+      Tensor y_dec = up(out0, {rows, d}), y_fwd = up(out0, {rows, d});
+      Ffn f(*o, cfg, 0);
+      const bool moc = cfg.ffn.kind == FfnKind::moc;
+      const int kept = moc ? cfg.ffn.selection().kept(static_cast<int>(F)) : 0;
+      Tensor idx = o->empty({rows, std::max(kept, 1)}, DType::i16, workspace_tag());
+      f.decode(X, {&WgT, &WuT, &Wd, true}, y_dec, moc ? &idx : nullptr);
+      if (moc) {
+        // Its selection is moc_select's on the fp32 gate.
+        Tensor G = o->empty({rows, F}, DType::f32, workspace_tag());
+        o->gemm(X, false, Wg, false, G);
+        Tensor ref = o->empty({rows, kept}, DType::i16, workspace_tag());
+        o->moc_select(G, cfg.ffn.selection(), ref);
+        EXPECT_EQ(o->download_i32(idx), o->download_i32(ref)) << ffn << " rows " << rows;
+        f.force_selection(idx);
+      }
+      f.forward(X, {&Wg, &Wu, &Wd}, y_fwd, 1.0f, false);
+      EXPECT_LT(rel_err(o->download_f32(y_dec), o->download_f32(y_fwd)), 1e-5) << ffn << " rows " << rows;
+      // The decode layout also serves the generic forward (prefill): W_gate/W_up are read transposed.
+      Tensor y_t = up(out0, {rows, d});
+      f.forward(X, {&WgT, &WuT, &Wd, true}, y_t, 1.0f, false);
+      EXPECT_LT(rel_err(o->download_f32(y_t), o->download_f32(y_fwd)), 1e-5);
+      f.clear_forced_selection();
+      // Gate (and selection) alone leave out untouched.
+      Tensor y_part = up(out0, {rows, d});
+      const MocSelect sel = moc ? cfg.ffn.selection() : MocSelect{};
+      o->ffn_decode(X, {&WgT, &WuT, &Wd}, moc ? &sel : nullptr, y_part, nullptr, nullptr, kFfnGate | kFfnSelect);
+      EXPECT_EQ(o->download_f32(y_part), out0);
+      if (moc) {  // up/down alone with the selection given equals the whole call
+        o->ffn_decode(X, {&WgT, &WuT, &Wd}, &sel, y_part, &idx, nullptr, kFfnUpDown);
+        EXPECT_LT(rel_err(o->download_f32(y_part), o->download_f32(y_dec)), 1e-6);
+      }
+    }
+}
+
+}  // namespace
+}  // namespace moc

@@ -2,6 +2,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -26,6 +27,18 @@ inline std::vector<float> randn(std::mt19937& rng, std::size_t n, float std = 1.
   std::vector<float> v(n);
   for (auto& x : v) x = d(rng);
   return v;
+}
+
+// ||a - b|| / max(||b||, tiny): norm-wise relative error.
+inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double e = static_cast<double>(a[i]) - b[i];
+    num += e * e;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  if (a.size() != b.size()) return 1e30;
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
 }
 
 inline Tensor random_tensor(Ops& ops, std::mt19937& rng, const Shape& shape, float std = 1.0f,

@@ -290,6 +290,7 @@ double rel_err(const std::vector<float>& out, const std::vector<float>& out0, co
 void check_config(const DevLayer& L, Problem p, const Options& opt, const std::string& tag) {
   const std::string name = tag + " " + sel_name(p) + " rows " + std::to_string(p.rows) + " d " + std::to_string(p.d) +
                            " F " + std::to_string(p.d_ffn) + (moc::cuda::ffn::fast_path(p, opt) ? " fast" : " generic");
+  std::printf("RUN   %s\n", name.c_str());
   const std::vector<float> g = h_gate(L.h);
   std::vector<float> out;
   std::vector<std::uint16_t> idx;
@@ -610,12 +611,18 @@ int run_bench(int reps, int copies) {
     // Workspaces and selections of a full MoC (and 2:8) call per weight copy.
     std::vector<DevBuf> ws_topk, ws_28, idx_topk;
     double union_topk = 0, union_28 = 0;
+    std::size_t ws_bytes = 0;  // the largest workspace of the variants that share these buffers
+    for (SelKind k : {SelKind::dense, SelKind::topk, SelKind::grouped}) {
+      Variant v;
+      v.kind = k;
+      ws_bytes = std::max(ws_bytes, moc::cuda::ffn::workspace_bytes(bench_problem(b, R, v, 0)));
+    }
     for (int c = 0; c < b.copies; ++c) {
       for (int which = 0; which < 2; ++which) {
         Variant v;
         v.kind = which == 0 ? SelKind::topk : SelKind::grouped;
         Problem p = bench_problem(b, R, v, c);
-        DevBuf ws(moc::cuda::ffn::workspace_bytes(p));
+        DevBuf ws(ws_bytes);
         DevBuf idx(static_cast<std::size_t>(R) * p.kept() * 2);
         p.idx_out = idx.as<std::uint16_t>();
         moc::cuda::ffn::launch(p, ws.p, ws.n, b.st);
@@ -665,6 +672,7 @@ int run_bench(int reps, int copies) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   int reps = 400, copies = 8;
   bool checks = true, bench = true;
   for (int i = 1; i < argc; ++i) {

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the `cuda` preset for the GPU machine and puts next to it (build/cuda/devlib) the shared
+# libraries the binaries need that the GPU machine lacks (it has the CUDA libraries and libsqlite3, but no
+# OpenMP or Fortran runtime), with stripped copies of the executables: carry build/cuda/dev (< 64 MiB).
+# On the GPU machine: export LD_LIBRARY_PATH=$PWD/build/cuda/dev; build/cuda/dev/mocbench ...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake --preset cuda >/dev/null
+cmake --build --preset cuda "$@"
+rm -rf build/cuda/dev build/cuda/devlib
+mkdir -p build/cuda/dev
+for bin in build/cuda/app/mocbench build/cuda/tests/mocbench_tests; do
+  [ -x "$bin" ] || continue
+  ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
+    case "$(basename "$lib")" in
+      libgomp*|libgfortran*|libquadmath*|libtomlplusplus*|libopenblas*) cp -L "$lib" build/cuda/dev/ ;;
+    esac
+  done
+  strip -o "build/cuda/dev/$(basename "$bin")" "$bin"
+done
+strip -o build/cuda/dev/libmocbench_cuda.so build/cuda/kernels/libmocbench_cuda.so
+for f in build/cuda/bench/ffn_decode_micro; do
+  [ -x "$f" ] && strip -o "build/cuda/dev/$(basename "$f")" "$f"
+done
+du -sh build/cuda/dev | cut -f1
