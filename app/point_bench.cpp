@@ -227,6 +227,15 @@ PointOutcome run_point(Ops& ops, const PointSpec& spec) {
       } else {
         updown_us = std::max(0.0, total_us - gate_us);
       }
+      // The same layer through the generic ops (GEMMs, moc_select, gathers: what a framework without fused
+      // decode kernels runs), for comparison with the fused decode path.
+      auto unfused = ops.capture([&] {
+        for (int c = 0; c < copies; ++c)
+          ffn.forward(x, {&wg[static_cast<std::size_t>(c)], &wu[static_cast<std::size_t>(c)],
+                          &wd[static_cast<std::size_t>(c)], true},
+                      y, 1.0f, false);
+      });
+      const double unfused_us = measure(part, [&] { return timed(ops, [&] { unfused->replay(); }) / copies; }).median_s * 1e6;
       // Byte floor of one call (paper §5): dense 3 d d_ffn, MoC d d_ffn + 2 K d weight elements (each
       // needed weight row once per call: at batch > 1 the union of the rows' selections is read, so the
       // floor is a lower bound there).
@@ -244,6 +253,7 @@ PointOutcome run_point(Ops& ops, const PointSpec& spec) {
       m.push_back({"topk_us", topk_us});
       m.push_back({"up_down_us", updown_us});
       m.push_back({"other_us", total_us - gate_us - topk_us - updown_us});
+      m.push_back({"unfused_us", unfused_us});
       m.push_back({"weight_copies", copies});
     }
   } else if (spec.mode == "topk") {

@@ -35,7 +35,13 @@ void Ffn::decode(const Tensor& x, const FfnWeights& w, Tensor& out, Tensor* idx_
     return;
   }
   const MocSelect sel = cfg_->ffn.selection();
+  Tensor rec;
+  if (record_selection_ && !idx_out) {
+    rec = ops_->empty({x.rows(), sel.kept(cfg_->d_ffn)}, DType::i16, workspace_tag());
+    idx_out = &rec;
+  }
   ops_->ffn_decode(x, dw, &sel, out, forced_idx_.defined() ? &forced_idx_ : nullptr, idx_out);
+  if (record_selection_) idx_ = *idx_out;
 }
 
 void Ffn::backward(const Tensor& x, const Tensor& dout, const FfnWeights& w, Tensor& dx, const FfnGrads& g,

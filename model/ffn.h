@@ -45,6 +45,8 @@ class Ffn {
   void decode(const Tensor& x, const FfnWeights& w, Tensor& out, Tensor* idx_out = nullptr,
               RangeSink* ranges = nullptr);
 
+  // decode() keeps its selection in selected() too while on (tests: not inside captured graphs).
+  void set_record_selection(bool on) { record_selection_ = on; }
   // Channel indices selected by the last forward ([rows, kept] i16); undefined for dense.
   const Tensor& selected() const { return idx_; }
   // Use these channels ([rows, kept] i16) instead of selecting, until cleared: compares a backend with
@@ -71,6 +73,7 @@ class Ffn {
   // Dense: [rows, d_ffn]. MoC: compact [rows, kept], with idx_ the channel of each column.
   Tensor g_, u_, s_, z_, idx_;
   Tensor forced_idx_;
+  bool record_selection_ = false;
 };
 
 }  // namespace moc

@@ -402,10 +402,11 @@ TEST(GpuFfnDecode, GraphReplayMatchesEager) {
     const auto want = gpu->download_f32(eager);
     Tensor o = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
     auto graph = gpu->capture([&] { gpu->ffn_decode(L.xg, L.gw(), sel, o); });
+    // Equal up to the order of the fp32 atomics that reduce the down projection across blocks.
     for (int rep = 0; rep < 2; ++rep) {
       gpu->upload_f32(o, L.out0);
       graph->replay();
-      EXPECT_EQ(gpu->download_f32(o), want) << "replay " << rep;
+      expect_same_out("replay " + std::to_string(rep), gpu->download_f32(o), want, L.out0, L.dt);
     }
   }
 }

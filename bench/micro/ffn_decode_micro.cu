@@ -5,7 +5,7 @@
 // rotated over copies that together exceed L2), CUDA events around each call (median) and inside a CUDA
 // graph of 20 calls. Exit code 1 when a check fails.
 //
-//   ffn_decode_micro [--reps N] [--copies N] [--skip-checks] [--skip-bench]
+//   ffn_decode_micro [--reps N] [--copies N] [--skip-checks] [--skip-bench] [--profile]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -380,6 +380,14 @@ int run_checks() {
     p.group_a = 3;
     p.group_b = 7;  // 7 does not divide 16: selection in the gate kernel's last block
     check_config(L, p, fast, "small");
+    for (int sel : {1, 2}) {
+      Options o{};
+      o.select = sel;
+      Problem q = p;
+      q.kind = SelKind::topk;
+      q.k = 17;
+      check_config(L, q, o, "small select " + std::to_string(sel));
+    }
     if (R == 3 || R == 9) {
       p.kind = SelKind::topk;
       p.k = 17;
@@ -423,6 +431,16 @@ int run_checks() {
     p.group_a = 2;
     p.group_b = 8;
     check_config(L, p, fast, "1b");
+    Options alt{};  // the benchmark's other variants
+    alt.pdl = false;
+    alt.gate_unroll = 8;
+    p.kind = SelKind::topk;
+    check_config(L, p, alt, "1b no-PDL unroll8");
+    for (int sel : {1, 2}) {
+      Options o{};
+      o.select = sel;
+      check_config(L, p, o, "1b select " + std::to_string(sel));
+    }
   }
   std::printf("== checks: %d failed\n", g_failures);
   return g_failures;
@@ -604,6 +622,9 @@ int run_bench(int reps, int copies) {
   add("moc no-PDL", SelKind::topk, moc::kFfnAll)->opt.pdl = false;
   add("gate only unroll8", SelKind::topk, moc::kFfnGate)->opt.gate_unroll = 8;
   add("moc unroll8", SelKind::topk, moc::kFfnAll)->opt.gate_unroll = 8;
+  add("gate+topK select 1", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.select = 1;
+  add("gate+topK select 2", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.select = 2;
+  add("moc select 2", SelKind::topk, moc::kFfnAll)->opt.select = 2;
 
   std::printf("\n| variant | rows | eager us | graph us | floor MB | GB/s (graph) | %% of copy BW | vs dense (graph) |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
@@ -669,25 +690,62 @@ int run_bench(int reps, int copies) {
   return 0;
 }
 
+// A few calls of the 1b layer for a profiler (ncu): dense, MoC and MoC 2:8 at batch 1 and 4.
+int run_profile() {
+  const int d = 2048, F = 5461;
+  const std::size_t wbytes = static_cast<std::size_t>(F) * d * 2;
+  DevBuf wg(wbytes), wu(wbytes), wd(wbytes), x(8 * static_cast<std::size_t>(d) * 2), out(8 * static_cast<std::size_t>(d) * 2);
+  const float s = 1.0f / std::sqrt(static_cast<float>(d));
+  init_bf16<<<1024, 256>>>(wg.as<__nv_bfloat16>(), wbytes / 2, 21, s);
+  init_bf16<<<1024, 256>>>(wu.as<__nv_bfloat16>(), wbytes / 2, 22, s);
+  init_bf16<<<1024, 256>>>(wd.as<__nv_bfloat16>(), wbytes / 2, 23, s);
+  init_bf16<<<64, 256>>>(x.as<__nv_bfloat16>(), 8 * static_cast<std::size_t>(d), 24, 1.0f);
+  CK(cudaMemset(out.p, 0, out.n));
+  CK(cudaDeviceSynchronize());
+  for (int R : {1, 4})
+    for (SelKind k : {SelKind::dense, SelKind::topk, SelKind::grouped}) {
+      Problem p;
+      p.rows = R;
+      p.d = d;
+      p.d_ffn = F;
+      p.x = x.p;
+      p.w_gate_t = wg.p;
+      p.w_up_t = wu.p;
+      p.w_down = wd.p;
+      p.out = out.p;
+      p.kind = k;
+      p.k = 1024;
+      p.group_a = 2;
+      p.group_b = 8;
+      DevBuf ws(moc::cuda::ffn::workspace_bytes(p));
+      moc::cuda::ffn::launch(p, ws.p, ws.n, nullptr);
+      CK(cudaDeviceSynchronize());
+      std::printf("profiled rows %d %s\n", R, sel_name(p).c_str());
+    }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   int reps = 400, copies = 8;
-  bool checks = true, bench = true;
+  bool checks = true, bench = true, profile = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--copies" && i + 1 < argc) copies = std::atoi(argv[++i]);
     else if (a == "--skip-checks") checks = false;
     else if (a == "--skip-bench") bench = false;
+    else if (a == "--profile") profile = true;
     else {
-      std::fprintf(stderr, "usage: %s [--reps N] [--copies N] [--skip-checks] [--skip-bench]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--reps N] [--copies N] [--skip-checks] [--skip-bench] [--profile]\n", argv[0]);
       return 2;
     }
   }
   int failed = 0;
   try {
+    if (profile) return run_profile();
     if (checks) failed = run_checks();
     if (bench) run_bench(reps, copies);
   } catch (const std::exception& e) {

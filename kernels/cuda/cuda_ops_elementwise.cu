@@ -132,20 +132,22 @@ __global__ void rmsnorm_backward_dw_reduce_kernel(const float* partial, int chun
 
 // One thread per (row, i < half), looping over heads; the angle in double as on the CPU, and the
 // rotation without fused multiply-adds so both backends round alike.
+// One thread per (row, head, pair): the angle math (in double, rounded like the CPU's) runs in parallel
+// across heads instead of in a loop, which made decode-sized calls latency bound.
 __global__ void rope_kernel(FOut x, const std::int32_t* pos, std::int64_t n, std::int64_t h, std::int64_t hd,
                             double theta, float sign) {
   const std::int64_t half = hd / 2;
-  MOC_GRID_STRIDE(e, n * half) {
-    const std::int64_t r = e / half, i = e - r * half;
+  MOC_GRID_STRIDE(e, n * h * half) {
+    const std::int64_t i = e % half, rh = e / half, r = rh / h;
     const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
     const double ang = static_cast<double>(pos[r]) * inv_freq;
-    const float c = static_cast<float>(cos(ang)), s = sign * static_cast<float>(sin(ang));
-    for (std::int64_t hh = 0; hh < h; ++hh) {
-      const std::int64_t o = (r * h + hh) * hd;
-      const float a = x.get(o + i), b = x.get(o + i + half);
-      x.set(o + i, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
-      x.set(o + i + half, __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
-    }
+    double sd, cd;
+    sincos(ang, &sd, &cd);
+    const float c = static_cast<float>(cd), s = sign * static_cast<float>(sd);
+    const std::int64_t o = rh * hd;
+    const float a = x.get(o + i), b = x.get(o + i + half);
+    x.set(o + i, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+    x.set(o + i + half, __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
   }
 }
 
@@ -370,7 +372,7 @@ void CudaOps::rope(Tensor& x, const Tensor& positions, float theta, bool inverse
   const std::int64_t n = x.dim(0), h = x.dim(1), hd = x.dim(2);
   const FOut X = fout(x, "rope", "x");
   if (n * hd == 0 || h == 0) return;
-  rope_kernel<<<grid_1d(n * (hd / 2), kThreads), kThreads, 0, cur()>>>(X, positions.data<std::int32_t>(), n, h, hd,
+  rope_kernel<<<grid_1d(n * h * (hd / 2), kThreads), kThreads, 0, cur()>>>(X, positions.data<std::int32_t>(), n, h, hd,
                                                                         static_cast<double>(theta),
                                                                         inverse ? -1.0f : 1.0f);
   MOC_CUDA_LAUNCHED("rope_kernel");

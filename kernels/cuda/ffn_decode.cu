@@ -28,9 +28,17 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kGroup = 16;     // channels per block: the M of one mma tile
 constexpr int kMaxRows = 8;    // rows per chunk: the N of one mma tile
 constexpr int kTile = 32;      // columns one warp covers per mma step (4 lanes x 8 bf16)
-constexpr int kBins = 2048;    // first-level histogram of the selection keys (their top 11 bits)
 constexpr int kCluster = 8;    // blocks whose partial outputs are reduced in distributed shared memory
 constexpr int kDownCols = kThreads * 8;  // columns of one pass of the down projection (8 per thread)
+
+// Workspace counters, one 128-byte line each (same-address atomics serialize in L2, so arrivals are spread
+// over sub-counters): line 0 the gate kernel's final counter, lines 1..32 its sub-counters, lines 40..47 the
+// up/down kernel's column-slice counters.
+constexpr int kLine = 32;  // u32 per line
+constexpr int kSubCounters = 32;
+constexpr int kBins = 2048;  // first-level histogram of block_topk_hist11 (the keys' top 11 bits)
+constexpr int kSliceLine = 40;
+constexpr std::size_t kCtrlBytes = 48 * kLine * 4;
 
 enum GateMode : int { kGateOnly = 0, kGateTopK = 1, kGateGroupLocal = 2, kGateGroupLast = 3 };
 enum ChannelMode : int { kAllChannels = 0, kListChannels = 1, kMaskChannels = 2 };
@@ -89,18 +97,6 @@ __device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 
 // Same formula and rounding as the CPU twin's silu.
 __device__ __forceinline__ float silu_f(float g) { return g * (1.0f / (1.0f + expf(-g))); }
 
-// Order-preserving unsigned key of the value a row is ranked by: larger key = better channel. NaN ranks as
-// -inf (as on the CPU), and -0 as +0 so that equal floats get equal keys.
-__device__ __forceinline__ unsigned sel_key(float g, int rule) {
-  float v = g;
-  if (rule == static_cast<int>(SelectRule::silu)) v = silu_f(g);
-  if (rule == static_cast<int>(SelectRule::abs_silu)) v = fabsf(silu_f(g));
-  if (v != v) v = -INFINITY;
-  if (v == 0.0f) v = 0.0f;
-  const unsigned u = __float_as_uint(v);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
 __device__ __forceinline__ unsigned warp_incl_scan(unsigned v, int lane) {
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
@@ -122,24 +118,37 @@ __device__ __forceinline__ unsigned warp_suffix_scan(unsigned v, int lane) {
 // ---------------------------------------------------------------------------------------------------------
 // Block-wide selection (one block of kThreads): used by the gate kernel's last block and by the one-block
 // kernels of the generic path. Works on the fp32 gate values G [R, Fp] (row stride Fp, a multiple of 128).
+//
+// Row top-K without global atomics (block_topk, Options::select 1 and 2; the default is block_topk_hist11
+// below): (1) the finite range of each row's ranking values, (2) a histogram of kLinBins linear buckets
+// over that range (monotone, so whole buckets are above or below the K-th value; a Gaussian-like row puts
+// ~0.1% of its channels in the fullest bucket, so the shared-memory atomics hardly collide), (3) channels of
+// buckets above the threshold bucket are kept, those of the threshold bucket are candidates, (4) candidates
+// are ranked directly when few (ties to the lower channel), else by radix passes over their 32-bit keys.
+
+constexpr int kLinBins = 1024;
+constexpr int kRankMax = 256;  // candidates ranked pairwise; more go through the radix passes
+constexpr unsigned kKeyNegInf = 0x007fffffu, kKeyPosInf = 0xff800000u;
 
 struct RowInfo {
-  unsigned tb;     // threshold bin (top 11 key bits)
-  unsigned need;   // channels still to take among those matching the prefix P
-  unsigned cnt;    // channels in the threshold bin
-  unsigned all;    // 1: every channel of the threshold bin is kept
-  unsigned ncand;  // channels of the threshold bin (candidates)
-  unsigned P;      // known key bits of the K-th best key
-  unsigned known;  // mask of the known bits
-  unsigned cntT;   // channels whose key equals the K-th best key (valid after the last pass)
+  unsigned kmin, kmax;  // finite key range
+  float vmin, scale;    // linear buckets: b = clamp((v - vmin) * scale, 0, kLinBins - 1)
+  unsigned tb;          // threshold bucket (bin of the top 11 key bits in block_topk_hist11)
+  unsigned need;        // channels still to take (of the threshold bucket, then of the radix prefix)
+  unsigned cnt;         // channels in the threshold bucket (block_topk_hist11)
+  unsigned all;         // 1: every channel of the threshold bucket is kept
+  unsigned ncand;       // channels in the threshold bucket (candidates)
+  unsigned P, known;    // radix fallback: known bits of the K-th key and their mask
+  unsigned cntT;        // radix fallback: channels whose key equals the K-th key
+  unsigned radix;       // 1: this row resolves its candidates by radix passes
 };
 
 struct SelScratch {
   unsigned* sel;          // [R, Wp] kept-channel bits
-  unsigned* tie;          // [R, Wp] channels whose key equals the threshold key
+  unsigned* tie;          // [R, Wp] channels whose key equals the threshold key (radix fallback)
   unsigned* ckey;         // [R, cap] candidate keys
   unsigned short* cidx;   // [R, cap] candidate channels
-  unsigned* rhist;        // [R, 256] radix histogram
+  unsigned* rhist;        // [R, kLinBins] histogram
   RowInfo* info;          // [kMaxRows]
   unsigned* scan;         // [kWarps, 16] scan scratch
 };
@@ -147,8 +156,8 @@ struct SelScratch {
 __host__ __device__ inline std::size_t sel_scratch_bytes(int R, int Wp, int cap) {
   const auto r = static_cast<std::size_t>(R);
   return 2 * align16(r * static_cast<std::size_t>(Wp) * 4) + align16(r * static_cast<std::size_t>(cap) * 4) +
-         align16(r * static_cast<std::size_t>(cap) * 2) + align16(r * 256 * 4) + align16(kMaxRows * sizeof(RowInfo)) +
-         align16(kWarps * 16 * 4);
+         align16(r * static_cast<std::size_t>(cap) * 2) + align16(r * kLinBins * 4) +
+         align16(kMaxRows * sizeof(RowInfo)) + align16(kWarps * 16 * 4);
 }
 
 __device__ SelScratch carve(unsigned char* p, int R, int Wp, int cap) {
@@ -163,11 +172,63 @@ __device__ SelScratch carve(unsigned char* p, int R, int Wp, int cap) {
   s.cidx = reinterpret_cast<unsigned short*>(p);
   p += align16(r * cap * 2);
   s.rhist = reinterpret_cast<unsigned*>(p);
-  p += align16(r * 256 * 4);
+  p += align16(r * kLinBins * 4);
   s.info = reinterpret_cast<RowInfo*>(p);
   p += align16(kMaxRows * sizeof(RowInfo));
   s.scan = reinterpret_cast<unsigned*>(p);
   return s;
+}
+
+// The value a channel is ranked by, NaN as -inf and -0 as +0, and its order-preserving key.
+__device__ __forceinline__ float rank_value(float g, int rule) {
+  float v = g;
+  if (rule == static_cast<int>(SelectRule::silu)) v = silu_f(g);
+  if (rule == static_cast<int>(SelectRule::abs_silu)) v = fabsf(silu_f(g));
+  if (v != v) v = -INFINITY;
+  if (v == 0.0f) v = 0.0f;
+  return v;
+}
+__device__ __forceinline__ unsigned key_of(float v) {
+  const unsigned u = __float_as_uint(v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float value_of(unsigned key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+__device__ __forceinline__ unsigned sel_key(float g, int rule) { return key_of(rank_value(g, rule)); }
+__device__ __forceinline__ int lin_bucket(float v, float vmin, float scale) {
+  const float t = fminf(fmaxf((v - vmin) * scale, 0.0f), static_cast<float>(kLinBins - 1));  // NaN -> 0
+  return static_cast<int>(t);
+}
+
+// Calls fn(r, cc, values) for every 128-channel chunk of every row (lane l holds channels 4l..4l+3 of the
+// chunk), eight chunks of loads in flight per warp. fn runs warp-uniformly.
+template <class Fn>
+__device__ __forceinline__ void for_row_chunks(const float* G, int Fp, int R, Fn&& fn) {
+  constexpr int kUnroll = 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int per_row = Fp / 128, total = R * per_row;
+  for (int c0 = warp; c0 < total; c0 += kWarps * kUnroll) {
+    float4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kWarps;
+      v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (c < total) {
+        const int r = c / per_row, cc = c - r * per_row;
+        v[u] = __ldcg(reinterpret_cast<const float4*>(G + static_cast<std::size_t>(r) * Fp + cc * 128) + lane);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kWarps;
+      if (c < total) {
+        const int r = c / per_row, cc = c - r * per_row;
+        const float vals[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+        fn(r, cc, vals);
+      }
+    }
+  }
 }
 
 // From the per-row kept bits: idx_out rows (ascending), and the union list (channel | row mask << 16,
@@ -243,10 +304,276 @@ __device__ void block_emit(const SelScratch& s, int R, int Wp, std::uint16_t* id
   __syncthreads();
 }
 
-// Row top-K over G with the first-level histogram `hist` [R, kBins] of the keys' top 11 bits (built by the
-// gate epilogue). Writes the kept bits into s.sel (ties at the K-th key go to the lower channels).
-__device__ void block_topk(const float* G, int Fp, const unsigned* hist, int R, int F, int K, int rule,
-                           const SelScratch& s, int Wp, int cap) {
+// Row top-K of every row of G: the kept bits go to s.sel (ties at the K-th value to the lower channels).
+// plain_hist: bucket counts with one shared atomic per channel (lanes of a warp that share lane 0's bucket add
+// once) instead of __match_any_sync aggregation (the default, measured; see bench/micro/NOTES.md).
+__device__ void block_topk(const float* G, int Fp, int R, int F, int K, int rule, const SelScratch& s, int Wp,
+                           int cap, bool plain_hist) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int i = tid; i < R * kLinBins; i += kThreads) s.rhist[i] = 0;
+  for (int i = tid; i < R * Wp; i += kThreads) s.tie[i] = 0;
+  if (tid < kMaxRows) {
+    RowInfo& in = s.info[tid];
+    in.kmin = 0xffffffffu;
+    in.kmax = 0u;
+    in.ncand = 0;
+    in.radix = 0;
+  }
+  __syncthreads();
+  // 1. Finite range of each row.
+  for_row_chunks(G, Fp, R, [&](int r, int cc, const float (&v)[4]) {
+    unsigned kmn = 0xffffffffu, kmx = 0u;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const unsigned key = key_of(rank_value(v[e], rule));
+      if (cc * 128 + lane * 4 + e < F && key > kKeyNegInf && key < kKeyPosInf) {
+        kmn = min(kmn, key);
+        kmx = max(kmx, key);
+      }
+    }
+    kmn = __reduce_min_sync(0xffffffffu, kmn);
+    kmx = __reduce_max_sync(0xffffffffu, kmx);
+    if (lane == 0) {
+      atomicMin(&s.info[r].kmin, kmn);
+      atomicMax(&s.info[r].kmax, kmx);
+    }
+  });
+  __syncthreads();
+  if (tid < R) {
+    RowInfo& in = s.info[tid];
+    float vmin = 0.f, vmax = 0.f;
+    if (in.kmin <= in.kmax) {
+      vmin = value_of(in.kmin);
+      vmax = value_of(in.kmax);
+    }
+    const float range = vmax - vmin;
+    in.vmin = vmin;
+    in.scale = range > 0.f ? static_cast<float>(kLinBins) / range : 0.f;
+  }
+  __syncthreads();
+  // 2. Bucket histogram (lanes of a warp that fall in one bucket add once).
+  for_row_chunks(G, Fp, R, [&](int r, int cc, const float (&v)[4]) {
+    const float vmin = s.info[r].vmin, scale = s.info[r].scale;
+    unsigned* h = s.rhist + r * kLinBins;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const bool valid = cc * 128 + lane * 4 + e < F;
+      const int b = valid ? lin_bucket(rank_value(v[e], rule), vmin, scale) : -1 - lane;
+      if (plain_hist) {
+        const int b0 = __shfl_sync(0xffffffffu, b, 0);
+        const unsigned same = __ballot_sync(0xffffffffu, valid && b == b0);
+        if (valid) {
+          if (b != b0) atomicAdd(&h[b], 1u);
+          else if (lane == __ffs(same) - 1) atomicAdd(&h[b0], static_cast<unsigned>(__popc(same)));
+        }
+      } else {
+        const unsigned peers = __match_any_sync(0xffffffffu, b);
+        if (valid && lane == __ffs(peers) - 1) atomicAdd(&h[b], static_cast<unsigned>(__popc(peers)));
+      }
+    }
+  });
+  __syncthreads();
+  // 3. Threshold bucket per row: warp r scans row r's histogram from the top (lane l: buckets [32l, 32l+32)).
+  if (warp < R) {
+    const unsigned* h = s.rhist + warp * kLinBins;
+    unsigned sum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint4 q = reinterpret_cast<const uint4*>(h + lane * 32)[i];
+      sum += q.x + q.y + q.z + q.w;
+    }
+    const unsigned suf = warp_suffix_scan(sum, lane);
+    const int L = 31 - __clz(__ballot_sync(0xffffffffu, suf >= static_cast<unsigned>(K)));
+    const unsigned above_lane = __shfl_sync(0xffffffffu, suf - sum, L);
+    const unsigned c = h[L * 32 + lane];
+    const unsigned suf2 = warp_suffix_scan(c, lane) + above_lane;
+    const int b = 31 - __clz(__ballot_sync(0xffffffffu, suf2 >= static_cast<unsigned>(K)));
+    if (lane == b) {
+      RowInfo& in = s.info[warp];
+      in.tb = static_cast<unsigned>(L * 32 + b);
+      in.need = static_cast<unsigned>(K) - (suf2 - c);
+      in.all = c == in.need ? 1u : 0u;
+    }
+  }
+  __syncthreads();
+  // 4. Channels above the threshold bucket are kept (bits built with shuffles); its own channels become
+  //    candidates (slots taken once per warp and element).
+  for_row_chunks(G, Fp, R, [&](int r, int cc, const float (&v)[4]) {
+    const float vmin = s.info[r].vmin, scale = s.info[r].scale;
+    const int tb = static_cast<int>(s.info[r].tb);
+    const bool all = s.info[r].all != 0;
+    unsigned nib = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int j = cc * 128 + lane * 4 + e;
+      const float val = rank_value(v[e], rule);
+      const int b = j < F ? lin_bucket(val, vmin, scale) : -1;
+      if (b > tb || (b == tb && all)) nib |= 1u << e;
+      const bool cand = b == tb && !all;
+      const unsigned m = __ballot_sync(0xffffffffu, cand);
+      if (m) {
+        const int leader = __ffs(m) - 1;
+        unsigned base = 0;
+        if (lane == leader) base = atomicAdd(&s.info[r].ncand, static_cast<unsigned>(__popc(m)));
+        base = __shfl_sync(0xffffffffu, base, leader);
+        const unsigned slot = base + __popc(m & ((1u << lane) - 1u));
+        if (cand && slot < static_cast<unsigned>(cap)) {
+          s.ckey[r * cap + slot] = key_of(val);
+          s.cidx[r * cap + slot] = static_cast<unsigned short>(j);
+        }
+      }
+    }
+    unsigned word = nib << (4 * (lane & 7));
+    word |= __shfl_xor_sync(0xffffffffu, word, 1);
+    word |= __shfl_xor_sync(0xffffffffu, word, 2);
+    word |= __shfl_xor_sync(0xffffffffu, word, 4);
+    if ((lane & 7) == 0) s.sel[r * Wp + cc * 4 + (lane >> 3)] = word;
+  });
+  __syncthreads();
+  // 5. Few candidates: rank each directly against the others (larger key first, then the lower channel).
+  bool any_radix = false;
+  for (int r = 0; r < R; ++r) {
+    const RowInfo in = s.info[r];
+    if (in.all) continue;
+    if (in.ncand > static_cast<unsigned>(kRankMax)) {
+      any_radix = true;
+      continue;
+    }
+    const unsigned* ck = s.ckey + r * cap;
+    const unsigned short* ci = s.cidx + r * cap;
+    for (int i = tid; i < static_cast<int>(in.ncand); i += kThreads) {
+      const unsigned key = ck[i];
+      const int j = ci[i];
+      unsigned rank = 0;
+      for (int m = 0; m < static_cast<int>(in.ncand); ++m) {
+        const unsigned km = ck[m];
+        rank += (km > key || (km == key && ci[m] < j)) ? 1u : 0u;
+      }
+      if (rank < in.need) atomicOr(&s.sel[r * Wp + (j >> 5)], 1u << (j & 31));
+    }
+  }
+  if (any_radix) {
+    // Many candidates (near-constant rows): radix passes over their keys, 8 bits at a time, from the list
+    // or, when it overflowed, from the whole row.
+    __syncthreads();
+    if (tid < R) {
+      RowInfo& in = s.info[tid];
+      in.radix = (!in.all && in.ncand > static_cast<unsigned>(kRankMax)) ? 1u : 0u;
+      in.P = 0;
+      in.known = 0;
+    }
+    __syncthreads();
+    auto for_cands = [&](int r, const RowInfo& in, auto&& fn) {
+      if (in.ncand <= static_cast<unsigned>(cap)) {
+        for (int i = tid; i < static_cast<int>(in.ncand); i += kThreads) fn(s.ckey[r * cap + i], static_cast<int>(s.cidx[r * cap + i]));
+      } else {
+        for (int j = tid; j < F; j += kThreads) {
+          const float val = rank_value(__ldcg(G + static_cast<std::size_t>(r) * Fp + j), rule);
+          if (lin_bucket(val, in.vmin, in.scale) == static_cast<int>(in.tb)) fn(key_of(val), j);
+        }
+      }
+    };
+#pragma unroll 1
+    for (int pass = 0; pass < 4; ++pass) {
+      const int shift = 24 - 8 * pass;
+      for (int i = tid; i < R * 256; i += kThreads) s.rhist[i] = 0;
+      __syncthreads();
+      for (int r = 0; r < R; ++r) {
+        const RowInfo in = s.info[r];
+        if (!in.radix) continue;
+        unsigned* rh = s.rhist + r * 256;
+        for_cands(r, in, [&](unsigned key, int) {
+          if ((key & in.known) == in.P) atomicAdd(&rh[(key >> shift) & 0xffu], 1u);
+        });
+      }
+      __syncthreads();
+      if (warp < R && s.info[warp].radix) {
+        const unsigned* rh = s.rhist + warp * 256 + lane * 8;
+        unsigned h[8], sum = 0;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          h[e] = rh[e];
+          sum += h[e];
+        }
+        const unsigned need = s.info[warp].need;
+        const unsigned suf = warp_suffix_scan(sum, lane);
+        const int L = 31 - __clz(__ballot_sync(0xffffffffu, suf >= need));
+        const unsigned above = __shfl_sync(0xffffffffu, suf - sum, L);
+        if (lane == L) {
+          unsigned run = above, dig = 0, nneed = need, cnt = 0;
+          bool found = false;
+#pragma unroll
+          for (int e = 7; e >= 0; --e)
+            if (!found) {
+              if (run + h[e] >= need) {
+                found = true;
+                dig = static_cast<unsigned>(L * 8 + e);
+                nneed = need - run;
+                cnt = h[e];
+              } else {
+                run += h[e];
+              }
+            }
+          RowInfo& in = s.info[warp];
+          in.P |= dig << shift;
+          in.known |= 0xffu << shift;
+          in.need = nneed;
+          in.cntT = cnt;
+        }
+      }
+      __syncthreads();
+    }
+    // Keys above the K-th key are kept; those equal to it are ties.
+    for (int r = 0; r < R; ++r) {
+      const RowInfo in = s.info[r];
+      if (!in.radix) continue;
+      unsigned* sel = s.sel + r * Wp;
+      unsigned* tie = s.tie + r * Wp;
+      for_cands(r, in, [&](unsigned key, int j) {
+        if (key > in.P) atomicOr(&sel[j >> 5], 1u << (j & 31));
+        else if (key == in.P) atomicOr(&tie[j >> 5], 1u << (j & 31));
+      });
+    }
+    __syncthreads();
+    // Ties: the `need` lowest channels among those equal to the K-th key.
+    if (warp < R && s.info[warp].radix) {
+      const unsigned need = s.info[warp].need, cntT = s.info[warp].cntT;
+      unsigned* sel = s.sel + warp * Wp;
+      const unsigned* tie = s.tie + warp * Wp;
+      if (cntT == need) {
+        for (int w = lane; w < Wp; w += 32) sel[w] |= tie[w];
+      } else {
+        unsigned base = 0;
+        for (int w0 = 0; w0 < Wp; w0 += 32) {
+          const int w = w0 + lane;
+          const unsigned t = w < Wp ? tie[w] : 0u;
+          const unsigned c = __popc(t);
+          const unsigned incl = warp_incl_scan(c, lane);
+          const unsigned before = base + incl - c;
+          if (t && before < need) {
+            const unsigned take = min(c, need - before);
+            unsigned keep = 0, tt = t;
+            for (unsigned n = 0; n < take; ++n) {
+              const unsigned low = tt & (0u - tt);
+              keep |= low;
+              tt ^= low;
+            }
+            sel[w] |= keep;
+          }
+          base += __shfl_sync(0xffffffffu, incl, 31);
+        }
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// Row top-K, the default of the fast path: from the first-level histogram `hist` [R, kBins] of the keys' top
+// 11 bits (built with global atomics by the gate epilogue): threshold bin, candidates of that bin, radix
+// passes over their remaining 21 bits. Writes the kept bits into s.sel (ties at the K-th key to the lower
+// channels). Measured faster than block_topk (linear buckets) on the H100 (bench/micro/NOTES.md).
+__device__ void block_topk_hist11(const float* G, int Fp, const unsigned* hist, int R, int F, int K, int rule,
+                                  const SelScratch& s, int Wp, int cap) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   for (int i = tid; i < R * Wp; i += kThreads) s.tie[i] = 0;
   // 1. Threshold bin per row (warp r scans row r's histogram from the top).
@@ -515,25 +842,35 @@ struct GateArgs {
   const bf16* x;
   const bf16* wg;
   float* G;             // [R, Fp]
-  unsigned* hist;       // [R, kBins] (top-K)
-  unsigned* done;       // block counter (last-block modes)
+  unsigned* hist;       // [R, kBins], zeroed (top-K with Options::select 0)
+  unsigned* ctrl;       // counters (last-block modes)
   unsigned* ucount;     // union length (last-block modes)
   unsigned char* mask;  // [F] row masks (a:b in the epilogue)
   unsigned* list;       // union list (last-block modes)
   std::uint16_t* idx_out;
-  int R, d, F, Fp, Wp, kept, mode, k, ga, gb, rule, cap;
+  int R, d, F, Fp, Wp, kept, mode, k, ga, gb, rule, cap, select;
 };
 
-constexpr std::size_t kGateHeadBytes = align16(kWarps * 32 * 4 * 4 + kGroup * 8 * 4 + kGroup * 4 + 16);
+constexpr std::size_t kGateHeadBytes = align16(kWarps * 32 * 4 * 4 + kGroup * 8 * 4 + kGroup * 8 + 16);
+
+// Called by one thread per block after a fence: true in the block that arrives last. Blocks arrive on 32
+// sub-counters; the last arrival of each sub-counter arrives on the final one.
+__device__ bool arrive_last(unsigned* ctrl) {
+  const unsigned nsub = min(static_cast<unsigned>(kSubCounters), gridDim.x);
+  const unsigned sub = blockIdx.x % nsub;
+  const unsigned members = (gridDim.x - sub + nsub - 1) / nsub;
+  if (atomicAdd(&ctrl[kLine * (1 + sub)], 1u) != members - 1) return false;
+  __threadfence();
+  return atomicAdd(&ctrl[0], 1u) == nsub - 1;
+}
 
 template <int U>
 __global__ void __launch_bounds__(kThreads, 3) k_gate(GateArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   float* red = reinterpret_cast<float*>(smem);  // [warp][lane][4]
   float* gvs = red + kWarps * 32 * 4;           // [slot][row 8]
-  unsigned* msk = reinterpret_cast<unsigned*>(gvs + kGroup * 8);
-  int* flag = reinterpret_cast<int*>(msk + kGroup);
-  griddep_launch();
+  unsigned char* on = reinterpret_cast<unsigned char*>(gvs + kGroup * 8);  // [slot][row 8] kept (a:b)
+  int* flag = reinterpret_cast<int*>(on + kGroup * 8);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int base = blockIdx.x * kGroup;
@@ -576,48 +913,54 @@ __global__ void __launch_bounds__(kThreads, 3) k_gate(GateArgs a) {
     const int ch = base + s;
     if (ch < a.F && r < a.R) {
       a.G[static_cast<std::size_t>(r) * a.Fp + ch] = v;
-      if (a.mode == kGateTopK) atomicAdd(&a.hist[r * kBins + (sel_key(v, a.rule) >> 21)], 1u);
+      if (a.mode == kGateTopK && a.select == 0) atomicAdd(&a.hist[r * kBins + (sel_key(v, a.rule) >> 21)], 1u);
     }
   }
   if (a.mode == kGateGroupLocal) {
-    // a:b with b | 16: the groups of this block are complete here.
-    if (tid < kGroup) msk[tid] = 0;
+    // a:b with b | 16: this block holds whole groups; thread (s, r) ranks channel s within its group.
     __syncthreads();
-    const int gpb = kGroup / a.gb;
-    if (tid < gpb * a.R) {
-      const int r = tid / gpb, j0 = base + (tid - r * gpb) * a.gb;
-      const int len = min(a.gb, a.F - j0);
-      if (len > 0) {
-        const int take = min(a.ga, len);
-        auto key_at = [&](int j) { return sel_key(gvs[(j - base) * 8 + r], a.rule); };
-        unsigned bk;
-        int bj;
-        group_threshold(key_at, j0, len, take, bk, bj);
-        int pos = (j0 / a.gb) * a.ga;
-        for (int j = j0; j < j0 + len; ++j) {
-          const unsigned key = key_at(j);
-          if (key > bk || (key == bk && j <= bj)) {
-            if (a.idx_out) a.idx_out[static_cast<std::size_t>(r) * a.kept + pos] = static_cast<std::uint16_t>(j);
-            ++pos;
-            atomicOr(&msk[j - base], 1u << r);
-          }
-        }
+    const int s = tid >> 3, r = tid & 7, j = base + s;
+    bool keep = false;
+    int g0 = 0;
+    if (tid < kGroup * 8 && r < a.R && j < a.F) {
+      g0 = s / a.gb * a.gb;
+      const int len = min(a.gb, a.F - (base + g0)), take = min(a.ga, len);
+      const unsigned key = sel_key(gvs[s * 8 + r], a.rule);
+      int rank = 0;
+      for (int m = g0; m < g0 + len; ++m) {
+        const unsigned km = sel_key(gvs[m * 8 + r], a.rule);
+        rank += (km > key || (km == key && m < s)) ? 1 : 0;
       }
+      keep = rank < take;
     }
+    if (tid < kGroup * 8) on[tid] = keep ? 1 : 0;
     __syncthreads();
-    if (tid < kGroup && base + tid < a.F) a.mask[base + tid] = static_cast<unsigned char>(msk[tid]);
+    if (keep && a.idx_out) {
+      int pos = (base + g0) / a.gb * a.ga;
+      for (int m = g0; m < s; ++m) pos += on[m * 8 + r];
+      a.idx_out[static_cast<std::size_t>(r) * a.kept + pos] = static_cast<std::uint16_t>(j);
+    }
+    if (tid < kGroup && base + tid < a.F) {
+      unsigned m = 0;
+#pragma unroll
+      for (int rr = 0; rr < 8; ++rr) m |= static_cast<unsigned>(on[tid * 8 + rr]) << rr;
+      a.mask[base + tid] = static_cast<unsigned char>(m);
+    }
+    griddep_launch();
     return;
   }
+  griddep_launch();  // the up/down kernel may start while the last block selects
   if (a.mode == kGateOnly) return;
   // Last block to finish runs the selection over every row.
   __threadfence();
   __syncthreads();
-  if (tid == 0) flag[0] = atomicAdd(a.done, 1u) == gridDim.x - 1 ? 1 : 0;
+  if (tid == 0) flag[0] = arrive_last(a.ctrl) ? 1 : 0;
   __syncthreads();
   if (!flag[0]) return;
   __threadfence();
   SelScratch s = carve(smem + kGateHeadBytes, a.R, a.Wp, a.cap);
-  if (a.mode == kGateTopK) block_topk(a.G, a.Fp, a.hist, a.R, a.F, a.k, a.rule, s, a.Wp, a.cap);
+  if (a.mode == kGateTopK && a.select == 0) block_topk_hist11(a.G, a.Fp, a.hist, a.R, a.F, a.k, a.rule, s, a.Wp, a.cap);
+  else if (a.mode == kGateTopK) block_topk(a.G, a.Fp, a.R, a.F, a.k, a.rule, s, a.Wp, a.cap, a.select == 2);
   else block_grouped(a.G, a.Fp, a.R, a.F, a.ga, a.gb, a.rule, s, a.Wp);
   block_emit(s, a.R, a.Wp, a.idx_out, a.kept, a.list, a.ucount);
 }
@@ -639,7 +982,7 @@ struct UpDownArgs {
   const unsigned* list;
   const unsigned* ucount;
   float* acc;          // [R, d] fp32, zeroed
-  unsigned* slice_done;  // [kCluster], zeroed
+  unsigned* slice_done;  // kCluster counters kLine apart, zeroed
   int R, d, F, Fp;
 };
 
@@ -650,8 +993,13 @@ __host__ __device__ inline std::size_t updown_smem_bytes(int d, int rp, bool fg)
   return align16(stage) + align16(part) + updown_red_floats(fg) * 4 + kGroup * 8 * 4 + kGroup * 4 * 2 + 16;
 }
 
+// Tiles of 32 columns in flight per warp in the up GEMV, and blocks per SM: the list mode (MoC top-K) has at
+// most ~2 blocks per SM of work, so it keeps a whole 2048-wide row slice of each channel in flight.
+constexpr int updown_unroll(bool fg, int mode) { return fg ? 2 : mode == kListChannels ? 8 : 4; }
+constexpr int updown_min_blocks(int rp, bool fg, int mode) { return (rp >= 8 || (!fg && mode == kListChannels)) ? 2 : 3; }
+
 template <int RP, bool FG, int MODE>
-__global__ void __launch_bounds__(kThreads, RP >= 8 ? 2 : 3) k_updown(UpDownArgs a) {
+__global__ void __launch_bounds__(kThreads, updown_min_blocks(RP, FG, MODE)) k_updown(UpDownArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int d = a.d;
   bf16* stage = reinterpret_cast<bf16*>(smem);
@@ -726,7 +1074,7 @@ __global__ void __launch_bounds__(kThreads, RP >= 8 ? 2 : 3) k_updown(UpDownArgs
     const bf16* px = a.x + static_cast<std::size_t>(xrow ? g : 0) * d;
     const int nt = (d + kTile - 1) / kTile;
     const int t_beg = warp * nt / kWarps, t_end = (warp + 1) * nt / kWarps;
-    constexpr int U = FG ? 2 : 4;
+    constexpr int U = updown_unroll(FG, MODE);
     const uint4 zero = make_uint4(0, 0, 0, 0);
     for (int t0 = t_beg; t0 < t_end; t0 += U) {
       uint4 A[U], B[U], GA[FG ? U : 1], GB[FG ? U : 1];
@@ -849,7 +1197,7 @@ __global__ void __launch_bounds__(kThreads, RP >= 8 ? 2 : 3) k_updown(UpDownArgs
   cluster.sync();  // remote shared memory stays alive until every block has read it
   __threadfence();
   __syncthreads();
-  if (tid == 0) flag[0] = atomicAdd(a.slice_done + rank, 1u) == gridDim.x / kCluster - 1 ? 1 : 0;
+  if (tid == 0) flag[0] = atomicAdd(a.slice_done + rank * kLine, 1u) == gridDim.x / kCluster - 1 ? 1 : 0;
   __syncthreads();
   if (!flag[0]) return;
   __threadfence();
@@ -881,7 +1229,7 @@ __global__ void __launch_bounds__(kThreads) k_force_list(const std::uint16_t* fo
 __global__ void __launch_bounds__(kThreads) k_select(GateArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   SelScratch s = carve(smem, a.R, a.Wp, a.cap);
-  if (a.mode == kGateTopK) block_topk(a.G, a.Fp, a.hist, a.R, a.F, a.k, a.rule, s, a.Wp, a.cap);
+  if (a.mode == kGateTopK) block_topk(a.G, a.Fp, a.R, a.F, a.k, a.rule, s, a.Wp, a.cap, false);
   else block_grouped(a.G, a.Fp, a.R, a.F, a.ga, a.gb, a.rule, s, a.Wp);
   block_emit(s, a.R, a.Wp, a.idx_out, a.kept, a.list, a.ucount);
 }
@@ -907,8 +1255,8 @@ __device__ __forceinline__ void warp_dots(const T* x, const T* w, int R, int d, 
 }
 
 template <class T>
-__global__ void __launch_bounds__(kThreads) k_gen_gate(const T* x, const T* wg, float* G, unsigned* hist, int R, int d,
-                                                       int F, int Fp, int rule) {
+__global__ void __launch_bounds__(kThreads) k_gen_gate(const T* x, const T* wg, float* G, int R, int d, int F,
+                                                       int Fp) {
   const int j = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (j >= F) return;
   float acc[kMaxRows];
@@ -916,10 +1264,7 @@ __global__ void __launch_bounds__(kThreads) k_gen_gate(const T* x, const T* wg, 
   if ((threadIdx.x & 31) == 0) {
 #pragma unroll
     for (int r = 0; r < kMaxRows; ++r)
-      if (r < R) {
-        G[static_cast<std::size_t>(r) * Fp + j] = acc[r];
-        if (hist) atomicAdd(&hist[r * kBins + (sel_key(acc[r], rule) >> 21)], 1u);
-      }
+      if (r < R) G[static_cast<std::size_t>(r) * Fp + j] = acc[r];
   }
 }
 
@@ -975,12 +1320,12 @@ __global__ void __launch_bounds__(kThreads) k_gen_down(const T* wd, T* out, cons
 
 struct Layout {
   int R = 1, Fp = 128, Wp = 4, umax = 1;
-  std::size_t ctrl = 0, acc = 0, zero_small = 0, hist = 0, zero_all = 0, g = 0, mask = 0, list = 0, info = 0,
-              z = 0, total = 0;
+  std::size_t ctrl = 0, acc = 0, zero_small = 0, hist = 0, zero_all = 0, g = 0, mask = 0, list = 0, info = 0, z = 0,
+              total = 0;
 };
 
 int rows_pad(int R) { return R <= 1 ? 1 : R <= 2 ? 2 : R <= 4 ? 4 : 8; }
-int cand_cap(int R) { return 4096 / R; }
+int cand_cap(int R) { return std::max(kRankMax, 2048 / R); }
 
 Layout make_layout(const Problem& p) {
   Layout L;
@@ -992,11 +1337,11 @@ Layout make_layout(const Problem& p) {
   const auto R = static_cast<std::size_t>(L.R);
   std::size_t off = 0;
   L.ctrl = off;
-  off += 256;  // [0] gate-kernel block counter, [8, 16) column-slice counters
+  off += kCtrlBytes;
   L.acc = off;
   off += align256(R * static_cast<std::size_t>(p.d) * 4);
-  L.zero_small = off;
-  L.hist = off;
+  L.zero_small = off;  // [0, zero_small) is cleared by one cudaMemsetAsync per call that needs counters,
+  L.hist = off;        // [0, zero_all) when the gate epilogue builds the top-K histogram
   off += align256(R * kBins * 4);
   L.zero_all = off;
   L.g = off;
@@ -1119,7 +1464,7 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
   a.wg = static_cast<const bf16*>(p.w_gate_t);
   a.G = B.G;
   a.hist = B.hist;
-  a.done = B.ctrl;
+  a.ctrl = B.ctrl;
   a.ucount = B.ucount;
   a.mask = B.mask;
   a.list = B.list;
@@ -1136,6 +1481,7 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
   a.gb = p.group_b;
   a.rule = static_cast<int>(p.rule);
   a.cap = cand_cap(L.R);
+  a.select = opt.select;
   const auto grid = static_cast<unsigned>((p.d_ffn + kGroup - 1) / kGroup);
   const std::size_t smem = gate_smem_bytes(L, mode);
   if (opt.gate_unroll >= 8) launch_ex(k_gate<8>, grid, smem, st, false, false, a);
@@ -1156,7 +1502,7 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   a.list = B.list;
   a.ucount = B.ucount;
   a.acc = B.acc;
-  a.slice_done = B.ctrl + 8;
+  a.slice_done = B.ctrl + kSliceLine * kLine;
   a.R = p.rows;
   a.d = p.d;
   a.F = p.d_ffn;
@@ -1206,13 +1552,13 @@ void run_generic(const Problem& p, const Layout& L, const Buffers& B, cudaStream
         wd, out, B.z, B.list, B.ucount, R, d, F, zmode == 0 ? 1 : 0);
     MOC_CUDA_LAUNCHED("k_gen_down");
   };
-  auto gate_only = [&](unsigned* hist) {
-    k_gen_gate<T><<<warps_grid(F), kThreads, 0, st>>>(x, wg, B.G, hist, R, d, F, L.Fp, rule);
+  auto gate_only = [&]() {
+    k_gen_gate<T><<<warps_grid(F), kThreads, 0, st>>>(x, wg, B.G, R, d, F, L.Fp);
     MOC_CUDA_LAUNCHED("k_gen_gate");
   };
   if (!moc) {
     if (updown) z_and_down(0);
-    else if (gate) gate_only(nullptr);
+    else if (gate) gate_only();
     return;
   }
   if (p.force_idx) {
@@ -1220,20 +1566,18 @@ void run_generic(const Problem& p, const Layout& L, const Buffers& B, cudaStream
       launch_force_list(p, L, B, st);
       z_and_down(1);
     } else if (gate) {
-      gate_only(nullptr);
+      gate_only();
     }
     return;
   }
   if (!select) {
-    if (gate) gate_only(nullptr);
+    if (gate) gate_only();
     return;
   }
   const bool topk = p.kind == SelKind::topk;
-  if (topk) MOC_CUDA_CHECK(cudaMemsetAsync(B.hist, 0, L.zero_all - L.hist, st));
-  gate_only(topk ? B.hist : nullptr);
+  gate_only();
   GateArgs a{};
   a.G = B.G;
-  a.hist = B.hist;
   a.ucount = B.ucount;
   a.list = B.list;
   a.idx_out = p.idx_out;
@@ -1274,12 +1618,12 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt) 
   }
   const bool moc = p.kind != SelKind::dense;
   const bool gate = p.parts & kFfnGate, select = p.parts & kFfnSelect, updown = p.parts & kFfnUpDown;
-  auto zero_head = [&](bool with_hist) {
+  auto zero_head = [&](bool with_hist = false) {
     MOC_CUDA_CHECK(cudaMemsetAsync(ws, 0, with_hist ? L.zero_all : L.zero_small, st));
   };
   if (!moc) {
     if (updown) {
-      zero_head(false);
+      zero_head();
       launch_updown(p, L, B, true, kAllChannels, st, false);
     } else if (gate) {
       launch_gate(p, L, B, kGateOnly, st, opt);
@@ -1288,7 +1632,7 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt) 
   }
   if (p.force_idx) {
     if (updown) {
-      zero_head(false);
+      zero_head();
       launch_force_list(p, L, B, st);
       launch_updown(p, L, B, true, kListChannels, st, opt.pdl);
     } else if (gate) {
@@ -1302,7 +1646,7 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt) 
   }
   int mode = kGateTopK;
   if (p.kind == SelKind::grouped) mode = kGroup % p.group_b == 0 ? kGateGroupLocal : kGateGroupLast;
-  if (mode != kGateGroupLocal || updown) zero_head(mode == kGateTopK);
+  if (mode != kGateGroupLocal || updown) zero_head(mode == kGateTopK && opt.select == 0);
   launch_gate(p, L, B, mode, st, opt);
   if (updown) launch_updown(p, L, B, false, mode == kGateGroupLocal ? kMaskChannels : kListChannels, st, opt.pdl);
 }

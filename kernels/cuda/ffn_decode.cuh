@@ -45,6 +45,10 @@ struct Options {
   bool pdl = true;         // programmatic dependent launch of the up/down kernel after the gate kernel
   bool allow_fast = true;  // false: always the generic path (tests of the fallback)
   int gate_unroll = 4;     // 32-column tiles in flight per warp in the gate GEMV (4 or 8)
+  // Row top-K in the gate kernel's last block: 0 = global 11-bit key histogram from the gate epilogue, then
+  // radix passes over the candidates (default); 1 = linear-bucket histogram built in the last block with
+  // __match_any_sync aggregation; 2 = as 1 with plain shared atomics (not yet timed). bench/micro/NOTES.md.
+  int select = 0;
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).
