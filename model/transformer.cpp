@@ -26,13 +26,18 @@ std::uint64_t name_hash(const std::string& s) {  // FNV-1a: stable across platfo
 std::vector<float> normal_values(std::uint64_t seed, const std::string& name, std::int64_t n, float std) {
   std::vector<float> out(static_cast<std::size_t>(n));
   const std::uint64_t base = mix64(seed ^ name_hash(name));
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::uint64_t a = mix64(base + 2 * static_cast<std::uint64_t>(i));
-    std::uint64_t b = mix64(base + 2 * static_cast<std::uint64_t>(i) + 1);
-    double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
-    double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
-    out[static_cast<std::size_t>(i)] =
-        std * static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
+  // Counter-based: each pair of elements depends only on (seed, name, pair index), so threads split the
+  // work freely; one Box-Muller draw gives both elements of a pair (cos and sin).
+  const std::int64_t pairs = (n + 1) / 2;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t k = 0; k < pairs; ++k) {
+    const std::uint64_t a = mix64(base + 2 * static_cast<std::uint64_t>(k));
+    const std::uint64_t b = mix64(base + 2 * static_cast<std::uint64_t>(k) + 1);
+    const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
+    const double rad = std::sqrt(-2.0 * std::log(u1)), ang = 2.0 * std::numbers::pi * u2;
+    out[static_cast<std::size_t>(2 * k)] = std * static_cast<float>(rad * std::cos(ang));
+    if (2 * k + 1 < n) out[static_cast<std::size_t>(2 * k + 1)] = std * static_cast<float>(rad * std::sin(ang));
   }
   return out;
 }
@@ -348,9 +353,14 @@ void Transformer::prepare_decode() {
     const std::size_t es = dtype_bytes(p.value.dtype());
     std::vector<unsigned char> src(p.value.nbytes()), dst(p.value.nbytes());
     o.download(p.value, src.data());
-    for (std::int64_t i = 0; i < r; ++i)
+    auto tr = [&](auto* d, const auto* sp) {
+#pragma omp parallel for schedule(static)
       for (std::int64_t j = 0; j < c; ++j)
-        std::memcpy(&dst[static_cast<std::size_t>(j * r + i) * es], &src[static_cast<std::size_t>(i * c + j) * es], es);
+        for (std::int64_t i = 0; i < r; ++i) d[j * r + i] = sp[i * c + j];
+    };
+    if (es == 2) tr(reinterpret_cast<std::uint16_t*>(dst.data()), reinterpret_cast<const std::uint16_t*>(src.data()));
+    else if (es == 4) tr(reinterpret_cast<std::uint32_t*>(dst.data()), reinterpret_cast<const std::uint32_t*>(src.data()));
+    else throw std::logic_error("prepare_decode: unexpected element size");
     Tensor t = o.empty({c, r}, p.value.dtype(), p.value.tag());
     o.upload(t, dst.data());
     p.value = t;
