@@ -343,6 +343,7 @@ int main(int argc, char** argv) {
   run->add_flag("--dry-run", run_opt.dry_run, "Print the expanded points and exit");
   auto* q = run->add_flag("--quiet", run_quiet, "No progress or summary");
   run->add_flag("--json", run_json, "One JSON object per point on stdout")->excludes(q);
+  run->add_option("--only", run_opt.only, "Run only the points with axis=value (repeatable, all must match)");
   run->add_option("--cpu-memory-limit-mib", run_mem_mib, "CPU backend memory limit (points beyond it are stored as oom)");
 
   std::string db_path = "mocbench.db";

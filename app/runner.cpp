@@ -158,6 +158,32 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
+  if (!opt.only.empty()) {
+    std::vector<ScenarioPoint> kept;
+    for (const auto& f : opt.only) {
+      const auto eq = f.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        std::fprintf(stderr, "mocbench: --only expects axis=value (e.g. --only mode=decode), got '%s'\n", f.c_str());
+        return 2;
+      }
+    }
+    for (const auto& p : points) {
+      bool match = true;
+      for (const auto& f : opt.only) {
+        const std::string key = f.substr(0, f.find('=')), val = f.substr(f.find('=') + 1);
+        const std::string* have = key == "mode" ? &p.mode : p.axis(key);
+        match = match && have && *have == val;
+      }
+      if (match) kept.push_back(p);
+    }
+    if (kept.empty()) {
+      std::fprintf(stderr, "mocbench: no point of %s matches --only", path.c_str());
+      for (const auto& f : opt.only) std::fprintf(stderr, " %s", f.c_str());
+      std::fprintf(stderr, " (see --dry-run for the points)\n");
+      return 2;
+    }
+    points = std::move(kept);
+  }
   const bool quiet = opt.output == RunOptions::Output::quiet, json = opt.output == RunOptions::Output::json;
   if (!quiet && !json) {
     std::printf("scenario %s (%s): %zu points on %s\n", sc.name.c_str(), path.c_str(), points.size(), backend.c_str());
@@ -210,7 +236,7 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     }
     db::PointRecord rec;
     rec.run_id = run_id;
-    rec.index = static_cast<int>(i);
+    rec.index = p.index;  // the sweep position, also when --only runs a subset
     rec.axes = p.axes;
     PointOutcome out;
     try {

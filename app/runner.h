@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace moc {
 
@@ -11,6 +12,8 @@ struct RunOptions {
   bool dry_run = false;
   enum class Output { progress, quiet, json } output = Output::progress;
   std::size_t cpu_memory_limit_bytes = 0;  // 0: unlimited (tests provoke OOM with a limit)
+  // "axis=value" filters: only the points whose axis (or mode) has that value run; all filters must match.
+  std::vector<std::string> only;
 };
 
 // Returns the process exit code: 0 ok, 1 runtime failure, 2 bad scenario, 130 interrupted.

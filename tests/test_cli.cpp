@@ -155,6 +155,16 @@ TEST_F(Cli, RunListShowExportCompare) {
   EXPECT_FALSE(fs::exists(path("none.csv")));
   EXPECT_EQ(mocbench("export --db " + db).code, 2);
   EXPECT_EQ(mocbench("frobnicate").code, 2);
+  // --only runs a subset and keeps each point's sweep index.
+  auto only = mocbench("run " + kSmoke + " --quiet --only mode=topk --db " + db);
+  ASSERT_EQ(only.code, 0) << only.out;
+  {
+    auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
+    const auto pts = store.points(store.runs().front().id);
+    ASSERT_EQ(pts.size(), 1u);
+    EXPECT_EQ(pts[0].index, 8) << "topk/moc is the ninth point of the sweep";
+  }
+  EXPECT_EQ(mocbench("run " + kSmoke + " --only mode=nothing --db " + db).code, 2);
   EXPECT_EQ(mocbench("--help").code, 0);
 }
 
