@@ -190,11 +190,13 @@ TEST(GpuAttention, DecodeMatchesCpu) {
   const auto seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
+  // head_dim 8 / 64 / 128: the one-kernel cluster path (1 .. 8 splits; T 1000: several tiles per warp);
+  // 24: the split + combine kernels (rows that are no power-of-two number of 16-byte words).
   for (DType dt : kDtypes)
     for (const auto& hc : kHeadCfgs)
-      for (int hd : kHeadDims)
+      for (int hd : {8, 24, 64, 128})
         for (int b : {1, 3})
-          for (int T : {1, 37, 301}) {
+          for (int T : {1, 37, 301, 1000}) {
             std::vector<std::int32_t> pos(static_cast<std::size_t>(b));
             std::uniform_int_distribution<int> pick(0, T - 1);
             for (auto& p : pos) p = pick(rng);
@@ -216,6 +218,36 @@ TEST(GpuAttention, DecodeMatchesCpu) {
             cpu->attention_decode(q.c, kc.c, vc.c, pc, out.c);
             expect_close(name + " out", *gpu, out.g, *cpu, out.c, tol_for(dt));
           }
+}
+
+// The 1b model's decode shape (32 heads of 64, no GQA, cache of 256, bf16) at batch 1..4, positions of the
+// generated half, and a GQA group of 4.
+TEST(GpuAttention, DecodeMatchesCpuAtTheModelShape) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int hd = 64, T = 256;
+  const DType dt = DType::bf16;
+  for (int kvh : {32, 8})
+    for (int b : {1, 2, 4}) {
+      const int h = 32;
+      std::vector<std::int32_t> pos(static_cast<std::size_t>(b));
+      std::uniform_int_distribution<int> pick(128, T - 1);
+      for (auto& p : pos) p = pick(rng);
+      SCOPED_TRACE("kvh " + std::to_string(kvh) + " b " + std::to_string(b));
+      auto q = twin_random(*gpu, *cpu, rng, {b, h, hd}, dt);
+      auto kc = twin(*gpu, *cpu, cache_values(rng, b, kvh, T, hd, pos), {b, kvh, T, hd}, dt);
+      auto vc = twin(*gpu, *cpu, cache_values(rng, b, kvh, T, hd, pos), {b, kvh, T, hd}, dt);
+      Tensor pg = gpu->empty({b}, DType::i32, workspace_tag()), pc = cpu->empty({b}, DType::i32, workspace_tag());
+      gpu->upload_i32(pg, pos);
+      cpu->upload_i32(pc, pos);
+      auto out = twin_poisoned(*gpu, *cpu, {b, h, hd}, dt);
+      gpu->attention_decode(q.g, kc.g, vc.g, pg, out.g);
+      cpu->attention_decode(q.c, kc.c, vc.c, pc, out.c);
+      expect_close("out", *gpu, out.g, *cpu, out.c, tol_for(dt));
+    }
 }
 
 // A captured decode step reads the positions on the device: replays follow pos as the graph advances it.

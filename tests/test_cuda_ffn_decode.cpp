@@ -1,10 +1,11 @@
 // Decode-time FFN on the GPU (kernels/cuda/ffn_decode.cu) against its CPU twin (kernels/cpu/cpu_decode.cpp):
 // dense, row top-K (K 1, 17, 1024, d_ffn; rules gate/silu/abs_silu), a:b (2:8 in the gate epilogue, 3:7 in
-// the gate kernel's last block), 1..9 rows (more than 8 rows run in chunks), bf16 and f32, odd sizes, fresh
+// the selection kernel), 1..9 rows (more than 8 rows run in chunks), bf16 and f32, odd sizes, fresh
 // random inputs. Selections are compared as sets: a channel may differ only where the CPU's fp32 gate value
 // lies within a small tolerance of the threshold it was ranked against (the GPU sums the dot products in
 // another order); outputs are compared with the CPU run on the GPU's selection (force_idx). Also: the parts
-// of a call, ties and NaN, the fallback when the threshold bin overflows, graph replay, bad arguments.
+// of a call, ties and NaN, threshold bins too full to rank pairwise, graph replay (with a copy node before
+// the call and two calls back to back), bad arguments.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -288,7 +289,7 @@ TEST(GpuFfnDecode, GroupedMatchesCpu) {
   const auto seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  // 2:8 and 4:16 are selected in the gate GEMV epilogue; 3:7 (7 does not divide 16) in its last block.
+  // 2:8 and 4:16 are selected in the gate GEMV epilogue; 3:7 (7 does not divide 16) in the selection kernel.
   const MocSelect sels[] = {{0, 2, 8, SelectRule::gate}, {0, 3, 7, SelectRule::gate}, {0, 4, 16, SelectRule::silu},
                             {0, 2, 8, SelectRule::abs_silu}};
   for (DType dt : kTypes)
@@ -352,8 +353,8 @@ TEST(GpuFfnDecode, PartsBreakDownTheCall) {
     }
 }
 
-// Ties go to the lower channel (every gate value equal), NaN gate values are never selected, and a threshold
-// bin holding more candidates than the fast path keeps in shared memory (the fallback over the whole row).
+// Ties go to the lower channel (every gate value equal), NaN gate values are never selected, and threshold
+// bins holding more candidates than are ranked pairwise (the radix passes): all ties, and concentrated rows.
 TEST(GpuFfnDecode, TiesNaNAndOverflowingThresholdBin) {
   MOC_GPU_OR_SKIP(gpu);
   auto cpu = make_cpu_ops();
@@ -372,6 +373,20 @@ TEST(GpuFfnDecode, TiesNaNAndOverflowingThresholdBin) {
           const int want = sel.grouped() ? (i / 2) * 8 + i % 2 : i;
           ASSERT_EQ(idx[static_cast<std::size_t>(r) * kept + i], want) << "ties go to the lower channel";
         }
+    }
+  }
+  {
+    // Row 0 of the gate values concentrated near one value (every channel in one histogram bin, distinct
+    // values), row 1 ordinary.
+    Layer C = make_layer(rng, 2, 64, 5461, DType::bf16);
+    std::normal_distribution<float> nd(0.f, 0.01f);
+    for (int j = 0; j < C.F; ++j)
+      for (int c = 0; c < C.d; ++c)
+        C.wg[static_cast<std::size_t>(j) * C.d + c] = bf16_to_f32(f32_to_bf16((C.x[c] >= 0 ? 0.2f : -0.2f) + nd(rng)));
+    upload_layer(*gpu, *cpu, C);
+    for (int k : {17, 1024}) {
+      MocSelect sel{k, 0, 0, SelectRule::gate};
+      check_call(*gpu, *cpu, C, &sel);
     }
   }
   Layer L = make_layer(rng, 3, 136, 301, DType::bf16);
@@ -407,6 +422,22 @@ TEST(GpuFfnDecode, GraphReplayMatchesEager) {
       gpu->upload_f32(o, L.out0);
       graph->replay();
       expect_same_out("replay " + std::to_string(rep), gpu->download_f32(o), want, L.out0, L.dt);
+    }
+    // A copy node before the call and two calls back to back (the second call's kernels overlap the first's
+    // and reuse its workspace) equal two eager calls.
+    gpu->ffn_decode(L.xg, L.gw(), sel, eager);
+    const auto want2 = gpu->download_f32(eager);
+    Tensor init = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
+    gpu->upload_f32(init, L.out0);
+    auto graph2 = gpu->capture([&] {
+      gpu->copy(o, init);
+      gpu->ffn_decode(L.xg, L.gw(), sel, o);
+      gpu->ffn_decode(L.xg, L.gw(), sel, o);
+    });
+    for (int rep = 0; rep < 2; ++rep) {
+      gpu->upload_f32(o, std::vector<float>(L.out0.size(), 7.0f));  // overwritten by the copy node
+      graph2->replay();
+      expect_same_out("two calls, replay " + std::to_string(rep), gpu->download_f32(o), want2, L.out0, L.dt);
     }
   }
 }

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstdio>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -178,6 +181,15 @@ TEST(GpuOps, CopyConvertsAndFillWrites) {
       if (is_float(dt)) EXPECT_EQ(gpu->download_f32(g), cpu->download_f32(c));
       else EXPECT_EQ(gpu->download_i32(g), cpu->download_i32(c));
     }
+  // Same-dtype copies: small ones by a kernel (16-byte words or bytes), large ones by cudaMemcpyAsync.
+  for (std::int64_t n : {std::int64_t(4), std::int64_t(7), std::int64_t(1) << 14, (std::int64_t(1) << 17) + 3}) {
+    SCOPED_TRACE("bf16 copy of " + std::to_string(n));
+    Twin src = twin_rand(*gpu, *cpu, rng, {n}, DType::bf16);
+    Twin dst = twin_poison(*gpu, *cpu, {n}, DType::bf16);
+    gpu->copy(dst.g, src.g);
+    cpu->copy(dst.c, src.c);
+    expect_close("copy", gpu->download_f32(dst.g), cpu->download_f32(dst.c), 0.0);
+  }
   Tensor wrong = gpu->empty({5}, DType::f32, workspace_tag());
   EXPECT_THROW(gpu->copy(wrong, a.g), std::invalid_argument);  // numel and kind differ
 }
@@ -220,6 +232,89 @@ TEST(GpuOps, GemmMatchesCpuForEveryTransposeDtypeAndOddSize) {
       run_gemm_case(*gpu, *cpu, rng, ab, cdt, false, true, {3, 5461, 37}, 0.75f, 1.0f);
       run_gemm_case(*gpu, *cpu, rng, ab, cdt, true, false, {17, 33, 5461}, -1.5f, 0.5f);
     }
+}
+
+// The skinny path (gemv_skinny.cu, off by default): bf16 A with at most 8 rows, bf16 W [k, n] with
+// n % 8 == 0, no transposes, C bf16 or f32; W tagged as weights is streamed before the previous kernel is
+// waited for. Odd k, every row count, tile widths 16 .. 256 and split-K clusters of 1..8 blocks
+// (MOCBENCH_SKINNY / MOCBENCH_SKINNY_BIG select them; unset: cuBLASLt), k 1 .. 5461, n 8 .. 32000, alpha /
+// beta.
+void set_env(const char* name, const char* value) {
+  if (value) setenv(name, value, 1);
+  else unsetenv(name);
+}
+
+TEST(GpuOps, SkinnyGemmMatchesCpuForEveryRowCountAndSplit) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  MOC_SEEDED(rng);
+  struct Kn {
+    std::int64_t k, n;
+  };
+  struct Variant {
+    const char* small;
+    const char* big;
+  };
+  // The first variant gets every row count and alpha / beta, the others a sample.
+  const Variant variants[] = {{"64", "128"}, {"16:1", "64:1"}, {"32:2", "256:2"}, {"64:8", nullptr},
+                              {"128:8", "256"}, {"256:8", nullptr}, {"16", nullptr}};
+  const Kn shapes[] = {{1, 8}, {37, 136}, {2048, 2048}, {5461, 264}, {300, 4104}, {2048, 32000}};
+  for (const Kn& kn : shapes) {
+    const bool big = kn.n >= 16384;
+    for (bool weights : {true, false}) {
+      const MemTag wtag = weights ? weights_tag() : workspace_tag();
+      const auto wv = randn(rng, static_cast<std::size_t>(kn.k * kn.n), 0.05f);
+      Twin w{gpu->empty({kn.k, kn.n}, DType::bf16, wtag), cpu->empty({kn.k, kn.n}, DType::bf16, wtag)};
+      gpu->upload_f32(w.g, wv);
+      cpu->upload_f32(w.c, wv);
+      for (const Variant& v : variants) {
+        if (big && !v.big) continue;
+        const bool sample = big || &v != &variants[0];
+        set_env("MOCBENCH_SKINNY", v.small);
+        set_env("MOCBENCH_SKINNY_BIG", v.big);
+        for (std::int64_t m : {1, 2, 3, 4, 5, 8}) {
+          if (sample && m != 1 && m != 3 && m != 8) continue;
+          if (big && m == 8) continue;
+          for (DType cdt : kFloatTypes) {
+            if (big && cdt != DType::f32) continue;  // the LM head's logits
+            const float ab[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {0.75f, -0.5f}};
+            for (const auto& albe : ab) {
+              if (sample && albe[1] == 1.0f) continue;
+              const float alpha = albe[0], beta = albe[1];
+              SCOPED_TRACE("m " + std::to_string(m) + " k " + std::to_string(kn.k) + " n " + std::to_string(kn.n) +
+                           " -> " + dt_name(cdt) + (weights ? " weights" : " workspace") + " alpha " +
+                           std::to_string(alpha) + " beta " + std::to_string(beta) + " variant " +
+                           (big ? v.big : v.small));
+              Twin a = twin_rand(*gpu, *cpu, rng, {m, kn.k}, DType::bf16);
+              Twin c = beta == 0.0f ? twin_poison(*gpu, *cpu, {m, kn.n}, cdt)
+                                    : twin_rand(*gpu, *cpu, rng, {m, kn.n}, cdt);
+              gpu->gemm(a.g, false, w.g, false, c.g, alpha, beta);
+              cpu->gemm(a.c, false, w.c, false, c.c, alpha, beta);
+              expect_twin_close("skinny gemm", *gpu, *cpu, c, cdt == DType::bf16 ? 1e-2 : 1e-3);
+            }
+          }
+        }
+      }
+      set_env("MOCBENCH_SKINNY", nullptr);
+      set_env("MOCBENCH_SKINNY_BIG", nullptr);
+    }
+  }
+  // A row view of W (skinny path, 80 bytes in), and just outside the path (cuBLASLt): 9 rows, n % 8 != 0.
+  struct Out {
+    std::int64_t m, n;
+  };
+  set_env("MOCBENCH_SKINNY", "64");
+  for (const Out& o : {Out{3, 40}, Out{9, 40}, Out{3, 36}}) {
+    SCOPED_TRACE("view m " + std::to_string(o.m) + " n " + std::to_string(o.n));
+    Twin w = twin_rand(*gpu, *cpu, rng, {65, o.n}, DType::bf16);
+    Twin a = twin_rand(*gpu, *cpu, rng, {o.m, 64}, DType::bf16);
+    Twin c = twin_poison(*gpu, *cpu, {o.m, o.n}, DType::f32);
+    Tensor wg = w.g.slice0(1, 65), wc = w.c.slice0(1, 65);
+    gpu->gemm(a.g, false, wg, false, c.g);
+    cpu->gemm(a.c, false, wc, false, c.c);
+    expect_twin_close("gemm on a view", *gpu, *cpu, c, 1e-3);
+  }
+  set_env("MOCBENCH_SKINNY", nullptr);
 }
 
 TEST(GpuOps, GemmWithEmptyInnerDimensionScalesC) {
@@ -320,7 +415,7 @@ TEST(GpuOps, RmsNormForwardAndBackward) {
   MOC_SEEDED(rng);
   for (DType dt : kFloatTypes)
     for (std::int64_t rows : {1, 5, 333}) {  // 333 rows: the chunked dw reduction
-      const std::int64_t d = 1003;
+      const std::int64_t d = 1003;  // not whole 16-byte words: the generic kernel
       SCOPED_TRACE(dt_name(dt) + " rows " + std::to_string(rows));
       Twin x = twin_rand(*gpu, *cpu, rng, {rows, d}, dt, 2.0f);
       Twin w = twin_rand(*gpu, *cpu, rng, {d}, dt);
@@ -340,27 +435,56 @@ TEST(GpuOps, RmsNormForwardAndBackward) {
     }
 }
 
-TEST(GpuOps, RopeMatchesCpuAndInverseRestores) {
+// Rows of whole 16-byte words take the vectorized kernel (1, 2 or 4 words per thread); mixed dtypes the
+// generic one.
+TEST(GpuOps, RmsNormForwardVectorizedRowsAndMixedDtypes) {
   MOC_GPU_OR_SKIP(gpu);
   auto cpu = make_cpu_ops();
   MOC_SEEDED(rng);
   for (DType dt : kFloatTypes)
-    for (float theta : {10000.0f, 500000.0f}) {
-      SCOPED_TRACE(dt_name(dt) + " theta " + std::to_string(theta));
-      const std::int64_t rows = 37, heads = 3, hd = 64;
-      std::vector<std::int32_t> pos(rows);
-      std::uniform_int_distribution<int> p(0, 8191);
-      for (auto& v : pos) v = p(rng);
-      Twin ps = twin_i32(*gpu, *cpu, pos);
-      const auto x0 = randn(rng, rows * heads * hd);
-      Twin x = twin(*gpu, *cpu, {rows, heads, hd}, dt, x0);
-      const auto x0g = gpu->download_f32(x.g);
-      gpu->rope(x.g, ps.g, theta, false);
-      cpu->rope(x.c, ps.c, theta, false);
-      expect_twin_close("rope", *gpu, *cpu, x, dt == DType::f32 ? 1e-5 : 1e-2);
-      gpu->rope(x.g, ps.g, theta, true);
-      expect_close("rope inverse", gpu->download_f32(x.g), x0g, dt == DType::f32 ? 1e-5 : 2e-2);
-    }
+    for (std::int64_t d : {8, 2048, 2056, 4096, 8192})
+      for (std::int64_t rows : {1, 4, 7}) {
+        SCOPED_TRACE(dt_name(dt) + " rows " + std::to_string(rows) + " d " + std::to_string(d));
+        Twin x = twin_rand(*gpu, *cpu, rng, {rows, d}, dt, 2.0f);
+        Twin w = twin_rand(*gpu, *cpu, rng, {d}, dt);
+        Twin y = twin_poison(*gpu, *cpu, {rows, d}, dt);
+        Twin rstd = twin_poison(*gpu, *cpu, {rows}, DType::f32);
+        gpu->rmsnorm_forward(x.g, w.g, 1e-5f, y.g, rstd.g);
+        cpu->rmsnorm_forward(x.c, w.c, 1e-5f, y.c, rstd.c);
+        expect_twin_close("rmsnorm y", *gpu, *cpu, y, tol(dt));
+        expect_twin_close("rmsnorm rstd", *gpu, *cpu, rstd, 1e-5);
+      }
+  Twin x = twin_rand(*gpu, *cpu, rng, {3, 2048}, DType::bf16), w = twin_rand(*gpu, *cpu, rng, {2048}, DType::f32);
+  Twin y = twin_poison(*gpu, *cpu, {3, 2048}, DType::bf16), rstd = twin_poison(*gpu, *cpu, {3}, DType::f32);
+  gpu->rmsnorm_forward(x.g, w.g, 1e-6f, y.g, rstd.g);
+  cpu->rmsnorm_forward(x.c, w.c, 1e-6f, y.c, rstd.c);
+  expect_twin_close("rmsnorm mixed y", *gpu, *cpu, y, 1e-2);
+  expect_twin_close("rmsnorm mixed rstd", *gpu, *cpu, rstd, 1e-5);
+}
+
+TEST(GpuOps, RopeMatchesCpuAndInverseRestores) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  MOC_SEEDED(rng);
+  // head_dim 64: frequencies from the host's table; 160: computed on the device.
+  for (DType dt : kFloatTypes)
+    for (float theta : {10000.0f, 500000.0f})
+      for (std::int64_t hd : {64, 160}) {
+        SCOPED_TRACE(dt_name(dt) + " theta " + std::to_string(theta) + " hd " + std::to_string(hd));
+        const std::int64_t rows = 37, heads = 3;
+        std::vector<std::int32_t> pos(rows);
+        std::uniform_int_distribution<int> p(0, 8191);
+        for (auto& v : pos) v = p(rng);
+        Twin ps = twin_i32(*gpu, *cpu, pos);
+        const auto x0 = randn(rng, rows * heads * hd);
+        Twin x = twin(*gpu, *cpu, {rows, heads, hd}, dt, x0);
+        const auto x0g = gpu->download_f32(x.g);
+        gpu->rope(x.g, ps.g, theta, false);
+        cpu->rope(x.c, ps.c, theta, false);
+        expect_twin_close("rope", *gpu, *cpu, x, dt == DType::f32 ? 1e-5 : 1e-2);
+        gpu->rope(x.g, ps.g, theta, true);
+        expect_close("rope inverse", gpu->download_f32(x.g), x0g, dt == DType::f32 ? 1e-5 : 2e-2);
+      }
   Tensor odd = gpu->empty({3, 2, 5}, DType::f32, workspace_tag()), pos3 = gpu->empty({3}, DType::i32, workspace_tag());
   EXPECT_THROW(gpu->rope(odd, pos3, 10000.0f, false), std::invalid_argument);
 }
@@ -375,6 +499,24 @@ TEST(GpuOps, KvCacheWriteAtDevicePositions) {
     Twin k = twin_rand(*gpu, *cpu, rng, {b, n, kvh, hd}, dt), v = twin_rand(*gpu, *cpu, rng, {b, n, kvh, hd}, dt);
     Twin kc = twin_rand(*gpu, *cpu, rng, {b, kvh, T, hd}, dt), vc = twin_rand(*gpu, *cpu, rng, {b, kvh, T, hd}, dt);
     Twin start = twin_i32(*gpu, *cpu, {0, 17, 36});
+    gpu->kv_cache_write(k.g, v.g, start.g, kc.g, vc.g);
+    cpu->kv_cache_write(k.c, v.c, start.c, kc.c, vc.c);
+    expect_twin_close("k cache", *gpu, *cpu, kc, 0.0);
+    expect_twin_close("v cache", *gpu, *cpu, vc, 0.0);
+  }
+  // The generic kernel: rows that are not whole 16-byte words, and f32 k/v into bf16 caches.
+  struct Case {
+    DType in, cache;
+    std::int64_t hd;
+  };
+  for (const Case& cs : {Case{DType::bf16, DType::bf16, 6}, Case{DType::f32, DType::bf16, 64},
+                         Case{DType::f32, DType::f32, 5}}) {
+    SCOPED_TRACE(dt_name(cs.in) + " -> " + dt_name(cs.cache) + " hd " + std::to_string(cs.hd));
+    const std::int64_t b = 2, n = 1, kvh = 3, T = 9;
+    Twin k = twin_rand(*gpu, *cpu, rng, {b, n, kvh, cs.hd}, cs.in), v = twin_rand(*gpu, *cpu, rng, {b, n, kvh, cs.hd}, cs.in);
+    Twin kc = twin_rand(*gpu, *cpu, rng, {b, kvh, T, cs.hd}, cs.cache);
+    Twin vc = twin_rand(*gpu, *cpu, rng, {b, kvh, T, cs.hd}, cs.cache);
+    Twin start = twin_i32(*gpu, *cpu, {8, 3});
     gpu->kv_cache_write(k.g, v.g, start.g, kc.g, vc.g);
     cpu->kv_cache_write(k.c, v.c, start.c, kc.c, vc.c);
     expect_twin_close("k cache", *gpu, *cpu, kc, 0.0);
@@ -500,27 +642,29 @@ TEST(GpuOps, SampleGreedyTakesTheLowestIdOfTiedMaxima) {
   MOC_GPU_OR_SKIP(gpu);
   auto cpu = make_cpu_ops();
   MOC_SEEDED(rng);
-  const std::int64_t rows = 5, V = 5003;
-  for (DType dt : kFloatTypes) {
-    SCOPED_TRACE(dt_name(dt));
-    auto l = randn(rng, rows * V);
-    std::uniform_int_distribution<int> pick(0, V - 1);
-    std::vector<std::int32_t> planted(rows);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      int a = pick(rng), b = pick(rng);
-      if (a == b) b = (a + 1) % static_cast<int>(V);
-      l[static_cast<std::size_t>(r * V + a)] = 9.0f;
-      l[static_cast<std::size_t>(r * V + b)] = 9.0f;
-      planted[static_cast<std::size_t>(r)] = std::min(a, b);
+  const std::int64_t rows = 5;
+  // V % 4 == 0 with f32 logits: the vectorized kernel (32000: the 1b vocabulary; 36: a partial step).
+  for (std::int64_t V : {5003, 32000, 36})
+    for (DType dt : kFloatTypes) {
+      SCOPED_TRACE(dt_name(dt) + " V " + std::to_string(V));
+      auto l = randn(rng, rows * V);
+      std::uniform_int_distribution<int> pick(0, V - 1);
+      std::vector<std::int32_t> planted(rows);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        int a = pick(rng), b = pick(rng);
+        if (a == b) b = (a + 1) % static_cast<int>(V);
+        l[static_cast<std::size_t>(r * V + a)] = 9.0f;
+        l[static_cast<std::size_t>(r * V + b)] = 9.0f;
+        planted[static_cast<std::size_t>(r)] = std::min(a, b);
+      }
+      Twin logits = twin(*gpu, *cpu, {rows, V}, dt, l);
+      Twin counter = twin_i32(*gpu, *cpu, {0});
+      Twin next = twin_i32(*gpu, *cpu, std::vector<std::int32_t>(rows, -7));
+      gpu->sample(logits.g, 0.0f, 123, counter.g, next.g);
+      cpu->sample(logits.c, 0.0f, 123, counter.c, next.c);
+      EXPECT_EQ(gpu->download_i32(next.g), planted);
+      EXPECT_EQ(gpu->download_i32(next.g), cpu->download_i32(next.c));
     }
-    Twin logits = twin(*gpu, *cpu, {rows, V}, dt, l);
-    Twin counter = twin_i32(*gpu, *cpu, {0});
-    Twin next = twin_i32(*gpu, *cpu, std::vector<std::int32_t>(rows, -7));
-    gpu->sample(logits.g, 0.0f, 123, counter.g, next.g);
-    cpu->sample(logits.c, 0.0f, 123, counter.c, next.c);
-    EXPECT_EQ(gpu->download_i32(next.g), planted);
-    EXPECT_EQ(gpu->download_i32(next.g), cpu->download_i32(next.c));
-  }
 }
 
 TEST(GpuOps, SampleSeededDrawsTheSameIdsAsTheCpu) {
@@ -711,6 +855,204 @@ TEST(GpuOpsGraph, CapturesGemmAndADecodeStyleSamplingLoop) {
     ASSERT_EQ(gpu->download_i32(next.g), cpu->download_i32(next.c)) << "step " << step;
   }
   EXPECT_EQ(gpu->download_i32(counter.g), (std::vector<std::int32_t>{6}));
+}
+
+// The decode step's kernels chained as in Transformer::decode_step and captured once: most of them are
+// PDL-launched (the next kernel is resident before the previous one ends, the skinny GEMMs stream their
+// weights before waiting), so a missing wait shows up as stale inputs. Every replay must match the CPU
+// run of the same ops on the same tokens; the sampled ids feed back through the graph.
+TEST(GpuOpsGraph, DecodeStepChainOfPdlKernelsMatchesCpuOnEveryReplay) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  MOC_SEEDED(rng);
+  // The projections through cuBLASLt (the default) and through the skinny GEMM kernel (PDL, weights streamed
+  // before the wait).
+  for (const char* variant : {static_cast<const char*>(nullptr), "64:4"}) {
+    set_env("MOCBENCH_SKINNY", variant);
+    SCOPED_TRACE(std::string("MOCBENCH_SKINNY=") + (variant ? variant : "(unset)"));
+    const std::int64_t b = 2, d = 256, h = 4, hd = 64, T = 12, V = 1000;
+    const DType dt = DType::bf16;
+    struct Side {
+      Tensor emb, norm, wq, wk, wv, wo, wl, kc, vc, tokens, pos, counter, next, x, xn, rstd, q, k, v, attn, logits;
+    };
+    Side g, c;
+    auto weights = [&](Tensor Side::*field, const Shape& s, float sd) {
+      const auto v = randn(rng, static_cast<std::size_t>(numel_of(s)), sd);
+      g.*field = gpu->empty(s, dt, weights_tag());
+      c.*field = cpu->empty(s, dt, weights_tag());
+      gpu->upload_f32(g.*field, v);
+      cpu->upload_f32(c.*field, v);
+    };
+    weights(&Side::emb, {V, d}, 1.0f);
+    weights(&Side::norm, {d}, 1.0f);
+    weights(&Side::wq, {d, d}, 0.06f);
+    weights(&Side::wk, {d, d}, 0.06f);
+    weights(&Side::wv, {d, d}, 0.06f);
+    weights(&Side::wo, {d, d}, 0.06f);
+    weights(&Side::wl, {d, V}, 0.06f);
+    auto both = [&](Tensor Side::*field, const Shape& s, DType t) {
+      Twin tw = twin_rand(*gpu, *cpu, rng, s, t);
+      g.*field = tw.g;
+      c.*field = tw.c;
+    };
+    both(&Side::kc, {b, h, T, hd}, dt);
+    both(&Side::vc, {b, h, T, hd}, dt);
+    for (Tensor Side::*f : {&Side::x, &Side::xn, &Side::q, &Side::k, &Side::v, &Side::attn})
+      both(f, f == &Side::x || f == &Side::xn ? Shape{b, d} : Shape{b, h, hd}, dt);
+    both(&Side::rstd, {b}, DType::f32);
+    both(&Side::logits, {b, V}, DType::f32);
+    auto ids = [&](Tensor Side::*field, const std::vector<std::int32_t>& v) {
+      Twin tw = twin_i32(*gpu, *cpu, v);
+      g.*field = tw.g;
+      c.*field = tw.c;
+    };
+    ids(&Side::tokens, {3, 917});
+    ids(&Side::pos, {2, 5});
+    ids(&Side::counter, {0});
+    ids(&Side::next, {-1, -1});
+
+    auto step = [&](Ops& o, Side& s) {
+      o.embedding_forward(s.tokens, s.emb, s.x);
+      o.rmsnorm_forward(s.x, s.norm, 1e-5f, s.xn, s.rstd);
+      Tensor q2 = s.q.reshape({b, h * hd}), k2 = s.k.reshape({b, h * hd}), v2 = s.v.reshape({b, h * hd});
+      o.gemm(s.xn, false, s.wq, false, q2);
+      o.gemm(s.xn, false, s.wk, false, k2);
+      o.gemm(s.xn, false, s.wv, false, v2);
+      o.rope(s.q, s.pos, 10000.0f, false);
+      o.rope(s.k, s.pos, 10000.0f, false);
+      Tensor k4 = s.k.reshape({b, 1, h, hd}), v4 = s.v.reshape({b, 1, h, hd});
+      o.kv_cache_write(k4, v4, s.pos, s.kc, s.vc);
+      o.attention_decode(s.q, s.kc, s.vc, s.pos, s.attn);
+      Tensor attn2 = s.attn.reshape({b, d});
+      o.gemm(attn2, false, s.wo, false, s.x, 1.0f, 1.0f);  // the residual, in place
+      o.rmsnorm_forward(s.x, s.norm, 1e-5f, s.xn, s.rstd);
+      o.gemm(s.xn, false, s.wl, false, s.logits);
+      o.increment(s.pos, 1);
+      o.sample(s.logits, 0.0f, 7, s.counter, s.next);
+      o.copy(s.tokens, s.next);
+      o.increment(s.counter, 1);
+    };
+    auto check = [&](const std::string& what) {
+      expect_close(what + " logits", gpu->download_f32(g.logits), cpu->download_f32(c.logits), 2e-2);
+      expect_close(what + " k cache", gpu->download_f32(g.kc), cpu->download_f32(c.kc), 2e-2);
+      expect_close(what + " x", gpu->download_f32(g.x), cpu->download_f32(c.x), 2e-2);
+      // The GPU's ids are the first maxima of its own logits.
+      const auto lg = gpu->download_f32(g.logits);
+      const auto got = gpu->download_i32(g.tokens);
+      for (std::int64_t r = 0; r < b; ++r) {
+        const auto row = lg.begin() + r * V;
+        EXPECT_EQ(got[static_cast<std::size_t>(r)], std::max_element(row, row + V) - row) << what << " row " << r;
+      }
+      EXPECT_EQ(gpu->download_i32(g.pos), cpu->download_i32(c.pos)) << what;
+      cpu->upload_i32(c.tokens, got);  // both sides go on from the GPU's choice
+    };
+    step(*gpu, g);  // eager, PDL launches outside a graph
+    step(*cpu, c);
+    check("eager");
+    auto graph = gpu->capture([&] { step(*gpu, g); });
+    for (int r = 0; r < 5; ++r) {
+      gpu->fill(g.logits, kNaN);
+      graph->replay();
+      step(*cpu, c);
+      check("replay " + std::to_string(r));
+    }
+  }
+  set_env("MOCBENCH_SKINNY", nullptr);
+}
+
+// Timings for the notes, not a check: run with --gtest_also_run_disabled_tests --gtest_filter='GpuPerf.*'
+// (and again with MOCBENCH_CUBLAS_ONLY=1 for cuBLASLt's GEMMs). Each op is captured n times in one graph
+// (weights rotating through more than the L2 where they are large), as inside a decode step's graph;
+// the median replay over n is the time per call, launch gaps and PDL overlap included.
+TEST(GpuPerf, DISABLED_DecodeOpTimings) {
+  MOC_GPU_OR_SKIP(gpu);
+  std::mt19937 rng(fresh_seed());
+  auto per_call_us = [&](int n, const std::function<void(int)>& fn) {
+    auto graph = gpu->capture([&] {
+      for (int i = 0; i < n; ++i) fn(i);
+    });
+    graph->replay();
+    gpu->synchronize();
+    std::vector<double> t;
+    for (int r = 0; r < 21; ++r) t.push_back(gpu->timed([&] { graph->replay(); }) * 1e6 / n);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  const double copy_GBps = 2990.0;  // H100 cudaMemcpy D2D (bench/RESULTS.md)
+  // GEMMs: "chained" = 4 x copies calls back to back (PDL overlap, as q/k/v inside a step); "isolated" =
+  // each call behind a tiny non-PDL fill (minus the fills alone): one call's latency, launch included.
+  // Variants: MOCBENCH_SKINNY(_BIG) = TC[:cs] or off (cuBLASLt); "default" = unset (cuBLASLt).
+  struct G {
+    std::int64_t m, k, n;
+    int copies;
+    DType c;
+  };
+  Tensor tiny = gpu->empty({1}, DType::f32, workspace_tag());
+  const double fill_us = per_call_us(32, [&](int) { gpu->fill(tiny, 1.0f); });
+  for (const G& g : {G{1, 2048, 2048, 8, DType::bf16}, G{4, 2048, 2048, 8, DType::bf16}, G{2, 2048, 2048, 8, DType::bf16},
+                     G{1, 2048, 32000, 2, DType::f32}, G{4, 2048, 32000, 2, DType::f32}}) {
+    const bool big = g.n >= 16384;
+    std::vector<Tensor> w;
+    for (int i = 0; i < g.copies; ++i) {
+      w.push_back(gpu->empty({g.k, g.n}, DType::bf16, weights_tag()));
+      gpu->upload_f32(w.back(), randn(rng, static_cast<std::size_t>(g.k * g.n), 0.02f));
+    }
+    Tensor a = random_tensor(*gpu, rng, {g.m, g.k}, 1.0f, DType::bf16);
+    Tensor c = gpu->empty({g.m, g.n}, g.c, workspace_tag());
+    gpu->fill(c, 0.0f);
+    const std::vector<const char*> small = {nullptr, "off", "16:1", "16:2", "32:2", "32:4", "64:2", "64:4",
+                                            "128:4", "128:8", "256:8"};
+    const std::vector<const char*> wide = {nullptr, "64:1", "128:1", "128:2", "256:1", "256:2"};
+    for (const char* v : big ? wide : small) {
+      set_env(big ? "MOCBENCH_SKINNY_BIG" : "MOCBENCH_SKINNY", v);
+      const double us = per_call_us(4 * g.copies, [&](int i) {
+        gpu->gemm(a, false, w[static_cast<std::size_t>(i % g.copies)], false, c, 1.0f, 0.0f);
+      });
+      const double iso = per_call_us(2 * g.copies, [&](int i) {
+        gpu->fill(tiny, 1.0f);
+        gpu->gemm(a, false, w[static_cast<std::size_t>(i % g.copies)], false, c, 1.0f, 0.0f);
+      }) - fill_us;
+      const double bytes = static_cast<double>(g.k) * g.n * 2;
+      std::printf("gemm m%lld k%lld n%lld -> %s v=%s: chained %.2f us/call (%.0f GB/s, %.0f%% of copy), isolated %.2f us\n",
+                  static_cast<long long>(g.m), static_cast<long long>(g.k), static_cast<long long>(g.n),
+                  std::string(dtype_name(g.c)).c_str(), v ? v : "default", us, bytes / us * 1e-3,
+                  bytes / us * 1e-3 / copy_GBps * 100, iso);
+    }
+    set_env("MOCBENCH_SKINNY", nullptr);
+    set_env("MOCBENCH_SKINNY_BIG", nullptr);
+  }
+  {
+    Tensor x = random_tensor(*gpu, rng, {1, 2048}, 1.0f, DType::bf16), w = random_tensor(*gpu, rng, {2048}, 1.0f, DType::bf16);
+    Tensor y = gpu->empty({1, 2048}, DType::bf16, workspace_tag()), r = gpu->empty({1}, DType::f32, workspace_tag());
+    std::printf("rmsnorm 1 x 2048 bf16: %.2f us/call\n",
+                per_call_us(48, [&](int) { gpu->rmsnorm_forward(x, w, 1e-5f, y, r); }));
+    Tensor q = random_tensor(*gpu, rng, {1, 32, 64}, 1.0f, DType::bf16);
+    Tensor pos = gpu->empty({1}, DType::i32, workspace_tag());
+    gpu->upload_i32(pos, {200});
+    std::printf("rope 1 x 32 x 64 bf16: %.2f us/call\n",
+                per_call_us(48, [&](int) { gpu->rope(q, pos, 10000.0f, false); }));
+    std::vector<Tensor> kc, vc;
+    for (int l = 0; l < 24; ++l) {
+      kc.push_back(random_tensor(*gpu, rng, {1, 32, 256, 64}, 1.0f, DType::bf16));
+      vc.push_back(random_tensor(*gpu, rng, {1, 32, 256, 64}, 1.0f, DType::bf16));
+    }
+    Tensor k = random_tensor(*gpu, rng, {1, 1, 32, 64}, 1.0f, DType::bf16), v = random_tensor(*gpu, rng, {1, 1, 32, 64}, 1.0f, DType::bf16);
+    std::printf("kv_cache_write 1 x 32 x 64 bf16: %.2f us/call\n",
+                per_call_us(24, [&](int l) { gpu->kv_cache_write(k, v, pos, kc[static_cast<std::size_t>(l)], vc[static_cast<std::size_t>(l)]); }));
+    Tensor o = gpu->empty({1, 32, 64}, DType::bf16, workspace_tag());
+    for (int p : {128, 200, 255}) {
+      gpu->upload_i32(pos, {p});
+      std::printf("attention_decode b1 h32 hd64 cache 256 at pos %d: %.2f us/call\n", p,
+                  per_call_us(24, [&](int l) {
+                    gpu->attention_decode(q, kc[static_cast<std::size_t>(l)], vc[static_cast<std::size_t>(l)], pos, o);
+                  }));
+    }
+    Tensor logits = random_tensor(*gpu, rng, {1, 32000}, 1.0f, DType::f32);
+    Tensor counter = gpu->empty({1}, DType::i32, workspace_tag()), next = gpu->empty({1}, DType::i32, workspace_tag());
+    gpu->fill(counter, 0.0f);
+    std::printf("sample (argmax) 1 x 32000 f32: %.2f us/call\n",
+                per_call_us(24, [&](int) { gpu->sample(logits, 0.0f, 1, counter, next); }));
+  }
 }
 
 }  // namespace

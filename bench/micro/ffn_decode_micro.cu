@@ -378,15 +378,15 @@ int run_checks() {
     p.group_b = 8;
     check_config(L, p, fast, "small");
     p.group_a = 3;
-    p.group_b = 7;  // 7 does not divide 16: selection in the gate kernel's last block
+    p.group_b = 7;  // 7 does not divide 16: selection in the selection kernel
     check_config(L, p, fast, "small");
-    for (int sel : {1, 2}) {
+    for (int C : {1, 2, 8}) {
       Options o{};
-      o.select = sel;
+      o.updown_cluster = C;
       Problem q = p;
       q.kind = SelKind::topk;
       q.k = 17;
-      check_config(L, q, o, "small select " + std::to_string(sel));
+      check_config(L, q, o, "small cluster " + std::to_string(C));
     }
     if (R == 3 || R == 9) {
       p.kind = SelKind::topk;
@@ -408,6 +408,23 @@ int run_checks() {
     p.kind = SelKind::topk;
     p.k = 17;
     check_config(L, p, fast, "f32");
+  }
+  {
+    // Gate values of row 0 concentrated near one value: the threshold bin overflows the pairwise ranking.
+    DevLayer L;
+    make_layer(L, 2, 64, 5461, DType::bf16, rng);
+    std::normal_distribution<float> nd(0.f, 0.01f);
+    for (int j = 0; j < L.h.F; ++j)
+      for (int c = 0; c < L.h.d; ++c)
+        L.h.wg[static_cast<std::size_t>(j) * L.h.d + c] = (L.h.x[c] >= 0 ? 0.2f : -0.2f) + nd(rng);
+    L.h.wg = rounded(L.h.wg, DType::bf16);
+    upload_any(L.wg.p, L.h.wg, DType::bf16);
+    Problem p = problem_of(L);
+    p.kind = SelKind::topk;
+    for (int k : {17, 1024}) {
+      p.k = k;
+      check_config(L, p, fast, "concentrated");
+    }
   }
   {
     DevLayer L;
@@ -436,10 +453,15 @@ int run_checks() {
     alt.gate_unroll = 8;
     p.kind = SelKind::topk;
     check_config(L, p, alt, "1b no-PDL unroll8");
-    for (int sel : {1, 2}) {
+    for (int C : {1, 4, 8}) {
       Options o{};
-      o.select = sel;
-      check_config(L, p, o, "1b select " + std::to_string(sel));
+      o.updown_cluster = C;
+      o.pdl_entry = C != 4;
+      o.prefetch = C == 8 ? 3 : 0;
+      check_config(L, p, o, "1b cluster " + std::to_string(C));
+      Problem q = p;
+      q.kind = SelKind::dense;
+      check_config(L, q, o, "1b cluster " + std::to_string(C));
     }
   }
   std::printf("== checks: %d failed\n", g_failures);
@@ -619,12 +641,22 @@ int run_bench(int reps, int copies) {
   add("up/down stage", SelKind::topk, moc::kFfnAll)->updown_stage = true;
   add("2:8 gate+select", SelKind::grouped, moc::kFfnGate | moc::kFfnSelect);
   add("2:8 up/down stage", SelKind::grouped, moc::kFfnAll)->updown_stage = true;
+  add("dense no-PDL", SelKind::dense, moc::kFfnAll)->opt.pdl = false;
   add("moc no-PDL", SelKind::topk, moc::kFfnAll)->opt.pdl = false;
-  add("gate only unroll8", SelKind::topk, moc::kFfnGate)->opt.gate_unroll = 8;
-  add("moc unroll8", SelKind::topk, moc::kFfnAll)->opt.gate_unroll = 8;
-  add("gate+topK select 1", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.select = 1;
-  add("gate+topK select 2", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.select = 2;
-  add("moc select 2", SelKind::topk, moc::kFfnAll)->opt.select = 2;
+  add("moc 2:8 no-PDL", SelKind::grouped, moc::kFfnAll)->opt.pdl = false;
+  add("dense no entry-PDL", SelKind::dense, moc::kFfnAll)->opt.pdl_entry = false;
+  add("moc no entry-PDL", SelKind::topk, moc::kFfnAll)->opt.pdl_entry = false;
+  add("moc 2:8 no entry-PDL", SelKind::grouped, moc::kFfnAll)->opt.pdl_entry = false;
+  add("gate only no-PDL", SelKind::topk, moc::kFfnGate)->opt.pdl = false;
+  add("dense prefetch", SelKind::dense, moc::kFfnAll)->opt.prefetch = 3;
+  add("moc prefetch", SelKind::topk, moc::kFfnAll)->opt.prefetch = 3;
+  add("moc 2:8 prefetch", SelKind::grouped, moc::kFfnAll)->opt.prefetch = 3;
+  for (int C : {1, 4}) {
+    const std::string c = " cluster " + std::to_string(C);
+    add("dense" + c, SelKind::dense, moc::kFfnAll)->opt.updown_cluster = C;
+    add("moc" + c, SelKind::topk, moc::kFfnAll)->opt.updown_cluster = C;
+    add("moc 2:8" + c, SelKind::grouped, moc::kFfnAll)->opt.updown_cluster = C;
+  }
 
   std::printf("\n| variant | rows | eager us | graph us | floor MB | GB/s (graph) | %% of copy BW | vs dense (graph) |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");

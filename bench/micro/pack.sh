@@ -1,12 +1,11 @@
 #!/bin/bash
-# Packs the binaries the device runs need (stripped, with libtomlplusplus that the device lacks) into
-# BUILD_DIR/dist/bins.tgz, to carry with the device tool. Usage: bench/micro/pack.sh BUILD_DIR
+# Bundles what the device runs need (stripped binaries, the shared CUDA library, libgomp) into BUILD_DIR/dev,
+# to carry with the device tool (carry ["BUILD_DIR/dev"], < 64 MiB). Usage: bench/micro/pack.sh BUILD_DIR
 set -eu
-B=${1:-build/hb}
-rm -rf "$B/dist" && mkdir -p "$B/dist/s"
-cp "$B/bench/ffn_decode_micro" "$B/tests/mocbench_tests" "$B/dist/s/"
-strip "$B/dist/s/"*
-cp -L /lib/x86_64-linux-gnu/libtomlplusplus.so.3 "$B/dist/s/"
-tar czf "$B/dist/bins.tgz" -C "$B/dist/s" .
-rm -rf "$B/dist/s"
-ls -la "$B/dist"
+B=${1:-build/hf}
+rm -rf "$B/dev" && mkdir -p "$B/dev"
+for f in app/mocbench tests/mocbench_tests bench/ffn_decode_micro kernels/libmocbench_cuda.so; do
+  strip -o "$B/dev/$(basename $f)" "$B/$f"
+done
+cp -L /lib/x86_64-linux-gnu/libgomp.so.1 "$B/dev/"
+du -sh "$B/dev"

@@ -1,33 +1,33 @@
 #!/bin/bash
-# On the GPU machine (device tool): unpack the carried binaries (bench/micro/pack.sh), run the
-# micro-benchmark's checks and timings and the GpuFfnDecode tests, optionally compute-sanitizer and ncu;
-# logs under $OUT. Usage: bench/micro/run_device.sh BUILD_DIR [sanitize] [ncu]
+# On the GPU machine (device tool, carry ["BUILD_DIR/dev"] from bench/micro/pack.sh): the micro-benchmark's
+# checks and timings, the GpuFfnDecode tests, optionally compute-sanitizer memcheck of the checks and ncu;
+# logs under $OUT, a summary on stdout. Usage: bench/micro/run_device.sh BUILD_DIR [sanitize] [ncu]
 set -u
-B=${1:-build/hb}
+B=${1:-build/hf}
+D=$B/dev
 OUT=${OUT:-/tmp/out}
-mkdir -p /tmp/bins "$OUT"
-tar xzf "$B/dist/bins.tgz" -C /tmp/bins
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$PWD/$D
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/smi.txt" 2>&1
-timeout 40 /tmp/bins/ffn_decode_micro --skip-bench > "$OUT/checks.txt" 2>&1; echo "rc=$?" >> "$OUT/checks.txt"
-timeout 40 /tmp/bins/ffn_decode_micro --skip-checks > "$OUT/bench.txt" 2>&1; echo "rc=$?" >> "$OUT/bench.txt"
-LD_LIBRARY_PATH=/tmp/bins timeout 60 /tmp/bins/mocbench_tests --gtest_filter='GpuFfnDecode*' > "$OUT/tests.txt" 2>&1
-echo "rc=$?" >> "$OUT/tests.txt"
+timeout 50 "$D/ffn_decode_micro" --skip-bench > "$OUT/checks.txt" 2>&1; echo "rc=$?" >> "$OUT/checks.txt"
+timeout 45 "$D/ffn_decode_micro" --skip-checks > "$OUT/bench.txt" 2>&1; echo "rc=$?" >> "$OUT/bench.txt"
+timeout 45 "$D/mocbench_tests" --gtest_filter='GpuFfnDecode*' > "$OUT/tests.txt" 2>&1; echo "rc=$?" >> "$OUT/tests.txt"
 shift
 for step in "$@"; do
   if [ "$step" = sanitize ]; then
-    timeout 60 compute-sanitizer --tool memcheck /tmp/bins/ffn_decode_micro --skip-bench > "$OUT/memcheck.txt" 2>&1
+    timeout 40 compute-sanitizer --tool memcheck "$D/ffn_decode_micro" --skip-bench > "$OUT/memcheck.txt" 2>&1
     echo "rc=$?" >> "$OUT/memcheck.txt"
   fi
   if [ "$step" = ncu ]; then
-    timeout 60 ncu --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy \
-      /tmp/bins/ffn_decode_micro --profile > "$OUT/ncu.txt" 2>&1
+    timeout 35 ncu --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy \
+      "$D/ffn_decode_micro" --profile > "$OUT/ncu.txt" 2>&1
     echo "rc=$?" >> "$OUT/ncu.txt"
   fi
 done
 cat "$OUT/smi.txt"
-grep -E "^(FAIL|==)" "$OUT/checks.txt" | head -40; tail -1 "$OUT/checks.txt"
-grep -vE "^(PASS|RUN)" "$OUT/bench.txt" | head -80
-grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|rc=" "$OUT/tests.txt" | head -30
-[ -f "$OUT/memcheck.txt" ] && tail -3 "$OUT/memcheck.txt"
+grep -E "^(FAIL|==)" "$OUT/checks.txt" | head -30; tail -1 "$OUT/checks.txt"
+grep -vE "^(PASS|RUN)" "$OUT/bench.txt" | grep -v "^$" | head -150
+grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|rc=|tests ran" "$OUT/tests.txt" | head -30
+[ -f "$OUT/memcheck.txt" ] && grep -E "ERROR SUMMARY|rc=|FAIL" "$OUT/memcheck.txt" | head -5
 [ -f "$OUT/ncu.txt" ] && grep -E "\)x\(|Duration|DRAM Throughput|Achieved Occupancy|rc=" "$OUT/ncu.txt" | cut -c1-120 | head -60
 exit 0

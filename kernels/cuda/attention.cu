@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/cuda/common.cuh"
+#include <cooperative_groups.h>
+
+#include "kernels/cuda/cuda_ops_impl.cuh"
 #include "kernels/cuda/kernels.h"
 
 namespace moc::cuda {
@@ -513,6 +515,238 @@ __global__ void attn_decode_combine_kernel(const float* __restrict__ opart, cons
   }
 }
 
+// ---- decode, the fast path: one kernel, the splits of a (sequence, kv head) form a thread-block cluster.
+// For caches whose rows are whole 16-byte words (hd / (16 / sizeof(T)) threads per key, a power of two):
+// the split count comes from max_seq (>= 64 keys per split, 1 / 2 / 4 / 8 splits); within a block each
+// warp runs an online softmax over its own keys straight from 16-byte loads of K and V (no shared-memory
+// staging: 4 keys x TPK threads per load step, kFdRounds steps in flight); the block's warps and then the
+// cluster's blocks merge their (max, sum, output) states, the last by pushing them into the owning rank's
+// shared memory (one cluster barrier).
+// No partials leave the chip and there is no second kernel. PDL-launched.
+namespace cgr = cooperative_groups;
+constexpr int kFdThreads = 128;
+constexpr int kFdWarps = kFdThreads / 32;
+constexpr int kFdRounds = 4;      // load steps per warp tile (K and V loads in flight per thread: 2 x 4 x 16 B)
+constexpr int kFdMaxSplit = 8;    // portable cluster size
+constexpr int kFdKeysPerSplit = 64;
+constexpr int kFdMaxHeads = 4;    // query heads of one GQA group per block
+
+__device__ __forceinline__ void unpack16(const uint4& v, float (&f)[8], const __nv_bfloat16*) {
+  const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ void unpack16(const uint4& v, float (&f)[4], const float*) {
+  f[0] = __uint_as_float(v.x);
+  f[1] = __uint_as_float(v.y);
+  f[2] = __uint_as_float(v.z);
+  f[3] = __uint_as_float(v.w);
+}
+
+template <class T, int TPK, int NH>
+__global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
+    const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, const std::int32_t* __restrict__ pos,
+    T* __restrict__ out, int h, int kvh, int T_len, int hd, int chunk, float scale_log2) {
+  constexpr int E = 16 / sizeof(T);   // elements per 16-byte word
+  constexpr int KPS = 32 / TPK;       // keys per warp load step
+  constexpr int TK = KPS * kFdRounds; // keys per warp tile
+  __shared__ float wst[kFdWarps][NH][2];        // per warp: max (log2 units), sum
+  __shared__ float wacc[kFdWarps][NH][kDecMaxHd];
+  __shared__ float rst[kFdMaxSplit][NH][2];     // pushed by each rank: its block's max and sum per head
+  __shared__ float racc[NH * kDecMaxHd + kFdMaxSplit];  // pushed by each rank: its outputs of this rank's share
+  pdl_trigger();
+  const bool clustered = gridDim.x > 1;  // the cluster spans the gridDim.x splits
+  if (clustered) cluster_arrive_relaxed();  // "started": waited for before the first remote store
+  pdl_wait();
+  const int split = blockIdx.x, bi = blockIdx.z;
+  const int group = h / kvh;
+  const int nhc = cdiv(group, NH);
+  const int kh = blockIdx.y / nhc, hc = blockIdx.y % nhc;
+  const int h0 = kh * group + hc * NH;
+  const int nh = min(NH, group - hc * NH);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int sub = lane % TPK, ks = lane / TPK;
+  const int len = min(pos[bi] + 1, T_len);
+  const int c0 = split * chunk, c1 = min(len, c0 + chunk);
+
+  float qv[NH][E];
+#pragma unroll
+  for (int hh = 0; hh < NH; ++hh)
+#pragma unroll
+    for (int e = 0; e < E; ++e)
+      qv[hh][e] = hh < nh ? to_f32(q[(static_cast<long long>(bi) * h + h0 + hh) * hd + sub * E + e]) * scale_log2 : 0.0f;
+  float m[NH], l[NH], acc[NH][E];
+#pragma unroll
+  for (int hh = 0; hh < NH; ++hh) {
+    m[hh] = -INFINITY;
+    l[hh] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[hh][e] = 0.0f;
+  }
+  const long long row0 = (static_cast<long long>(bi) * kvh + kh) * T_len;
+  const uint4* kbase = reinterpret_cast<const uint4*>(kc + row0 * hd) + sub;
+  const uint4* vbase = reinterpret_cast<const uint4*>(vc + row0 * hd) + sub;
+  const int wpr = hd / E;  // 16-byte words per cache row
+  for (int t0 = c0 + warp * TK; t0 < c1; t0 += kFdWarps * TK) {
+    uint4 kr[kFdRounds], vr[kFdRounds];
+#pragma unroll
+    for (int r = 0; r < kFdRounds; ++r) {
+      const int key = t0 + r * KPS + ks;
+      if (key < c1) {
+        kr[r] = __ldcg(kbase + static_cast<long long>(key) * wpr);  // L2: the newest row was just written
+        vr[r] = __ldcg(vbase + static_cast<long long>(key) * wpr);
+      } else {
+        kr[r] = vr[r] = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+    float s[kFdRounds][NH];
+#pragma unroll
+    for (int r = 0; r < kFdRounds; ++r) {
+      float kf[E];
+      unpack16(kr[r], kf, static_cast<const T*>(nullptr));
+#pragma unroll
+      for (int hh = 0; hh < NH; ++hh) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) d = fmaf(qv[hh][e], kf[e], d);
+#pragma unroll
+        for (int o = 1; o < TPK; o <<= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        s[r][hh] = t0 + r * KPS + ks < c1 ? d : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int hh = 0; hh < NH; ++hh) {
+      float mx = s[0][hh];
+#pragma unroll
+      for (int r = 1; r < kFdRounds; ++r) mx = fmaxf(mx, s[r][hh]);
+#pragma unroll
+      for (int o = TPK; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_new = fmaxf(m[hh], mx);
+      const float base = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp2f(m[hh] - base);
+      m[hh] = m_new;
+      l[hh] *= alpha;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[hh][e] *= alpha;
+#pragma unroll
+      for (int r = 0; r < kFdRounds; ++r) {
+        const float p = exp2f(s[r][hh] - base);
+        float vf[E];
+        unpack16(vr[r], vf, static_cast<const T*>(nullptr));
+        l[hh] += p;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[hh][e] = fmaf(p, vf[e], acc[hh][e]);
+      }
+    }
+  }
+  // The warp's state: sums over its key lanes (the TPK lanes of one key hold equal p).
+#pragma unroll
+  for (int hh = 0; hh < NH; ++hh) {
+#pragma unroll
+    for (int o = TPK; o < 32; o <<= 1) {
+      l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], o);
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[hh][e] += __shfl_xor_sync(0xffffffffu, acc[hh][e], o);
+    }
+    if (ks == 0) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) wacc[warp][hh][sub * E + e] = acc[hh][e];
+      if (sub == 0) {
+        wst[warp][hh][0] = m[hh];
+        wst[warp][hh][1] = l[hh];
+      }
+    }
+  }
+  __syncthreads();
+  // The block's state, pushed straight to the ranks that own its outputs: rank r finishes outputs
+  // [r * per, (r + 1) * per) of the nh * hd of this block group (distributed shared memory), then one
+  // cluster barrier (release / acquire), then each owner merges the ns states in rank order.
+  cgr::cluster_group cluster = cgr::this_cluster();
+  const int ns = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  const int total = nh * hd, per = cdiv(total, ns);
+  if (clustered) cluster_wait();  // every rank is running: its shared memory may be written
+  for (int o = threadIdx.x; o < total; o += kFdThreads) {
+    const int hh = o / hd, d = o % hd;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kFdWarps; ++w) M = fmaxf(M, wst[w][hh][0]);
+    const float base = M == -INFINITY ? 0.0f : M;
+    float L = 0.0f, A = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kFdWarps; ++w) {
+      const float f = exp2f(wst[w][hh][0] - base);
+      L += f * wst[w][hh][1];
+      A += f * wacc[w][hh][d];
+    }
+    const int owner = o / per;
+    (clustered ? cluster.map_shared_rank(&racc[0], owner) : racc)[rank * per + (o - owner * per)] = A;
+    if (d == 0)
+      for (int q = 0; q < ns; ++q) {
+        float* st = (clustered ? cluster.map_shared_rank(&rst[0][0][0], q) : &rst[0][0][0]) + (rank * NH + hh) * 2;
+        st[0] = M;
+        st[1] = L;
+      }
+  }
+  if (clustered) cluster.sync();  // release / acquire: the pushed states are visible
+  else __syncthreads();
+  for (int j = threadIdx.x; j < min(per, total - rank * per); j += kFdThreads) {
+    const int o = rank * per + j, hh = o / hd, d = o % hd;
+    float M = -INFINITY;
+    for (int q = 0; q < ns; ++q) M = fmaxf(M, rst[q][hh][0]);
+    const float base = M == -INFINITY ? 0.0f : M;
+    float L = 0.0f, A = 0.0f;
+    for (int q = 0; q < ns; ++q) {
+      const float f = exp2f(rst[q][hh][0] - base);
+      L += f * rst[q][hh][1];
+      A += f * racc[q * per + j];
+    }
+    out[(static_cast<long long>(bi) * h + h0 + hh) * hd + d] = from_f32<T>(L > 0.0f ? A * (1.0f / L) : 0.0f);
+  }
+}
+
+template <class T>
+bool launch_decode_fast(cudaStream_t st, const T* q, const T* kc, const T* vc, const std::int32_t* pos, T* out,
+                        int b, int h, int kvh, int T_len, int hd) {
+  constexpr int E = 16 / static_cast<int>(sizeof(T));
+  if (T_len <= 0 || hd % E != 0 || reinterpret_cast<std::uintptr_t>(kc) % 16 != 0 ||
+      reinterpret_cast<std::uintptr_t>(vc) % 16 != 0)
+    return false;
+  const int tpk = hd / E;
+  if (tpk > 32 || (tpk & (tpk - 1)) != 0) return false;
+  const int group = h / kvh;
+  const int NHr = group >= 4 ? 4 : group >= 2 ? 2 : 1;
+  int ns = 1;  // a power of two: cluster shapes 1, 2, 4, 8
+  while (ns < kFdMaxSplit && ns * kFdKeysPerSplit < T_len) ns *= 2;
+  const int chunk = ceil_div(T_len, ns);
+  const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(hd));
+  const dim3 grid(static_cast<unsigned>(ns), static_cast<unsigned>(kvh * ceil_div(group, NHr)),
+                  static_cast<unsigned>(b));
+  auto go = [&](auto tpk_tag, auto nh_tag) {
+    constexpr int TPK = decltype(tpk_tag)::value, NH = decltype(nh_tag)::value;
+    if constexpr (TPK * E <= kDecMaxHd)  // always true at run time: hd <= 128
+    launch_pdl_cluster("attn_decode_fast_kernel", attn_decode_fast_kernel<T, TPK, NH>, grid, dim3(kFdThreads), 0, st,
+                       dim3(static_cast<unsigned>(ns), 1, 1), q, kc, vc, pos, out, h, kvh, T_len, hd, chunk,
+                       scale_log2);
+  };
+  auto with_nh = [&](auto tpk_tag) {
+    if (NHr == 1) go(tpk_tag, std::integral_constant<int, 1>{});
+    else if (NHr == 2) go(tpk_tag, std::integral_constant<int, 2>{});
+    else go(tpk_tag, std::integral_constant<int, kFdMaxHeads>{});
+  };
+  switch (tpk) {
+    case 1: with_nh(std::integral_constant<int, 1>{}); break;
+    case 2: with_nh(std::integral_constant<int, 2>{}); break;
+    case 4: with_nh(std::integral_constant<int, 4>{}); break;
+    case 8: with_nh(std::integral_constant<int, 8>{}); break;
+    case 16: with_nh(std::integral_constant<int, 16>{}); break;
+    default: with_nh(std::integral_constant<int, 32>{}); break;
+  }
+  return true;
+}
+
 struct AttnDims {
   int b, s, h, kvh, hd;
 };
@@ -632,6 +866,14 @@ void attention_decode(Ops& ops, const Tensor& q, const Tensor& k_cache, const Te
           "attention_decode", "q, caches and out must share one float dtype");
   if (q.numel() == 0) return;
   cudaStream_t st = stream_of(ops);
+  bool done = false;
+  dispatch_float(q.dtype(), "attention_decode", [&](auto tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    done = launch_decode_fast<T>(st, q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), pos.data<std::int32_t>(),
+                                 out.data<T>(), b, h, kvh, T_len, hd);
+  });
+  if (done) return;
+  // The general path (any head_dim): split kernel staging K/V in shared memory, then a combine kernel.
   const int chunk = dec_chunk(q.dtype());
   const int nsplit = T_len > 0 ? ceil_div(T_len, chunk) : 1;
   Tensor opart = ops.empty({b, h, nsplit, hd}, DType::f32, workspace_tag());

@@ -301,6 +301,10 @@ void CudaOps::gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c
     MOC_CUDA_LAUNCHED("scale_kernel");
     return;
   }
+  if (skinny_gemm_fits(a, ta, b, tb, c)) {  // decode-sized: stream W (gemv_skinny.cu)
+    skinny_gemm(cur(), sm_count_, a, b, c, alpha, beta);
+    return;
+  }
   GemmPlan& plan = gemm_plan(a, ta, b, tb, c);
   MOC_LT_CHECK(cublasLtMatmul(lt_, plan.desc, &alpha, b.raw(), plan.la, a.raw(), plan.lb, &beta, c.raw(), plan.lc,
                               c.raw(), plan.lc, &plan.algo, gemm_ws_, gemm_ws_bytes_, cur()));

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_ops_impl.cuh"
 
@@ -34,8 +35,24 @@ __global__ void add_kernel(FIn a, FIn b, FOut out, std::int64_t n) {
   MOC_GRID_STRIDE(i, n) out.set(i, a[i] + b[i]);
 }
 
+// PDL-launched (a decode step's positions and counters).
 __global__ void increment_kernel(std::int32_t* t, std::int64_t n, int by) {
+  pdl_trigger();
+  pdl_wait();
   MOC_GRID_STRIDE(i, n) t[i] += by;
+}
+
+// A small same-dtype copy inside a decode step (the sampled ids fed back as the next tokens): a PDL
+// kernel instead of a memcpy node. 16-byte words when both ends allow, bytes otherwise.
+constexpr std::size_t kKernelCopyMax = std::size_t(256) << 10;
+__global__ void copy_bytes_kernel(const unsigned char* src, unsigned char* dst, std::int64_t n, bool vec) {
+  pdl_trigger();
+  pdl_wait();
+  if (vec) {
+    MOC_GRID_STRIDE(i, n / 16) reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+  } else {
+    MOC_GRID_STRIDE(i, n) dst[i] = src[i];
+  }
 }
 
 // ---------------------------------------------------------------- embedding
@@ -80,8 +97,11 @@ __global__ void embedding_backward_kernel(const std::int32_t* keys, const std::i
 
 // ---------------------------------------------------------------- RMSNorm
 
+// Any dtype mix (one block per row). PDL-launched, as the vectorized kernel below.
 __global__ void rmsnorm_forward_kernel(FIn x, FIn w, float eps, FOut y, float* rstd, std::int64_t d) {
   __shared__ float red[32];
+  pdl_trigger();
+  pdl_wait();
   const std::int64_t row = blockIdx.x, base = row * d;
   float ss = 0.0f;
   for (std::int64_t j = threadIdx.x; j < d; j += blockDim.x) {
@@ -92,6 +112,51 @@ __global__ void rmsnorm_forward_kernel(FIn x, FIn w, float eps, FOut y, float* r
   const float rs = static_cast<float>(1.0 / sqrt(static_cast<double>(ss) / static_cast<double>(d) + eps));
   if (threadIdx.x == 0) rstd[row] = rs;
   for (std::int64_t j = threadIdx.x; j < d; j += blockDim.x) y.set(base + j, x[base + j] * rs * w[j]);
+}
+
+// x, w, y of one dtype T, d a multiple of 16 / sizeof(T), 16-byte aligned rows: one block per row, each
+// thread keeps up to V 16-byte vectors of its row in registers between the sum of squares and the
+// scaling (decode: d 2048 bf16 is one vector per thread). Same arithmetic as the generic kernel.
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads) rmsnorm_vec_kernel(const T* x, const T* w, float eps, T* y, float* rstd,
+                                                               int d) {
+  constexpr int E = 16 / sizeof(T);
+  __shared__ float red[32];
+  pdl_trigger();
+  pdl_wait();
+  const int nv = d / E;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(blockIdx.x) * d);
+  uint4 xv[V];
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int j = threadIdx.x + i * kThreads;
+    xv[i] = j < nv ? xr[j] : make_uint4(0u, 0u, 0u, 0u);
+    const T* e = reinterpret_cast<const T*>(&xv[i]);
+#pragma unroll
+    for (int k = 0; k < E; ++k) {
+      const float v = to_f32(e[k]);
+      ss += v * v;
+    }
+  }
+  ss = block_sum(ss, red);
+  const float rs = static_cast<float>(1.0 / sqrt(static_cast<double>(ss) / static_cast<double>(d) + eps));
+  if (threadIdx.x == 0) rstd[blockIdx.x] = rs;
+  const uint4* wr = reinterpret_cast<const uint4*>(w);
+  uint4* yr = reinterpret_cast<uint4*>(y + static_cast<std::size_t>(blockIdx.x) * d);
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int j = threadIdx.x + i * kThreads;
+    if (j >= nv) break;
+    const uint4 wv = wr[j];
+    const T* xe = reinterpret_cast<const T*>(&xv[i]);
+    const T* we = reinterpret_cast<const T*>(&wv);
+    uint4 out;
+    T* oe = reinterpret_cast<T*>(&out);
+#pragma unroll
+    for (int k = 0; k < E; ++k) oe[k] = from_f32<T>(to_f32(xe[k]) * rs * to_f32(we[k]));
+    yr[j] = out;
+  }
 }
 
 // dx[i, j] += dy w rs - x c with c = (sum_j dy w x) / d * rs^3 (one block per row).
@@ -130,16 +195,25 @@ __global__ void rmsnorm_backward_dw_reduce_kernel(const float* partial, int chun
 
 // ---------------------------------------------------------------- RoPE
 
-// One thread per (row, i < half), looping over heads; the angle in double as on the CPU, and the
-// rotation without fused multiply-adds so both backends round alike.
-// One thread per (row, head, pair): the angle math (in double, rounded like the CPU's) runs in parallel
-// across heads instead of in a loop, which made decode-sized calls latency bound.
+// One thread per (row, head, pair): the angle math runs in parallel across heads instead of in a loop,
+// which made decode-sized calls latency bound. The frequencies theta^(-2i/hd) come from the host (the
+// CPU backend's std::pow, bit for bit) for up to kRopeTable pairs, the angle pos * freq and its sine and
+// cosine in double as on the CPU, and the rotation without fused multiply-adds so both backends round
+// alike. Wider heads compute the frequency on the device.
+constexpr int kRopeTable = 64;
+struct RopeFreqs {
+  double f[kRopeTable];
+};
+
 __global__ void rope_kernel(FOut x, const std::int32_t* pos, std::int64_t n, std::int64_t h, std::int64_t hd,
-                            double theta, float sign) {
+                            double theta, float sign, const RopeFreqs freqs, bool table) {
+  pdl_trigger();
+  pdl_wait();
   const std::int64_t half = hd / 2;
   MOC_GRID_STRIDE(e, n * h * half) {
     const std::int64_t i = e % half, rh = e / half, r = rh / h;
-    const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    const double inv_freq =
+        table ? freqs.f[i] : pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
     const double ang = static_cast<double>(pos[r]) * inv_freq;
     double sd, cd;
     sincos(ang, &sd, &cd);
@@ -156,6 +230,8 @@ __global__ void rope_kernel(FOut x, const std::int32_t* pos, std::int64_t n, std
 // Rows whose start position would run past the cache (the CPU backend throws) are not written.
 __global__ void kv_cache_write_kernel(FIn k, FIn v, const std::int32_t* start, FOut kc, FOut vc, std::int64_t b,
                                       std::int64_t n, std::int64_t kvh, std::int64_t hd, std::int64_t T) {
+  pdl_trigger();
+  pdl_wait();
   MOC_GRID_STRIDE(e, b * n * kvh * hd) {
     const std::int64_t c = e % hd;
     std::int64_t rest = e / hd;
@@ -167,6 +243,27 @@ __global__ void kv_cache_write_kernel(FIn k, FIn v, const std::int32_t* start, F
     const std::int64_t dst = ((bi * kvh + kh) * T + st + t) * hd + c;
     kc.set(dst, k[e]);
     vc.set(dst, v[e]);
+  }
+}
+
+// k, v and the caches of one dtype, rows of hd elements in whole 16-byte words, all four 16-byte aligned:
+// one thread per word of k and of v.
+__global__ void kv_cache_write_vec_kernel(const uint4* __restrict__ k, const uint4* __restrict__ v,
+                                          const std::int32_t* start, uint4* kc, uint4* vc, std::int64_t b,
+                                          std::int64_t n, std::int64_t kvh, std::int64_t words, std::int64_t T) {
+  pdl_trigger();
+  pdl_wait();
+  MOC_GRID_STRIDE(e, b * n * kvh * words) {
+    const std::int64_t c = e % words;
+    std::int64_t rest = e / words;
+    const std::int64_t kh = rest % kvh;
+    rest /= kvh;
+    const std::int64_t t = rest % n, bi = rest / n;
+    const std::int64_t st = start[bi];
+    if (st < 0 || st + n > T) continue;
+    const std::int64_t dst = ((bi * kvh + kh) * T + st + t) * words + c;
+    kc[dst] = k[e];
+    vc[dst] = v[e];
   }
 }
 
@@ -212,6 +309,14 @@ void CudaOps::copy(Tensor& dst, const Tensor& src) {
       Tensor tmp = empty(src.shape(), src.dtype(), workspace_tag());
       MOC_CUDA_CHECK(cudaMemcpyAsync(tmp.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, cur()));
       MOC_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), tmp.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, cur()));
+      return;
+    }
+    if (src.nbytes() <= kKernelCopyMax) {
+      const auto n = static_cast<std::int64_t>(src.nbytes());
+      const bool vec = n % 16 == 0 && reinterpret_cast<std::uintptr_t>(src.raw()) % 16 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(dst.raw()) % 16 == 0;
+      launch_pdl("copy_bytes_kernel", copy_bytes_kernel, dim3(grid_1d(vec ? n / 16 : n, kThreads)), dim3(kThreads), 0,
+                 cur(), static_cast<const unsigned char*>(src.raw()), static_cast<unsigned char*>(dst.raw()), n, vec);
       return;
     }
     MOC_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, cur()));
@@ -274,8 +379,8 @@ void CudaOps::add(const Tensor& a, const Tensor& b, Tensor& out) {
 void CudaOps::increment(Tensor& t, int by) {
   require(t.dtype() == DType::i32, "increment", "needs an i32 tensor");
   if (t.numel() == 0) return;
-  increment_kernel<<<grid_1d(t.numel(), kThreads), kThreads, 0, cur()>>>(t.data<std::int32_t>(), t.numel(), by);
-  MOC_CUDA_LAUNCHED("increment_kernel");
+  launch_pdl("increment_kernel", increment_kernel, dim3(grid_1d(t.numel(), kThreads)), dim3(kThreads), 0, cur(),
+             t.data<std::int32_t>(), t.numel(), by);
 }
 
 void CudaOps::embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) {
@@ -327,9 +432,29 @@ void CudaOps::rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tenso
   const FIn X = fin(x, "rmsnorm_forward", "x"), W = fin(w, "rmsnorm_forward", "w");
   const FOut Y = fout(y, "rmsnorm_forward", "y");
   if (n == 0) return;
-  require(n <= std::numeric_limits<int>::max(), "rmsnorm_forward", "too many rows");
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, cur()>>>(X, W, eps, Y, rstd.data<float>(), d);
-  MOC_CUDA_LAUNCHED("rmsnorm_forward_kernel");
+  require(n <= std::numeric_limits<int>::max() && d <= std::numeric_limits<int>::max(), "rmsnorm_forward",
+          "too many rows or columns");
+  const std::size_t elt = dtype_bytes(x.dtype());
+  const std::int64_t nv = d * static_cast<std::int64_t>(elt) / 16;
+  const auto al16 = [](const Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.raw()) % 16 == 0; };
+  const bool vec = x.dtype() == w.dtype() && x.dtype() == y.dtype() && (d * static_cast<std::int64_t>(elt)) % 16 == 0 &&
+                   al16(x) && al16(w) && al16(y) && nv <= 4 * kThreads;
+  const dim3 grid(static_cast<unsigned>(n)), block(kThreads);
+  float* r = rstd.data<float>();
+  const int di = static_cast<int>(d);
+  if (!vec) {
+    launch_pdl("rmsnorm_forward_kernel", rmsnorm_forward_kernel, grid, block, 0, cur(), X, W, eps, Y, r, d);
+    return;
+  }
+  dispatch_float(x.dtype(), "rmsnorm_forward", [&](auto tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const T* xp = x.data<T>();
+    const T* wp = w.data<T>();
+    T* yp = y.data<T>();
+    auto kernel = nv <= kThreads ? rmsnorm_vec_kernel<T, 1>
+                  : nv <= 2 * kThreads ? rmsnorm_vec_kernel<T, 2> : rmsnorm_vec_kernel<T, 4>;
+    launch_pdl("rmsnorm_vec_kernel", kernel, grid, block, 0, cur(), xp, wp, eps, yp, r, di);
+  });
 }
 
 void CudaOps::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
@@ -372,10 +497,16 @@ void CudaOps::rope(Tensor& x, const Tensor& positions, float theta, bool inverse
   const std::int64_t n = x.dim(0), h = x.dim(1), hd = x.dim(2);
   const FOut X = fout(x, "rope", "x");
   if (n * hd == 0 || h == 0) return;
-  rope_kernel<<<grid_1d(n * h * (hd / 2), kThreads), kThreads, 0, cur()>>>(X, positions.data<std::int32_t>(), n, h, hd,
-                                                                        static_cast<double>(theta),
-                                                                        inverse ? -1.0f : 1.0f);
-  MOC_CUDA_LAUNCHED("rope_kernel");
+  // Small calls (decode) in blocks of 64: the double-precision angle math then spreads over more SMs.
+  const std::int64_t total = n * h * (hd / 2);
+  const int threads = total <= (std::int64_t(1) << 16) ? 64 : kThreads;
+  RopeFreqs freqs{};
+  const bool table = hd / 2 <= kRopeTable;
+  for (std::int64_t i = 0; table && i < hd / 2; ++i)  // exactly as CpuOps::rope
+    freqs.f[i] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+  launch_pdl("rope_kernel", rope_kernel, dim3(grid_1d(total, threads)), dim3(threads), 0, cur(), X,
+             positions.data<std::int32_t>(), n, h, hd, static_cast<double>(theta), inverse ? -1.0f : 1.0f, freqs,
+             table);
 }
 
 void CudaOps::kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& start, Tensor& k_cache,
@@ -391,9 +522,19 @@ void CudaOps::kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& sta
   const FOut KC = fout(k_cache, "kv_cache_write", "k_cache"), VC = fout(v_cache, "kv_cache_write", "v_cache");
   const std::int64_t total = b * n * kvh * hd;
   if (total == 0) return;
-  kv_cache_write_kernel<<<grid_1d(total, kThreads), kThreads, 0, cur()>>>(K, V, start.data<std::int32_t>(), KC, VC, b,
-                                                                          n, kvh, hd, T);
-  MOC_CUDA_LAUNCHED("kv_cache_write_kernel");
+  const std::size_t elt = dtype_bytes(k.dtype());
+  const auto al16 = [](const Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.raw()) % 16 == 0; };
+  if (k.dtype() == v.dtype() && k.dtype() == k_cache.dtype() && (hd * static_cast<std::int64_t>(elt)) % 16 == 0 &&
+      al16(k) && al16(v) && al16(k_cache) && al16(v_cache)) {
+    const std::int64_t words = hd * static_cast<std::int64_t>(elt) / 16;
+    launch_pdl("kv_cache_write_vec_kernel", kv_cache_write_vec_kernel, dim3(grid_1d(b * n * kvh * words, kThreads)),
+               dim3(kThreads), 0, cur(), static_cast<const uint4*>(k.raw()), static_cast<const uint4*>(v.raw()),
+               start.data<std::int32_t>(), static_cast<uint4*>(k_cache.raw()), static_cast<uint4*>(v_cache.raw()), b,
+               n, kvh, words, T);
+    return;
+  }
+  launch_pdl("kv_cache_write_kernel", kv_cache_write_kernel, dim3(grid_1d(total, kThreads)), dim3(kThreads), 0, cur(),
+             K, V, start.data<std::int32_t>(), KC, VC, b, n, kvh, hd, T);
 }
 
 void CudaOps::swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor& z) {

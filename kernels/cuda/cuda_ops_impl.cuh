@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
@@ -160,6 +161,77 @@ class CudaOps final : public Ops {
   using GemmKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, int, int, int, int, int, int>;
   std::map<GemmKey, std::unique_ptr<GemmPlan>> gemm_plans_;
 };
+
+// ---- programmatic dependent launch (PDL)
+//
+// The decode step is a long chain of small kernels; launched with PDL, a kernel's blocks become resident
+// while its predecessor still runs, which hides the launch gap. The rules every kernel launched through
+// launch_pdl follows:
+// - pdl_trigger() early: the next PDL kernel may then be scheduled (it waits in pdl_wait()).
+// - pdl_wait() before touching anything an earlier op writes or reads (activations, caches, positions,
+//   outputs): it returns once the preceding grid has completed and its memory is visible. Kernels
+//   before it complete in stream order, so the guarantee is transitive.
+// - Before pdl_wait() only data that no op of the current chain writes may be read: the skinny GEMM
+//   streams weight tensors (MemCategory::weights, never written by a decode step) that early.
+// A kernel that is not PDL-launched returns from pdl_wait() at once, so the kernels can also be
+// launched the ordinary way.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// Split cluster barrier: a block arrives early (relaxed: it orders nothing) and waits before it first
+// touches another block's shared memory, which must have started; cluster.sync() afterwards orders data.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+
+// Launches kernel with the PDL attribute, and with a cluster shape for launch_pdl_cluster (a kernel
+// that uses cluster barriers is always launched with one, even of a single block); checked.
+template <class... KArgs, class... Args>
+void launch_ex(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, std::size_t smem,
+               cudaStream_t stream, const dim3* cluster, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  unsigned n = 0;
+  attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[n].val.programmaticStreamSerializationAllowed = 1;
+  ++n;
+  if (cluster) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = cluster->x;
+    attrs[n].val.clusterDim.y = cluster->y;
+    attrs[n].val.clusterDim.z = cluster->z;
+    ++n;
+  }
+  cfg.attrs = attrs;
+  cfg.numAttrs = n;
+  check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), name, __FILE__, __LINE__);
+  check(cudaGetLastError(), name, __FILE__, __LINE__);
+}
+template <class... KArgs, class... Args>
+void launch_pdl(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, std::size_t smem,
+                cudaStream_t stream, Args&&... args) {
+  launch_ex(name, kernel, grid, block, smem, stream, nullptr, std::forward<Args>(args)...);
+}
+template <class... KArgs, class... Args>
+void launch_pdl_cluster(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, std::size_t smem,
+                        cudaStream_t stream, dim3 cluster, Args&&... args) {
+  launch_ex(name, kernel, grid, block, smem, stream, &cluster, std::forward<Args>(args)...);
+}
+
+// ---- skinny GEMM (gemv_skinny.cu): C[m, n] = alpha A[m, k] W[k, n] + beta C for a few rows of bf16 A and
+// row-major bf16 W, C bf16 or f32, neither operand transposed. Bound by streaming W once: 16-byte loads,
+// split-K over a thread-block cluster reduced in distributed shared memory, PDL (W of a weights-tagged
+// tensor is streamed before the previous kernel finishes). Off unless MOCBENCH_SKINNY(_BIG) selects it:
+// skinny_gemm_fits is then false and CudaOps::gemm uses cuBLASLt (slower kernel; see gemv_skinny.cu).
+constexpr int kSkinnyMaxRows = 8;
+bool skinny_gemm_fits(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c);
+void skinny_gemm(cudaStream_t stream, int sm_count, const Tensor& a, const Tensor& b, Tensor& c, float alpha,
+                 float beta);
 
 // ---- device helpers
 

@@ -113,10 +113,73 @@ __device__ __forceinline__ std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// First maximum of each row (one block per row).
+// Keeps (best, bi) the first maximum of the two: the larger value, the lower index among equals.
+__device__ __forceinline__ void argmax_merge(float& best, std::int64_t& bi, float ov, std::int64_t oi) {
+  if (ov > best || (ov == best && oi < bi)) {
+    best = ov;
+    bi = oi;
+  }
+}
+
+// Reduces each thread's (best, bi) over the block; thread 0 writes the row's id (0 when no element compared
+// greater than -inf or equal to it, as the generic kernel).
+__device__ __forceinline__ void argmax_block_finish(float best, std::int64_t bi, std::int64_t V, std::int32_t* out) {
+  __shared__ float sv[32];
+  __shared__ std::int64_t si[32];
+  for (int o = 16; o > 0; o >>= 1)
+    argmax_merge(best, bi, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, bi, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  if (lane == 0) {
+    sv[warp] = best;
+    si[warp] = bi;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < nw; ++w) argmax_merge(best, bi, sv[w], si[w]);
+    *out = static_cast<std::int32_t>(bi < V ? bi : 0);
+  }
+}
+
+// Greedy decoding's argmax over f32 logits with V % 4 == 0 and 16-byte aligned rows: one block of 1024
+// threads per row, 16-byte loads, kArgmaxUnroll of them in flight per thread (V = 32000: 8 per thread).
+constexpr int kArgmaxThreads = 1024;
+constexpr int kArgmaxUnroll = 8;
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_vec_kernel(const float4* __restrict__ logits, std::int64_t V,
+                                                                    std::int32_t* next) {
+  pdl_trigger();
+  pdl_wait();
+  const std::int64_t nv = V / 4;
+  const float4* row = logits + blockIdx.x * nv;
+  float best = -INFINITY;
+  std::int64_t bi = V;
+  for (std::int64_t base = 0; base < nv; base += static_cast<std::int64_t>(kArgmaxThreads) * kArgmaxUnroll) {
+    float4 r[kArgmaxUnroll];
+#pragma unroll
+    for (int u = 0; u < kArgmaxUnroll; ++u) {
+      const std::int64_t j = base + threadIdx.x + static_cast<std::int64_t>(u) * kArgmaxThreads;
+      r[u] = j < nv ? __ldcs(row + j) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+    }
+    // Ascending indices within a thread: strictly greater keeps the first of equal values; a padded
+    // -inf never replaces anything with a lower index, so bi stays V only when nothing compared.
+#pragma unroll
+    for (int u = 0; u < kArgmaxUnroll; ++u) {
+      const std::int64_t j = (base + threadIdx.x + static_cast<std::int64_t>(u) * kArgmaxThreads) * 4;
+      if (j >= V) break;
+      argmax_merge(best, bi, r[u].x, j);
+      argmax_merge(best, bi, r[u].y, j + 1);
+      argmax_merge(best, bi, r[u].z, j + 2);
+      argmax_merge(best, bi, r[u].w, j + 3);
+    }
+  }
+  argmax_block_finish(best, bi, V, next + blockIdx.x);
+}
+
+// First maximum of each row (one block per row), any float dtype.
 __global__ void argmax_kernel(FIn logits, std::int64_t V, std::int32_t* next) {
   __shared__ float sv[32];
   __shared__ std::int64_t si[32];
+  pdl_trigger();
+  pdl_wait();
   const std::int64_t base = blockIdx.x * V;
   float best = -INFINITY;
   std::int64_t bi = V;
@@ -283,8 +346,13 @@ void CudaOps::sample(const Tensor& logits, float temperature, std::uint64_t seed
   if (n == 0) return;
   require(n <= std::numeric_limits<int>::max(), "sample", "too many rows");
   if (temperature <= 0.0f) {
-    argmax_kernel<<<static_cast<unsigned>(n), 1024, 0, cur()>>>(L, V, next.data<std::int32_t>());
-    MOC_CUDA_LAUNCHED("argmax_kernel");
+    if (logits.dtype() == DType::f32 && V % 4 == 0 && reinterpret_cast<std::uintptr_t>(logits.raw()) % 16 == 0) {
+      launch_pdl("argmax_vec_kernel", argmax_vec_kernel, dim3(static_cast<unsigned>(n)), dim3(kArgmaxThreads), 0, cur(),
+                 static_cast<const float4*>(logits.raw()), V, next.data<std::int32_t>());
+      return;
+    }
+    launch_pdl("argmax_kernel", argmax_kernel, dim3(static_cast<unsigned>(n)), dim3(1024), 0, cur(), L, V,
+               next.data<std::int32_t>());
     return;
   }
   sample_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, cur()>>>(L, V, temperature, seed,

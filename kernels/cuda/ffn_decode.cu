@@ -1,6 +1,7 @@
-// Decode-time FFN kernels (Ops::ffn_decode): dense GEMVs and the MoC pipeline (gate GEMV fused with the
-// row top-K or a:b selection, then the up/down projection over the union of the rows' kept channels).
-// The design is described in ffn_decode.cuh. Weights are [d_ffn, d] (channel j = one contiguous row).
+// Decode-time FFN kernels (Ops::ffn_decode): dense GEMVs and the MoC pipeline (gate GEMV, row top-K or a:b
+// selection, then the up/down projection over the union of the rows' kept channels). The design is
+// described in ffn_decode.cuh; measurements in bench/micro/NOTES.md. Weights are [d_ffn, d] (channel j = one
+// contiguous row of d values).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -9,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -23,25 +25,32 @@ namespace {
 namespace cg = cooperative_groups;
 using bf16 = __nv_bfloat16;
 
-constexpr int kThreads = 256;  // every kernel here runs 8 warps per block
+constexpr int kThreads = 256;  // gate, up/down and prep kernels: 8 warps per block
 constexpr int kWarps = kThreads / 32;
-constexpr int kGroup = 16;     // channels per block: the M of one mma tile
-constexpr int kMaxRows = 8;    // rows per chunk: the N of one mma tile
+constexpr int kGroup = 16;     // channels of one mma tile (its M)
+constexpr int kMaxRows = 8;    // rows per chunk (the N of one mma tile)
 constexpr int kTile = 32;      // columns one warp covers per mma step (4 lanes x 8 bf16)
-constexpr int kCluster = 8;    // blocks whose partial outputs are reduced in distributed shared memory
 constexpr int kDownCols = kThreads * 8;  // columns of one pass of the down projection (8 per thread)
+constexpr int kMaxCluster = 8;
+constexpr int kGateBlocksPerSm = 3;
+constexpr int kDefaultUpdownCluster = 2;  // Options::updown_cluster 0
 
-// Workspace counters, one 128-byte line each (same-address atomics serialize in L2, so arrivals are spread
-// over sub-counters): line 0 the gate kernel's final counter, lines 1..32 its sub-counters, lines 40..47 the
-// up/down kernel's column-slice counters.
+// Selection kernel: one block of kSelThreads per row (a cluster over the rows of a chunk).
+constexpr int kSelThreads = 512;
+constexpr int kSelWarps = kSelThreads / 32;
+constexpr int kHistBits = 13;  // first-level histogram: the top 13 bits of the order-preserving key
+constexpr int kHBins = 1 << kHistBits;
+constexpr int kHShift = 32 - kHistBits;
+constexpr int kRankMax = kSelThreads;  // threshold-bin candidates ranked pairwise; more: radix passes
+constexpr int kKeyCache = 8192;        // rows of at most this many channels keep their keys in shared memory
+
+// Workspace counters: one 128-byte line per column slice of the up/down reduction.
 constexpr int kLine = 32;  // u32 per line
-constexpr int kSubCounters = 32;
-constexpr int kBins = 2048;  // first-level histogram of block_topk_hist11 (the keys' top 11 bits)
-constexpr int kSliceLine = 40;
-constexpr std::size_t kCtrlBytes = 48 * kLine * 4;
+constexpr std::size_t kCtrlBytes = kMaxCluster * kLine * 4;
 
-enum GateMode : int { kGateOnly = 0, kGateTopK = 1, kGateGroupLocal = 2, kGateGroupLast = 3 };
+enum GateMode : int { kGateOnly = 0, kGateGroupLocal = 1 };
 enum ChannelMode : int { kAllChannels = 0, kListChannels = 1, kMaskChannels = 2 };
+enum SelMode : int { kSelTopK = 0, kSelGroup = 1, kSelForce = 2 };
 
 __host__ __device__ constexpr std::size_t align16(std::size_t n) { return (n + 15) & ~std::size_t(15); }
 inline std::size_t align256(std::size_t n) { return (n + 255) & ~std::size_t(255); }
@@ -87,9 +96,21 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
-// Programmatic dependent launch: wait for the previous kernel's results / let the next kernel start.
+// Programmatic dependent launch: wait for the previous kernel's results (a no-op without PDL) / let the next
+// kernel be scheduled. Nothing a previous kernel writes is read, and nothing is written, before the wait.
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// Asks L2 for `bytes` (a multiple of 16) at a 16-byte aligned address (a hint: no effect on results).
+__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+// The W_up and W_down rows of channel j (row_bytes each) into L2, for the up/down kernel that follows.
+__device__ __forceinline__ void prefetch_rows(const void* wu, const void* wd, unsigned row_bytes, int j) {
+  const std::size_t o = static_cast<std::size_t>(j) * row_bytes;
+  prefetch_l2(static_cast<const unsigned char*>(wu) + o, row_bytes);
+  prefetch_l2(static_cast<const unsigned char*>(wd) + o, row_bytes);
+}
 
 __device__ __forceinline__ float bf_lo(unsigned u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
@@ -105,81 +126,36 @@ __device__ __forceinline__ unsigned warp_incl_scan(unsigned v, int lane) {
   }
   return v;
 }
-// Inclusive suffix sum over lanes: lane l gets sum over lanes >= l.
-__device__ __forceinline__ unsigned warp_suffix_scan(unsigned v, int lane) {
+
+// Exclusive prefix sum of v over the block's NT threads in thread order, and the block total. Every thread
+// of the block calls it; it contains two barriers (scratch: NT/32 words, reusable afterwards).
+template <int NT>
+__device__ __forceinline__ unsigned block_excl_scan(unsigned v, unsigned* scratch, unsigned& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const unsigned incl = warp_incl_scan(v, lane);
+  if (lane == 31) scratch[warp] = incl;
+  __syncthreads();
+  unsigned off = 0, tot = 0;
 #pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const unsigned t = __shfl_down_sync(0xffffffffu, v, o);
-    if (lane + o < 32) v += t;
+  for (int w = 0; w < NT / 32; ++w) {
+    const unsigned s = scratch[w];
+    off += w < warp ? s : 0u;
+    tot += s;
   }
-  return v;
+  __syncthreads();
+  total = tot;
+  return off + incl - v;
 }
 
-// ---------------------------------------------------------------------------------------------------------
-// Block-wide selection (one block of kThreads): used by the gate kernel's last block and by the one-block
-// kernels of the generic path. Works on the fp32 gate values G [R, Fp] (row stride Fp, a multiple of 128).
-//
-// Row top-K without global atomics (block_topk, Options::select 1 and 2; the default is block_topk_hist11
-// below): (1) the finite range of each row's ranking values, (2) a histogram of kLinBins linear buckets
-// over that range (monotone, so whole buckets are above or below the K-th value; a Gaussian-like row puts
-// ~0.1% of its channels in the fullest bucket, so the shared-memory atomics hardly collide), (3) channels of
-// buckets above the threshold bucket are kept, those of the threshold bucket are candidates, (4) candidates
-// are ranked directly when few (ties to the lower channel), else by radix passes over their 32-bit keys.
-
-constexpr int kLinBins = 1024;
-constexpr int kRankMax = 256;  // candidates ranked pairwise; more go through the radix passes
-constexpr unsigned kKeyNegInf = 0x007fffffu, kKeyPosInf = 0xff800000u;
-
-struct RowInfo {
-  unsigned kmin, kmax;  // finite key range
-  float vmin, scale;    // linear buckets: b = clamp((v - vmin) * scale, 0, kLinBins - 1)
-  unsigned tb;          // threshold bucket (bin of the top 11 key bits in block_topk_hist11)
-  unsigned need;        // channels still to take (of the threshold bucket, then of the radix prefix)
-  unsigned cnt;         // channels in the threshold bucket (block_topk_hist11)
-  unsigned all;         // 1: every channel of the threshold bucket is kept
-  unsigned ncand;       // channels in the threshold bucket (candidates)
-  unsigned P, known;    // radix fallback: known bits of the K-th key and their mask
-  unsigned cntT;        // radix fallback: channels whose key equals the K-th key
-  unsigned radix;       // 1: this row resolves its candidates by radix passes
-};
-
-struct SelScratch {
-  unsigned* sel;          // [R, Wp] kept-channel bits
-  unsigned* tie;          // [R, Wp] channels whose key equals the threshold key (radix fallback)
-  unsigned* ckey;         // [R, cap] candidate keys
-  unsigned short* cidx;   // [R, cap] candidate channels
-  unsigned* rhist;        // [R, kLinBins] histogram
-  RowInfo* info;          // [kMaxRows]
-  unsigned* scan;         // [kWarps, 16] scan scratch
-};
-
-__host__ __device__ inline std::size_t sel_scratch_bytes(int R, int Wp, int cap) {
-  const auto r = static_cast<std::size_t>(R);
-  return 2 * align16(r * static_cast<std::size_t>(Wp) * 4) + align16(r * static_cast<std::size_t>(cap) * 4) +
-         align16(r * static_cast<std::size_t>(cap) * 2) + align16(r * kLinBins * 4) +
-         align16(kMaxRows * sizeof(RowInfo)) + align16(kWarps * 16 * 4);
+// Zeroes part `part` of `nparts` of the n16 16-byte words at p.
+__device__ __forceinline__ void zero_part(uint4* p, unsigned n16, unsigned part, unsigned nparts, int nthreads) {
+  const unsigned per = (n16 + nparts - 1) / nparts;
+  const unsigned b = per * part, e = min(n16, b + per);
+  for (unsigned i = b + threadIdx.x; i < e; i += static_cast<unsigned>(nthreads)) p[i] = make_uint4(0, 0, 0, 0);
 }
 
-__device__ SelScratch carve(unsigned char* p, int R, int Wp, int cap) {
-  SelScratch s;
-  const auto r = static_cast<std::size_t>(R);
-  s.sel = reinterpret_cast<unsigned*>(p);
-  p += align16(r * Wp * 4);
-  s.tie = reinterpret_cast<unsigned*>(p);
-  p += align16(r * Wp * 4);
-  s.ckey = reinterpret_cast<unsigned*>(p);
-  p += align16(r * cap * 4);
-  s.cidx = reinterpret_cast<unsigned short*>(p);
-  p += align16(r * cap * 2);
-  s.rhist = reinterpret_cast<unsigned*>(p);
-  p += align16(r * kLinBins * 4);
-  s.info = reinterpret_cast<RowInfo*>(p);
-  p += align16(kMaxRows * sizeof(RowInfo));
-  s.scan = reinterpret_cast<unsigned*>(p);
-  return s;
-}
-
-// The value a channel is ranked by, NaN as -inf and -0 as +0, and its order-preserving key.
+// The value a channel is ranked by (NaN as -inf, -0 as +0) and its order-preserving key: larger value,
+// larger key; every real key is >= key(-inf) = 0x007fffff > 0.
 __device__ __forceinline__ float rank_value(float g, int rule) {
   float v = g;
   if (rule == static_cast<int>(SelectRule::silu)) v = silu_f(g);
@@ -192,601 +168,7 @@ __device__ __forceinline__ unsigned key_of(float v) {
   const unsigned u = __float_as_uint(v);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
-__device__ __forceinline__ float value_of(unsigned key) {
-  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
-}
 __device__ __forceinline__ unsigned sel_key(float g, int rule) { return key_of(rank_value(g, rule)); }
-__device__ __forceinline__ int lin_bucket(float v, float vmin, float scale) {
-  const float t = fminf(fmaxf((v - vmin) * scale, 0.0f), static_cast<float>(kLinBins - 1));  // NaN -> 0
-  return static_cast<int>(t);
-}
-
-// Calls fn(r, cc, values) for every 128-channel chunk of every row (lane l holds channels 4l..4l+3 of the
-// chunk), eight chunks of loads in flight per warp. fn runs warp-uniformly.
-template <class Fn>
-__device__ __forceinline__ void for_row_chunks(const float* G, int Fp, int R, Fn&& fn) {
-  constexpr int kUnroll = 8;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int per_row = Fp / 128, total = R * per_row;
-  for (int c0 = warp; c0 < total; c0 += kWarps * kUnroll) {
-    float4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * kWarps;
-      v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (c < total) {
-        const int r = c / per_row, cc = c - r * per_row;
-        v[u] = __ldcg(reinterpret_cast<const float4*>(G + static_cast<std::size_t>(r) * Fp + cc * 128) + lane);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * kWarps;
-      if (c < total) {
-        const int r = c / per_row, cc = c - r * per_row;
-        const float vals[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-        fn(r, cc, vals);
-      }
-    }
-  }
-}
-
-// From the per-row kept bits: idx_out rows (ascending), and the union list (channel | row mask << 16,
-// ascending) with its length in *ucount. Ends with a barrier.
-__device__ void block_emit(const SelScratch& s, int R, int Wp, std::uint16_t* idx_out, int kept, unsigned* list,
-                           unsigned* ucount) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wpt = (Wp + kThreads - 1) / kThreads;
-  const int w0 = min(Wp, tid * wpt), w1 = min(Wp, w0 + wpt);
-  unsigned cnt[kMaxRows + 1];
-#pragma unroll
-  for (int r = 0; r <= kMaxRows; ++r) cnt[r] = 0;
-  for (int w = w0; w < w1; ++w) {
-    unsigned u = 0;
-#pragma unroll
-    for (int r = 0; r < kMaxRows; ++r)
-      if (r < R) {
-        const unsigned v = s.sel[r * Wp + w];
-        cnt[r] += __popc(v);
-        u |= v;
-      }
-    cnt[kMaxRows] += __popc(u);
-  }
-  unsigned excl[kMaxRows + 1];
-#pragma unroll
-  for (int r = 0; r <= kMaxRows; ++r) {
-    const unsigned incl = warp_incl_scan(cnt[r], lane);
-    if (lane == 31) s.scan[warp * 16 + r] = incl;
-    excl[r] = incl - cnt[r];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int r = 0; r <= kMaxRows; ++r)
-    for (int w = 0; w < warp; ++w) excl[r] += s.scan[w * 16 + r];
-  if (tid == kThreads - 1 && ucount) *ucount = excl[kMaxRows] + cnt[kMaxRows];
-  if (idx_out) {
-#pragma unroll
-    for (int r = 0; r < kMaxRows; ++r) {
-      if (r >= R) break;
-      unsigned pos = excl[r];
-      for (int w = w0; w < w1; ++w) {
-        unsigned v = s.sel[r * Wp + w];
-        while (v) {
-          const int b = __ffs(v) - 1;
-          v &= v - 1;
-          if (pos < static_cast<unsigned>(kept))
-            idx_out[static_cast<std::size_t>(r) * kept + pos] = static_cast<std::uint16_t>(w * 32 + b);
-          ++pos;
-        }
-      }
-    }
-  }
-  if (list) {
-    unsigned pos = excl[kMaxRows];
-    for (int w = w0; w < w1; ++w) {
-      unsigned rows[kMaxRows];
-      unsigned u = 0;
-#pragma unroll
-      for (int r = 0; r < kMaxRows; ++r) {
-        rows[r] = r < R ? s.sel[r * Wp + w] : 0u;
-        u |= rows[r];
-      }
-      while (u) {
-        const int b = __ffs(u) - 1;
-        u &= u - 1;
-        unsigned m = 0;
-#pragma unroll
-        for (int r = 0; r < kMaxRows; ++r) m |= ((rows[r] >> b) & 1u) << r;
-        list[pos++] = static_cast<unsigned>(w * 32 + b) | (m << 16);
-      }
-    }
-  }
-  __syncthreads();
-}
-
-// Row top-K of every row of G: the kept bits go to s.sel (ties at the K-th value to the lower channels).
-// plain_hist: bucket counts with one shared atomic per channel (lanes of a warp that share lane 0's bucket add
-// once) instead of __match_any_sync aggregation (the default, measured; see bench/micro/NOTES.md).
-__device__ void block_topk(const float* G, int Fp, int R, int F, int K, int rule, const SelScratch& s, int Wp,
-                           int cap, bool plain_hist) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  for (int i = tid; i < R * kLinBins; i += kThreads) s.rhist[i] = 0;
-  for (int i = tid; i < R * Wp; i += kThreads) s.tie[i] = 0;
-  if (tid < kMaxRows) {
-    RowInfo& in = s.info[tid];
-    in.kmin = 0xffffffffu;
-    in.kmax = 0u;
-    in.ncand = 0;
-    in.radix = 0;
-  }
-  __syncthreads();
-  // 1. Finite range of each row.
-  for_row_chunks(G, Fp, R, [&](int r, int cc, const float (&v)[4]) {
-    unsigned kmn = 0xffffffffu, kmx = 0u;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const unsigned key = key_of(rank_value(v[e], rule));
-      if (cc * 128 + lane * 4 + e < F && key > kKeyNegInf && key < kKeyPosInf) {
-        kmn = min(kmn, key);
-        kmx = max(kmx, key);
-      }
-    }
-    kmn = __reduce_min_sync(0xffffffffu, kmn);
-    kmx = __reduce_max_sync(0xffffffffu, kmx);
-    if (lane == 0) {
-      atomicMin(&s.info[r].kmin, kmn);
-      atomicMax(&s.info[r].kmax, kmx);
-    }
-  });
-  __syncthreads();
-  if (tid < R) {
-    RowInfo& in = s.info[tid];
-    float vmin = 0.f, vmax = 0.f;
-    if (in.kmin <= in.kmax) {
-      vmin = value_of(in.kmin);
-      vmax = value_of(in.kmax);
-    }
-    const float range = vmax - vmin;
-    in.vmin = vmin;
-    in.scale = range > 0.f ? static_cast<float>(kLinBins) / range : 0.f;
-  }
-  __syncthreads();
-  // 2. Bucket histogram (lanes of a warp that fall in one bucket add once).
-  for_row_chunks(G, Fp, R, [&](int r, int cc, const float (&v)[4]) {
-    const float vmin = s.info[r].vmin, scale = s.info[r].scale;
-    unsigned* h = s.rhist + r * kLinBins;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const bool valid = cc * 128 + lane * 4 + e < F;
-      const int b = valid ? lin_bucket(rank_value(v[e], rule), vmin, scale) : -1 - lane;
-      if (plain_hist) {
-        const int b0 = __shfl_sync(0xffffffffu, b, 0);
-        const unsigned same = __ballot_sync(0xffffffffu, valid && b == b0);
-        if (valid) {
-          if (b != b0) atomicAdd(&h[b], 1u);
-          else if (lane == __ffs(same) - 1) atomicAdd(&h[b0], static_cast<unsigned>(__popc(same)));
-        }
-      } else {
-        const unsigned peers = __match_any_sync(0xffffffffu, b);
-        if (valid && lane == __ffs(peers) - 1) atomicAdd(&h[b], static_cast<unsigned>(__popc(peers)));
-      }
-    }
-  });
-  __syncthreads();
-  // 3. Threshold bucket per row: warp r scans row r's histogram from the top (lane l: buckets [32l, 32l+32)).
-  if (warp < R) {
-    const unsigned* h = s.rhist + warp * kLinBins;
-    unsigned sum = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint4 q = reinterpret_cast<const uint4*>(h + lane * 32)[i];
-      sum += q.x + q.y + q.z + q.w;
-    }
-    const unsigned suf = warp_suffix_scan(sum, lane);
-    const int L = 31 - __clz(__ballot_sync(0xffffffffu, suf >= static_cast<unsigned>(K)));
-    const unsigned above_lane = __shfl_sync(0xffffffffu, suf - sum, L);
-    const unsigned c = h[L * 32 + lane];
-    const unsigned suf2 = warp_suffix_scan(c, lane) + above_lane;
-    const int b = 31 - __clz(__ballot_sync(0xffffffffu, suf2 >= static_cast<unsigned>(K)));
-    if (lane == b) {
-      RowInfo& in = s.info[warp];
-      in.tb = static_cast<unsigned>(L * 32 + b);
-      in.need = static_cast<unsigned>(K) - (suf2 - c);
-      in.all = c == in.need ? 1u : 0u;
-    }
-  }
-  __syncthreads();
-  // 4. Channels above the threshold bucket are kept (bits built with shuffles); its own channels become
-  //    candidates (slots taken once per warp and element).
-  for_row_chunks(G, Fp, R, [&](int r, int cc, const float (&v)[4]) {
-    const float vmin = s.info[r].vmin, scale = s.info[r].scale;
-    const int tb = static_cast<int>(s.info[r].tb);
-    const bool all = s.info[r].all != 0;
-    unsigned nib = 0;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int j = cc * 128 + lane * 4 + e;
-      const float val = rank_value(v[e], rule);
-      const int b = j < F ? lin_bucket(val, vmin, scale) : -1;
-      if (b > tb || (b == tb && all)) nib |= 1u << e;
-      const bool cand = b == tb && !all;
-      const unsigned m = __ballot_sync(0xffffffffu, cand);
-      if (m) {
-        const int leader = __ffs(m) - 1;
-        unsigned base = 0;
-        if (lane == leader) base = atomicAdd(&s.info[r].ncand, static_cast<unsigned>(__popc(m)));
-        base = __shfl_sync(0xffffffffu, base, leader);
-        const unsigned slot = base + __popc(m & ((1u << lane) - 1u));
-        if (cand && slot < static_cast<unsigned>(cap)) {
-          s.ckey[r * cap + slot] = key_of(val);
-          s.cidx[r * cap + slot] = static_cast<unsigned short>(j);
-        }
-      }
-    }
-    unsigned word = nib << (4 * (lane & 7));
-    word |= __shfl_xor_sync(0xffffffffu, word, 1);
-    word |= __shfl_xor_sync(0xffffffffu, word, 2);
-    word |= __shfl_xor_sync(0xffffffffu, word, 4);
-    if ((lane & 7) == 0) s.sel[r * Wp + cc * 4 + (lane >> 3)] = word;
-  });
-  __syncthreads();
-  // 5. Few candidates: rank each directly against the others (larger key first, then the lower channel).
-  bool any_radix = false;
-  for (int r = 0; r < R; ++r) {
-    const RowInfo in = s.info[r];
-    if (in.all) continue;
-    if (in.ncand > static_cast<unsigned>(kRankMax)) {
-      any_radix = true;
-      continue;
-    }
-    const unsigned* ck = s.ckey + r * cap;
-    const unsigned short* ci = s.cidx + r * cap;
-    for (int i = tid; i < static_cast<int>(in.ncand); i += kThreads) {
-      const unsigned key = ck[i];
-      const int j = ci[i];
-      unsigned rank = 0;
-      for (int m = 0; m < static_cast<int>(in.ncand); ++m) {
-        const unsigned km = ck[m];
-        rank += (km > key || (km == key && ci[m] < j)) ? 1u : 0u;
-      }
-      if (rank < in.need) atomicOr(&s.sel[r * Wp + (j >> 5)], 1u << (j & 31));
-    }
-  }
-  if (any_radix) {
-    // Many candidates (near-constant rows): radix passes over their keys, 8 bits at a time, from the list
-    // or, when it overflowed, from the whole row.
-    __syncthreads();
-    if (tid < R) {
-      RowInfo& in = s.info[tid];
-      in.radix = (!in.all && in.ncand > static_cast<unsigned>(kRankMax)) ? 1u : 0u;
-      in.P = 0;
-      in.known = 0;
-    }
-    __syncthreads();
-    auto for_cands = [&](int r, const RowInfo& in, auto&& fn) {
-      if (in.ncand <= static_cast<unsigned>(cap)) {
-        for (int i = tid; i < static_cast<int>(in.ncand); i += kThreads) fn(s.ckey[r * cap + i], static_cast<int>(s.cidx[r * cap + i]));
-      } else {
-        for (int j = tid; j < F; j += kThreads) {
-          const float val = rank_value(__ldcg(G + static_cast<std::size_t>(r) * Fp + j), rule);
-          if (lin_bucket(val, in.vmin, in.scale) == static_cast<int>(in.tb)) fn(key_of(val), j);
-        }
-      }
-    };
-#pragma unroll 1
-    for (int pass = 0; pass < 4; ++pass) {
-      const int shift = 24 - 8 * pass;
-      for (int i = tid; i < R * 256; i += kThreads) s.rhist[i] = 0;
-      __syncthreads();
-      for (int r = 0; r < R; ++r) {
-        const RowInfo in = s.info[r];
-        if (!in.radix) continue;
-        unsigned* rh = s.rhist + r * 256;
-        for_cands(r, in, [&](unsigned key, int) {
-          if ((key & in.known) == in.P) atomicAdd(&rh[(key >> shift) & 0xffu], 1u);
-        });
-      }
-      __syncthreads();
-      if (warp < R && s.info[warp].radix) {
-        const unsigned* rh = s.rhist + warp * 256 + lane * 8;
-        unsigned h[8], sum = 0;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          h[e] = rh[e];
-          sum += h[e];
-        }
-        const unsigned need = s.info[warp].need;
-        const unsigned suf = warp_suffix_scan(sum, lane);
-        const int L = 31 - __clz(__ballot_sync(0xffffffffu, suf >= need));
-        const unsigned above = __shfl_sync(0xffffffffu, suf - sum, L);
-        if (lane == L) {
-          unsigned run = above, dig = 0, nneed = need, cnt = 0;
-          bool found = false;
-#pragma unroll
-          for (int e = 7; e >= 0; --e)
-            if (!found) {
-              if (run + h[e] >= need) {
-                found = true;
-                dig = static_cast<unsigned>(L * 8 + e);
-                nneed = need - run;
-                cnt = h[e];
-              } else {
-                run += h[e];
-              }
-            }
-          RowInfo& in = s.info[warp];
-          in.P |= dig << shift;
-          in.known |= 0xffu << shift;
-          in.need = nneed;
-          in.cntT = cnt;
-        }
-      }
-      __syncthreads();
-    }
-    // Keys above the K-th key are kept; those equal to it are ties.
-    for (int r = 0; r < R; ++r) {
-      const RowInfo in = s.info[r];
-      if (!in.radix) continue;
-      unsigned* sel = s.sel + r * Wp;
-      unsigned* tie = s.tie + r * Wp;
-      for_cands(r, in, [&](unsigned key, int j) {
-        if (key > in.P) atomicOr(&sel[j >> 5], 1u << (j & 31));
-        else if (key == in.P) atomicOr(&tie[j >> 5], 1u << (j & 31));
-      });
-    }
-    __syncthreads();
-    // Ties: the `need` lowest channels among those equal to the K-th key.
-    if (warp < R && s.info[warp].radix) {
-      const unsigned need = s.info[warp].need, cntT = s.info[warp].cntT;
-      unsigned* sel = s.sel + warp * Wp;
-      const unsigned* tie = s.tie + warp * Wp;
-      if (cntT == need) {
-        for (int w = lane; w < Wp; w += 32) sel[w] |= tie[w];
-      } else {
-        unsigned base = 0;
-        for (int w0 = 0; w0 < Wp; w0 += 32) {
-          const int w = w0 + lane;
-          const unsigned t = w < Wp ? tie[w] : 0u;
-          const unsigned c = __popc(t);
-          const unsigned incl = warp_incl_scan(c, lane);
-          const unsigned before = base + incl - c;
-          if (t && before < need) {
-            const unsigned take = min(c, need - before);
-            unsigned keep = 0, tt = t;
-            for (unsigned n = 0; n < take; ++n) {
-              const unsigned low = tt & (0u - tt);
-              keep |= low;
-              tt ^= low;
-            }
-            sel[w] |= keep;
-          }
-          base += __shfl_sync(0xffffffffu, incl, 31);
-        }
-      }
-    }
-  }
-  __syncthreads();
-}
-
-// Row top-K, the default of the fast path: from the first-level histogram `hist` [R, kBins] of the keys' top
-// 11 bits (built with global atomics by the gate epilogue): threshold bin, candidates of that bin, radix
-// passes over their remaining 21 bits. Writes the kept bits into s.sel (ties at the K-th key to the lower
-// channels). Measured faster than block_topk (linear buckets) on the H100 (bench/micro/NOTES.md).
-__device__ void block_topk_hist11(const float* G, int Fp, const unsigned* hist, int R, int F, int K, int rule,
-                                  const SelScratch& s, int Wp, int cap) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  for (int i = tid; i < R * Wp; i += kThreads) s.tie[i] = 0;
-  // 1. Threshold bin per row (warp r scans row r's histogram from the top).
-  if (warp < R) {
-    const unsigned* h = hist + static_cast<std::size_t>(warp) * kBins + lane * 64;
-    unsigned sum = 0;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const uint4 v = __ldcg(reinterpret_cast<const uint4*>(h) + i);
-      sum += v.x + v.y + v.z + v.w;
-    }
-    const unsigned suf = warp_suffix_scan(sum, lane);
-    const unsigned ball = __ballot_sync(0xffffffffu, suf >= static_cast<unsigned>(K));
-    const int L = 31 - __clz(ball);
-    const unsigned above = __shfl_sync(0xffffffffu, suf - sum, L);
-    if (lane == L) {
-      unsigned run = above, tb = 0, need = 0, cnt = 0;
-      bool found = false;
-      for (int i = 15; i >= 0; --i) {
-        const uint4 v = __ldcg(reinterpret_cast<const uint4*>(h) + i);
-        const unsigned c[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int e = 3; e >= 0; --e)
-          if (!found) {
-            if (run + c[e] >= static_cast<unsigned>(K)) {
-              found = true;
-              tb = static_cast<unsigned>(L * 64 + i * 4 + e);
-              need = static_cast<unsigned>(K) - run;
-              cnt = c[e];
-            } else {
-              run += c[e];
-            }
-          }
-      }
-      RowInfo& in = s.info[warp];
-      in.tb = tb;
-      in.need = need;
-      in.cnt = cnt;
-      in.all = cnt == need ? 1u : 0u;
-      in.ncand = 0;
-      in.P = tb << 21;
-      in.known = 0xffe00000u;
-      in.cntT = cnt;
-    }
-  }
-  __syncthreads();
-  // 2. One pass over G: channels above the threshold bin are kept (bits built with shuffles), those in it
-  //    become candidates.
-  {
-    constexpr int kUnroll = 8;
-    const int per_row = Fp / 128, total = R * per_row;
-    for (int c0 = warp; c0 < total; c0 += kWarps * kUnroll) {
-      float4 v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = c0 + u * kWarps;
-        v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (c < total) {
-          const int r = c / per_row, cc = c - r * per_row;
-          v[u] = __ldcg(reinterpret_cast<const float4*>(G + static_cast<std::size_t>(r) * Fp + cc * 128) + lane);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = c0 + u * kWarps;
-        if (c < total) {
-          const int r = c / per_row, cc = c - r * per_row;
-          const unsigned tb = s.info[r].tb;
-          const bool all = s.info[r].all != 0;
-          const float gv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-          unsigned nib = 0;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int j = cc * 128 + lane * 4 + e;
-            if (j < F) {
-              const unsigned key = sel_key(gv[e], rule);
-              const unsigned bin = key >> 21;
-              if (bin > tb || (bin == tb && all)) {
-                nib |= 1u << e;
-              } else if (bin == tb) {
-                const unsigned slot = atomicAdd(&s.info[r].ncand, 1u);
-                if (slot < static_cast<unsigned>(cap)) {
-                  s.ckey[r * cap + slot] = key;
-                  s.cidx[r * cap + slot] = static_cast<unsigned short>(j);
-                }
-              }
-            }
-          }
-          unsigned word = nib << (4 * (lane & 7));
-          word |= __shfl_xor_sync(0xffffffffu, word, 1);
-          word |= __shfl_xor_sync(0xffffffffu, word, 2);
-          word |= __shfl_xor_sync(0xffffffffu, word, 4);
-          if ((lane & 7) == 0) s.sel[r * Wp + cc * 4 + (lane >> 3)] = word;
-        }
-      }
-    }
-  }
-  __syncthreads();
-  // 3. Radix passes over the remaining 21 key bits of the candidates (from G when they overflowed).
-#pragma unroll 1
-  for (int pass = 0; pass < 3; ++pass) {
-    for (int i = tid; i < R * 256; i += kThreads) s.rhist[i] = 0;
-    __syncthreads();
-    const int shift = pass == 0 ? 13 : pass == 1 ? 5 : 0;
-    const unsigned wmask = pass == 2 ? 0x1fu : 0xffu;
-    for (int r = 0; r < R; ++r) {
-      const RowInfo in = s.info[r];
-      if (in.all) continue;
-      unsigned* rh = s.rhist + r * 256;
-      if (in.ncand <= static_cast<unsigned>(cap)) {
-        for (int i = tid; i < static_cast<int>(in.ncand); i += kThreads) {
-          const unsigned key = s.ckey[r * cap + i];
-          if ((key & in.known) == in.P) atomicAdd(&rh[(key >> shift) & wmask], 1u);
-        }
-      } else {
-        for (int j = tid; j < F; j += kThreads) {
-          const unsigned key = sel_key(__ldcg(G + static_cast<std::size_t>(r) * Fp + j), rule);
-          if ((key & in.known) == in.P) atomicAdd(&rh[(key >> shift) & wmask], 1u);
-        }
-      }
-    }
-    __syncthreads();
-    if (warp < R && !s.info[warp].all) {
-      const unsigned* rh = s.rhist + warp * 256 + lane * 8;
-      unsigned h[8], sum = 0;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        h[e] = rh[e];
-        sum += h[e];
-      }
-      const unsigned need = s.info[warp].need;
-      const unsigned suf = warp_suffix_scan(sum, lane);
-      const unsigned ball = __ballot_sync(0xffffffffu, suf >= need);
-      const int L = 31 - __clz(ball);
-      const unsigned above = __shfl_sync(0xffffffffu, suf - sum, L);
-      if (lane == L) {
-        unsigned run = above, dig = 0, nneed = need, cnt = 0;
-        bool found = false;
-#pragma unroll
-        for (int e = 7; e >= 0; --e)
-          if (!found) {
-            if (run + h[e] >= need) {
-              found = true;
-              dig = static_cast<unsigned>(L * 8 + e);
-              nneed = need - run;
-              cnt = h[e];
-            } else {
-              run += h[e];
-            }
-          }
-        RowInfo& in = s.info[warp];
-        in.P |= dig << shift;
-        in.known |= wmask << shift;
-        in.need = nneed;
-        in.cntT = cnt;
-      }
-    }
-    __syncthreads();
-  }
-  // 4. Candidates above the K-th key are kept; those equal to it are ties.
-  for (int r = 0; r < R; ++r) {
-    const RowInfo in = s.info[r];
-    if (in.all) continue;
-    const unsigned T = in.P;
-    unsigned* sel = s.sel + r * Wp;
-    unsigned* tie = s.tie + r * Wp;
-    if (in.ncand <= static_cast<unsigned>(cap)) {
-      for (int i = tid; i < static_cast<int>(in.ncand); i += kThreads) {
-        const unsigned key = s.ckey[r * cap + i];
-        const int j = s.cidx[r * cap + i];
-        if (key > T) atomicOr(&sel[j >> 5], 1u << (j & 31));
-        else if (key == T) atomicOr(&tie[j >> 5], 1u << (j & 31));
-      }
-    } else {
-      for (int j = tid; j < F; j += kThreads) {
-        const unsigned key = sel_key(__ldcg(G + static_cast<std::size_t>(r) * Fp + j), rule);
-        if (key > T) atomicOr(&sel[j >> 5], 1u << (j & 31));
-        else if (key == T) atomicOr(&tie[j >> 5], 1u << (j & 31));
-      }
-    }
-  }
-  __syncthreads();
-  // 5. Ties: the `need` lowest channels among those equal to the K-th key.
-  if (warp < R && !s.info[warp].all) {
-    const unsigned need = s.info[warp].need, cntT = s.info[warp].cntT;
-    unsigned* sel = s.sel + warp * Wp;
-    const unsigned* tie = s.tie + warp * Wp;
-    if (cntT == need) {
-      for (int w = lane; w < Wp; w += 32) sel[w] |= tie[w];
-    } else {
-      unsigned base = 0;
-      for (int w0 = 0; w0 < Wp; w0 += 32) {
-        const int w = w0 + lane;
-        const unsigned t = w < Wp ? tie[w] : 0u;
-        const unsigned c = __popc(t);
-        const unsigned incl = warp_incl_scan(c, lane);
-        const unsigned before = base + incl - c;
-        if (t && before < need) {
-          const unsigned take = min(c, need - before);
-          unsigned keep = 0, tt = t;
-          for (unsigned n = 0; n < take; ++n) {
-            const unsigned low = tt & (0u - tt);
-            keep |= low;
-            tt ^= low;
-          }
-          sel[w] |= keep;
-        }
-        base += __shfl_sync(0xffffffffu, incl, 31);
-      }
-    }
-  }
-  __syncthreads();
-}
 
 // Best `take` of len keys (larger key first, ties to the lower channel): returns the take-th best as
 // (key, channel); a channel is kept iff (key > bk) || (key == bk && j <= bj).
@@ -812,164 +194,495 @@ __device__ void group_threshold(KeyAt key_at, int j0, int len, int take, unsigne
   }
 }
 
-// a of every b channels per row, from G (any b); kept bits into s.sel.
-__device__ void block_grouped(const float* G, int Fp, int R, int F, int a, int b, int rule, const SelScratch& s,
-                              int Wp) {
-  const int tid = threadIdx.x;
-  for (int i = tid; i < R * Wp; i += kThreads) s.sel[i] = 0;
-  __syncthreads();
-  const int ngroups = (F + b - 1) / b;
-  for (int p = tid; p < ngroups * R; p += kThreads) {
-    const int r = p / ngroups, gi = p - r * ngroups;
-    const int j0 = gi * b, len = min(b, F - j0), take = min(a, len);
-    const float* row = G + static_cast<std::size_t>(r) * Fp;
-    auto key_at = [&](int j) { return sel_key(__ldcg(row + j), rule); };
-    unsigned bk;
-    int bj;
-    group_threshold(key_at, j0, len, take, bk, bj);
-    for (int j = j0; j < j0 + len; ++j) {
-      const unsigned key = key_at(j);
-      if (key > bk || (key == bk && j <= bj)) atomicOr(&s.sel[r * Wp + (j >> 5)], 1u << (j & 31));
-    }
-  }
-  __syncthreads();
+// ---------------------------------------------------------------------------------------------------------
+// Prep kernel (dense path): zeroes the up/down kernel's accumulator and counters after the previous kernel
+// in the stream is done, and lets the up/down kernel start streaming its weights at once.
+
+__global__ void __launch_bounds__(kThreads) k_prep(uint4* p, unsigned n16) {
+  griddep_launch();
+  griddep_wait();
+  zero_part(p, n16, blockIdx.x, gridDim.x, kThreads);
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Fast path kernel 1: gate GEMV over 16 channels per block (8 warps split d), epilogue per mode.
+// Gate GEMV: block b owns a balanced range of channels (whole a:b groups in kGateGroupLocal), 16 channels per
+// mma tile, its 8 warps split d. The first loads are issued before the wait for the previous kernel.
+// Epilogue: G [R, Fp] fp32; in kGateGroupLocal (b | 16) also the a:b selection: idx_out and a row mask per
+// channel for the up/down kernel.
 
 struct GateArgs {
   const bf16* x;
   const bf16* wg;
   float* G;             // [R, Fp]
-  unsigned* hist;       // [R, kBins], zeroed (top-K with Options::select 0)
-  unsigned* ctrl;       // counters (last-block modes)
-  unsigned* ucount;     // union length (last-block modes)
-  unsigned char* mask;  // [F] row masks (a:b in the epilogue)
-  unsigned* list;       // union list (last-block modes)
+  unsigned char* mask;  // [F] row masks (kGateGroupLocal)
   std::uint16_t* idx_out;
-  int R, d, F, Fp, Wp, kept, mode, k, ga, gb, rule, cap, select;
+  uint4* zero;          // region the next kernel needs zeroed (or null), zero_n16 16-byte words
+  unsigned zero_n16;
+  const void* pf_up;    // kGateGroupLocal: W_up and W_down rows of kept channels are prefetched into L2
+  const void* pf_down;  // (null: no prefetch)
+  int R, d, F, Fp, kept, mode, ga, gb, rule, unit, nunits;
 };
 
-constexpr std::size_t kGateHeadBytes = align16(kWarps * 32 * 4 * 4 + kGroup * 8 * 4 + kGroup * 8 + 16);
-
-// Called by one thread per block after a fence: true in the block that arrives last. Blocks arrive on 32
-// sub-counters; the last arrival of each sub-counter arrives on the final one.
-__device__ bool arrive_last(unsigned* ctrl) {
-  const unsigned nsub = min(static_cast<unsigned>(kSubCounters), gridDim.x);
-  const unsigned sub = blockIdx.x % nsub;
-  const unsigned members = (gridDim.x - sub + nsub - 1) / nsub;
-  if (atomicAdd(&ctrl[kLine * (1 + sub)], 1u) != members - 1) return false;
-  __threadfence();
-  return atomicAdd(&ctrl[0], 1u) == nsub - 1;
-}
-
 template <int U>
-__global__ void __launch_bounds__(kThreads, 3) k_gate(GateArgs a) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  float* red = reinterpret_cast<float*>(smem);  // [warp][lane][4]
-  float* gvs = red + kWarps * 32 * 4;           // [slot][row 8]
-  unsigned char* on = reinterpret_cast<unsigned char*>(gvs + kGroup * 8);  // [slot][row 8] kept (a:b)
-  int* flag = reinterpret_cast<int*>(on + kGroup * 8);
-
+__global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a) {
+  __shared__ float4 red[kWarps * 32];
+  __shared__ float gvs[kGroup * 8];
+  __shared__ unsigned char on[kGroup * 8];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int base = blockIdx.x * kGroup;
   const int g = lane >> 2, q = lane & 3;
-  const int chA = base + g, chB = base + g + 8;
-  const bool okA = chA < a.F, okB = chB < a.F, xrow = g < a.R;
-  const bf16* pa = a.wg + static_cast<std::size_t>(okA ? chA : 0) * a.d;
-  const bf16* pb = a.wg + static_cast<std::size_t>(okB ? chB : 0) * a.d;
+  const long long nb = gridDim.x, b = blockIdx.x;
+  const int c0 = min(a.F, static_cast<int>(b * a.nunits / nb) * a.unit);
+  const int c1 = min(a.F, static_cast<int>((b + 1) * a.nunits / nb) * a.unit);
+  const bool xrow = g < a.R;
   const bf16* px = a.x + static_cast<std::size_t>(xrow ? g : 0) * a.d;
   const int nt = (a.d + kTile - 1) / kTile;
   const int t_beg = warp * nt / kWarps, t_end = (warp + 1) * nt / kWarps;
-  float c[4] = {0.f, 0.f, 0.f, 0.f};
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  for (int t0 = t_beg; t0 < t_end; t0 += U) {
-    uint4 A[U], B[U];
+  griddep_launch();
+  bool waited = false;  // warp-uniform
+  for (int base = c0; base < c1; base += kGroup) {
+    const int chA = base + g, chB = base + g + 8;
+    const bool okA = chA < c1, okB = chB < c1;
+    const bf16* pa = a.wg + static_cast<std::size_t>(okA ? chA : 0) * a.d;
+    const bf16* pb = a.wg + static_cast<std::size_t>(okB ? chB : 0) * a.d;
+    float c[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int t0 = t_beg; t0 < t_end; t0 += U) {
+      uint4 A[U], B[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int col = (t0 + u) * kTile + q * 8;
-      const bool ok = t0 + u < t_end && col < a.d;
-      A[u] = ok && okA ? ld_stream(pa + col) : zero;
-      B[u] = ok && okB ? ld_stream(pb + col) : zero;
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int col = (t0 + u) * kTile + q * 8;
-      const bool ok = t0 + u < t_end && col < a.d;
-      const uint4 X = ok && xrow ? ld_x(px + col) : zero;
-      mma_tile(c, A[u], B[u], X);
-    }
-  }
-  reinterpret_cast<float4*>(red)[warp * 32 + lane] = make_float4(c[0], c[1], c[2], c[3]);
-  __syncthreads();
-  if (tid < kGroup * 8) {
-    const int s = tid >> 3, r = tid & 7;
-    const int ln = c_lane(s, r), rg = c_reg(s, r);
-    float v = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) v += red[(w * 32 + ln) * 4 + rg];
-    gvs[s * 8 + r] = v;
-    const int ch = base + s;
-    if (ch < a.F && r < a.R) {
-      a.G[static_cast<std::size_t>(r) * a.Fp + ch] = v;
-      if (a.mode == kGateTopK && a.select == 0) atomicAdd(&a.hist[r * kBins + (sel_key(v, a.rule) >> 21)], 1u);
-    }
-  }
-  if (a.mode == kGateGroupLocal) {
-    // a:b with b | 16: this block holds whole groups; thread (s, r) ranks channel s within its group.
-    __syncthreads();
-    const int s = tid >> 3, r = tid & 7, j = base + s;
-    bool keep = false;
-    int g0 = 0;
-    if (tid < kGroup * 8 && r < a.R && j < a.F) {
-      g0 = s / a.gb * a.gb;
-      const int len = min(a.gb, a.F - (base + g0)), take = min(a.ga, len);
-      const unsigned key = sel_key(gvs[s * 8 + r], a.rule);
-      int rank = 0;
-      for (int m = g0; m < g0 + len; ++m) {
-        const unsigned km = sel_key(gvs[m * 8 + r], a.rule);
-        rank += (km > key || (km == key && m < s)) ? 1 : 0;
+      for (int u = 0; u < U; ++u) {
+        const int col = (t0 + u) * kTile + q * 8;
+        const bool ok = t0 + u < t_end && col < a.d;
+        A[u] = ok && okA ? ld_stream(pa + col) : zero;
+        B[u] = ok && okB ? ld_stream(pb + col) : zero;
       }
-      keep = rank < take;
-    }
-    if (tid < kGroup * 8) on[tid] = keep ? 1 : 0;
-    __syncthreads();
-    if (keep && a.idx_out) {
-      int pos = (base + g0) / a.gb * a.ga;
-      for (int m = g0; m < s; ++m) pos += on[m * 8 + r];
-      a.idx_out[static_cast<std::size_t>(r) * a.kept + pos] = static_cast<std::uint16_t>(j);
-    }
-    if (tid < kGroup && base + tid < a.F) {
-      unsigned m = 0;
+      if (!waited) {
+        griddep_wait();
+        waited = true;
+      }
 #pragma unroll
-      for (int rr = 0; rr < 8; ++rr) m |= static_cast<unsigned>(on[tid * 8 + rr]) << rr;
-      a.mask[base + tid] = static_cast<unsigned char>(m);
+      for (int u = 0; u < U; ++u) {
+        const int col = (t0 + u) * kTile + q * 8;
+        const bool ok = t0 + u < t_end && col < a.d;
+        const uint4 X = ok && xrow ? ld_x(px + col) : zero;
+        mma_tile(c, A[u], B[u], X);
+      }
     }
-    griddep_launch();
-    return;
+    red[warp * 32 + lane] = make_float4(c[0], c[1], c[2], c[3]);
+    if (!waited) {
+      griddep_wait();
+      waited = true;
+    }
+    __syncthreads();
+    if (tid < kGroup * 8) {
+      const int s = tid >> 3, r = tid & 7;
+      const int ln = c_lane(s, r), rg = c_reg(s, r);
+      float v = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += reinterpret_cast<const float*>(red)[(w * 32 + ln) * 4 + rg];
+      gvs[s * 8 + r] = v;
+      const int ch = base + s;
+      if (ch < c1 && r < a.R) a.G[static_cast<std::size_t>(r) * a.Fp + ch] = v;
+    }
+    if (a.mode == kGateGroupLocal) {
+      // a:b with b | 16 and base % b == 0: this tile holds whole groups; thread (s, r) ranks channel s
+      // within its group.
+      __syncthreads();
+      const int s = tid >> 3, r = tid & 7, j = base + s;
+      bool keep = false;
+      int g0 = 0;
+      if (tid < kGroup * 8 && r < a.R && j < c1) {
+        g0 = s / a.gb * a.gb;
+        const int len = min(a.gb, a.F - (base + g0)), take = min(a.ga, len);
+        const unsigned key = sel_key(gvs[s * 8 + r], a.rule);
+        int rank = 0;
+        for (int m = g0; m < g0 + len; ++m) {
+          const unsigned km = sel_key(gvs[m * 8 + r], a.rule);
+          rank += (km > key || (km == key && m < s)) ? 1 : 0;
+        }
+        keep = rank < take;
+      }
+      if (tid < kGroup * 8) on[tid] = keep ? 1 : 0;
+      __syncthreads();
+      if (keep && a.idx_out) {
+        int pos = (base + g0) / a.gb * a.ga;
+        for (int m = g0; m < s; ++m) pos += on[m * 8 + r];
+        a.idx_out[static_cast<std::size_t>(r) * a.kept + pos] = static_cast<std::uint16_t>(j);
+      }
+      if (tid < kGroup && base + tid < c1) {
+        unsigned m = 0;
+#pragma unroll
+        for (int rr = 0; rr < 8; ++rr) m |= static_cast<unsigned>(on[tid * 8 + rr]) << rr;
+        a.mask[base + tid] = static_cast<unsigned char>(m);
+        if (m && a.pf_up) prefetch_rows(a.pf_up, a.pf_down, static_cast<unsigned>(a.d) * 2u, base + tid);
+      }
+    }
+    __syncthreads();  // red, gvs and on are reused by the next tile
   }
-  griddep_launch();  // the up/down kernel may start while the last block selects
-  if (a.mode == kGateOnly) return;
-  // Last block to finish runs the selection over every row.
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) flag[0] = arrive_last(a.ctrl) ? 1 : 0;
-  __syncthreads();
-  if (!flag[0]) return;
-  __threadfence();
-  SelScratch s = carve(smem + kGateHeadBytes, a.R, a.Wp, a.cap);
-  if (a.mode == kGateTopK && a.select == 0) block_topk_hist11(a.G, a.Fp, a.hist, a.R, a.F, a.k, a.rule, s, a.Wp, a.cap);
-  else if (a.mode == kGateTopK) block_topk(a.G, a.Fp, a.R, a.F, a.k, a.rule, s, a.Wp, a.cap, a.select == 2);
-  else block_grouped(a.G, a.Fp, a.R, a.F, a.ga, a.gb, a.rule, s, a.Wp);
-  block_emit(s, a.R, a.Wp, a.idx_out, a.kept, a.list, a.ucount);
+  if (!waited) griddep_wait();
+  if (a.zero) zero_part(a.zero, a.zero_n16, blockIdx.x, gridDim.x, kThreads);
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Fast path kernel 2: up (and gate when FG) GEMV of 16 channels per block, z = SiLU(g) * u on the rows that
-// kept the channel, down projection of those channels from shared memory (rows staged with cp.async while
-// the up GEMV runs), partial outputs reduced over a cluster of 8 blocks, fp32 atomics into `acc`, and the
-// last cluster of each column slice adds `acc` into out.
+// Selection kernel: block r of a cluster of C = rows_pad(R) blocks selects row r of G (top-K, a:b, or the
+// channels of force_idx) into kept bits in shared memory, writes idx_out row r (ascending), and the blocks
+// together write the union list (channel | row mask << 16, ascending) and its length.
+//
+// Row top-K: a shared-memory histogram of the top 13 bits of the keys (1/16 octave per bin) gives the
+// threshold bin; channels above it are kept; the candidates of the bin (about 90 of 5461 on a Gaussian row)
+// are ranked pairwise (larger key first, then the lower channel); a bin of more than kRankMax candidates
+// (near-constant rows) is resolved by radix passes over the remaining 19 bits, ties to the lower channels.
+
+struct SelArgs {
+  const float* G;  // [R, Fp]
+  const std::uint16_t* force;
+  std::uint16_t* idx_out;
+  unsigned* list;    // union list (or null)
+  unsigned* ucount;  // its length
+  uint4* zero;       // region the next kernel needs zeroed (or null)
+  unsigned zero_n16;
+  const void* pf_up;    // top-K: W_up and W_down rows of the channels at or above the threshold bin are
+  const void* pf_down;  // prefetched into L2 (null: no prefetch), by H clusters, each a share of them
+  unsigned row_bytes;
+  int R, C, H, F, Fp, Wp, kept, mode, k, ga, gb, rule, cache;
+};
+
+__host__ __device__ inline std::size_t sel_smem_bytes(int mode, int Fp, int Wp, bool cache) {
+  return 4 * (static_cast<std::size_t>(mode == kSelTopK ? kHBins : 0) + (cache ? Fp : 0) + 2 * static_cast<std::size_t>(Wp) +
+              kRankMax + 64) +
+         2 * kRankMax;
+}
+
+__global__ void __launch_bounds__(kSelThreads, 1) k_select(SelArgs a) {
+  constexpr int NT = kSelThreads, NW = kSelWarps;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const bool topk = a.mode == kSelTopK;
+  unsigned* hist = reinterpret_cast<unsigned*>(smem);      // [kHBins] (top-K)
+  unsigned* keys = hist + (topk ? kHBins : 0);              // [Fp] when cached
+  unsigned* sel = keys + (a.cache ? a.Fp : 0);              // [Wp] kept bits of this block's row
+  unsigned* aux = sel + a.Wp;                               // [Wp] threshold-bin candidates, then ties
+  unsigned* ck = aux + a.Wp;                                // [kRankMax] candidate keys (ascending channel)
+  unsigned* scratch = ck + kRankMax;                        // [32]
+  unsigned* info = scratch + 32;                            // [32]
+  unsigned short* ci = reinterpret_cast<unsigned short*>(info + 32);  // [kRankMax] candidate channels
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int r = static_cast<int>(blockIdx.x) % a.C;  // row (rank in the cluster)
+  const int h = static_cast<int>(blockIdx.x) / a.C;  // cluster 0 selects; clusters 1..H-1 only prefetch
+  const bool row = r < a.R;  // block-uniform
+  const int F = a.F, Wp = a.Wp;
+  if (topk)
+    for (int i = tid; i < kHBins / 4; i += NT) reinterpret_cast<uint4*>(hist)[i] = make_uint4(0, 0, 0, 0);
+  for (int w = tid; w < Wp; w += NT) sel[w] = 0;
+  griddep_launch();
+  griddep_wait();
+  if (a.zero && h == 0) zero_part(a.zero, a.zero_n16, r, a.C, NT);
+  const float* Gr = a.G + static_cast<std::size_t>(row ? r : 0) * a.Fp;
+  auto key_at = [&](int j) -> unsigned { return a.cache ? keys[j] : sel_key(__ldcg(Gr + j), a.rule); };
+  // Words of the kept bits owned by this thread (consecutive, so that thread order is channel order).
+  const int wpt = (Wp + NT - 1) / NT;
+  const int w0 = min(Wp, tid * wpt), w1 = min(Wp, w0 + wpt);
+
+  // 1. Keys into shared memory and the histogram.
+  if (row && a.mode != kSelForce && (a.cache || topk)) {
+    const int n4 = a.Fp / 4;
+    for (int i0 = tid; i0 < n4; i0 += 4 * NT) {
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int i = i0 + u * NT;
+        v[u] = i < n4 ? __ldcg(reinterpret_cast<const float4*>(Gr) + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int i = i0 + u * NT;
+        if (i < n4) {
+          const float gv[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+          unsigned kk[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int j = 4 * i + e;
+            kk[e] = j < F ? sel_key(gv[e], a.rule) : 0u;
+            if (topk && j < F) atomicAdd(&hist[kk[e] >> kHShift], 1u);
+          }
+          if (a.cache) reinterpret_cast<uint4*>(keys)[i] = make_uint4(kk[0], kk[1], kk[2], kk[3]);
+        }
+      }
+    }
+  }
+  __syncthreads();
+  if (h > 0 && !(row && topk)) return;
+
+  if (row && topk) {
+    const unsigned K = static_cast<unsigned>(a.k);
+    // 2. Threshold bin: thread t holds bins [16t, 16t + 16); suffix sums from the top.
+    {
+      unsigned hb[16], s = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint4 v = reinterpret_cast<const uint4*>(hist + tid * 16)[i];
+        hb[4 * i] = v.x;
+        hb[4 * i + 1] = v.y;
+        hb[4 * i + 2] = v.z;
+        hb[4 * i + 3] = v.w;
+        s += v.x + v.y + v.z + v.w;
+      }
+      unsigned tot;
+      const unsigned excl = block_excl_scan<NT>(s, scratch, tot);
+      const unsigned above = tot - excl - s;  // keys in the bins of higher threads
+      if (above < K && above + s >= K) {
+        unsigned run = above;
+        bool found = false;
+#pragma unroll
+        for (int e = 15; e >= 0; --e)
+          if (!found) {
+            if (run + hb[e] >= K) {
+              found = true;
+              info[0] = static_cast<unsigned>(tid * 16 + e);
+              info[1] = K - run;  // channels to take from the bin
+              info[2] = hb[e];    // channels in the bin
+            } else {
+              run += hb[e];
+            }
+          }
+      }
+      __syncthreads();
+    }
+    const unsigned tb = info[0], need = info[1], cnt = info[2];
+    if (a.pf_up) {
+      // This cluster's share of the channels at or above the threshold bin: their rows into L2 while the
+      // selection finishes (a superset of the kept channels by the bin's candidates).
+      const int j0 = static_cast<int>(static_cast<long long>(h) * F / a.H);
+      const int j1 = static_cast<int>(static_cast<long long>(h + 1) * F / a.H);
+      for (int j = j0 + tid; j < j1; j += NT)
+        if ((key_at(j) >> kHShift) >= tb) prefetch_rows(a.pf_up, a.pf_down, a.row_bytes, j);
+    }
+    if (h > 0) return;
+    const bool all = need == cnt;
+    // 3. Channels above the bin are kept; those in it are candidates (one warp per 32-channel word).
+    for (int w = warp; w < Wp; w += NW) {
+      const int j = 32 * w + lane;
+      const unsigned key = j < F ? key_at(j) : 0u;
+      const unsigned bin = key >> kHShift;
+      const unsigned above = __ballot_sync(0xffffffffu, j < F && bin > tb);
+      const unsigned cb = __ballot_sync(0xffffffffu, j < F && bin == tb);
+      if (lane == 0) {
+        sel[w] = above | (all ? cb : 0u);
+        aux[w] = cb;
+      }
+    }
+    __syncthreads();
+    if (!all && cnt <= static_cast<unsigned>(kRankMax)) {
+      // 4a. Candidates in channel order, ranked pairwise.
+      unsigned c = 0;
+      for (int w = w0; w < w1; ++w) c += __popc(aux[w]);
+      unsigned tot;
+      unsigned pos = block_excl_scan<NT>(c, scratch, tot);
+      for (int w = w0; w < w1; ++w) {
+        unsigned m = aux[w];
+        while (m) {
+          const int bit = __ffs(m) - 1;
+          m &= m - 1;
+          const int j = 32 * w + bit;
+          if (pos < static_cast<unsigned>(kRankMax)) {
+            ck[pos] = key_at(j);
+            ci[pos] = static_cast<unsigned short>(j);
+          }
+          ++pos;
+        }
+      }
+      __syncthreads();
+      if (tid < static_cast<int>(cnt)) {
+        const unsigned key = ck[tid];
+        unsigned rank = 0;
+        for (int m = 0; m < static_cast<int>(cnt); ++m) {
+          const unsigned km = ck[m];
+          rank += (km > key || (km == key && m < tid)) ? 1u : 0u;
+        }
+        if (rank < need) atomicOr(&sel[ci[tid] >> 5], 1u << (ci[tid] & 31));
+      }
+      __syncthreads();
+    } else if (!all) {
+      // 4b. Radix passes over bits [11, 19), [3, 11), [0, 3) of the candidates' keys.
+      unsigned P = tb << kHShift, known = ~0u << kHShift, rem = need, cntT = cnt;
+      unsigned* rh = hist;  // 256 bins
+#pragma unroll 1
+      for (int pass = 0; pass < 3; ++pass) {
+        const int shift = pass == 0 ? 11 : pass == 1 ? 3 : 0;
+        const unsigned dmask = pass == 2 ? 7u : 255u;
+        if (tid < 256) rh[tid] = 0;
+        __syncthreads();
+        for (int w = warp; w < Wp; w += NW) {
+          const int j = 32 * w + lane;
+          const bool in = (aux[w] >> lane) & 1u;
+          const unsigned key = in ? key_at(j) : 0u;
+          const bool match = in && (key & known) == P;
+          const unsigned dig = match ? (key >> shift) & dmask : 256u + static_cast<unsigned>(lane);
+          const unsigned peers = __match_any_sync(0xffffffffu, dig);
+          if (match && lane == __ffs(peers) - 1) atomicAdd(&rh[dig], static_cast<unsigned>(__popc(peers)));
+        }
+        __syncthreads();
+        const unsigned v = tid < 256 ? rh[tid] : 0u;
+        unsigned tot;
+        const unsigned excl = block_excl_scan<NT>(v, scratch, tot);
+        const unsigned above = tot - excl - v;
+        if (tid < 256 && above < rem && above + v >= rem) {
+          info[3] = static_cast<unsigned>(tid);
+          info[4] = rem - above;
+          info[5] = v;
+        }
+        __syncthreads();
+        P |= info[3] << shift;
+        known |= dmask << shift;
+        rem = info[4];
+        cntT = info[5];
+      }
+      // Candidates above the K-th key are kept; those equal to it are ties, the lowest channels first.
+      for (int w = warp; w < Wp; w += NW) {
+        const int j = 32 * w + lane;
+        const bool in = (aux[w] >> lane) & 1u;
+        const unsigned key = in ? key_at(j) : 0u;
+        const unsigned gt = __ballot_sync(0xffffffffu, in && key > P);
+        const unsigned eq = __ballot_sync(0xffffffffu, in && key == P);
+        if (lane == 0) {
+          sel[w] |= gt;
+          aux[w] = eq;
+        }
+      }
+      __syncthreads();
+      if (rem == cntT) {
+        for (int w = w0; w < w1; ++w) sel[w] |= aux[w];
+      } else {
+        unsigned c = 0;
+        for (int w = w0; w < w1; ++w) c += __popc(aux[w]);
+        unsigned tot;
+        unsigned before = block_excl_scan<NT>(c, scratch, tot);
+        for (int w = w0; w < w1; ++w) {
+          unsigned t = aux[w], keep = 0;
+          while (t && before < rem) {
+            const unsigned low = t & (0u - t);
+            keep |= low;
+            t ^= low;
+            ++before;
+          }
+          before += __popc(t);
+          sel[w] |= keep;
+        }
+      }
+      __syncthreads();
+    }
+  } else if (row && a.mode == kSelGroup) {
+    const int ngroups = (F + a.gb - 1) / a.gb;
+    for (int gi = tid; gi < ngroups; gi += NT) {
+      const int j0 = gi * a.gb, len = min(a.gb, F - j0), take = min(a.ga, len);
+      unsigned bk;
+      int bj;
+      group_threshold(key_at, j0, len, take, bk, bj);
+      for (int j = j0; j < j0 + len; ++j) {
+        const unsigned key = key_at(j);
+        if (key > bk || (key == bk && j <= bj)) atomicOr(&sel[j >> 5], 1u << (j & 31));
+      }
+    }
+    __syncthreads();
+  } else if (row && a.mode == kSelForce) {
+    for (int i = tid; i < a.kept; i += NT) {
+      const int j = a.force[static_cast<std::size_t>(r) * a.kept + i];
+      if (j < F) atomicOr(&sel[j >> 5], 1u << (j & 31));
+    }
+    __syncthreads();
+  }
+
+  // 5. idx_out row r (ascending) and the union list.
+  const bool emit_idx = row && a.idx_out && a.mode != kSelForce;
+  std::uint16_t* idx = emit_idx ? a.idx_out + static_cast<std::size_t>(r) * a.kept : nullptr;
+  const unsigned kept = static_cast<unsigned>(a.kept);
+  if (a.C == 1) {
+    // One row: idx_out and the list share positions.
+    unsigned c = 0;
+    for (int w = w0; w < w1; ++w) c += __popc(sel[w]);
+    unsigned tot;
+    unsigned pos = block_excl_scan<NT>(c, scratch, tot);
+    for (int w = w0; w < w1; ++w) {
+      unsigned m = sel[w];
+      while (m) {
+        const int bit = __ffs(m) - 1;
+        m &= m - 1;
+        const int j = 32 * w + bit;
+        if (emit_idx && pos < kept) idx[pos] = static_cast<std::uint16_t>(j);
+        if (a.list) a.list[pos] = static_cast<unsigned>(j) | (1u << 16);
+        ++pos;
+      }
+    }
+    if (a.list && tid == 0) *a.ucount = tot;
+    return;
+  }
+  if (emit_idx) {
+    unsigned c = 0;
+    for (int w = w0; w < w1; ++w) c += __popc(sel[w]);
+    unsigned tot;
+    unsigned pos = block_excl_scan<NT>(c, scratch, tot);
+    for (int w = w0; w < w1; ++w) {
+      unsigned m = sel[w];
+      while (m) {
+        const int bit = __ffs(m) - 1;
+        m &= m - 1;
+        if (pos < kept) idx[pos] = static_cast<std::uint16_t>(32 * w + bit);
+        ++pos;
+      }
+    }
+  }
+  if (!a.list) return;
+  cg::cluster_group cl = cg::this_cluster();
+  cl.sync();
+  const unsigned* rs[kMaxRows];
+#pragma unroll
+  for (int rr = 0; rr < kMaxRows; ++rr) rs[rr] = rr < a.R ? cl.map_shared_rank(sel, rr) : sel;
+  // This block's share of the words, split over its threads in order.
+  const int W0 = r * Wp / a.C, W1 = (r + 1) * Wp / a.C, wn = W1 - W0;
+  const int upt = (wn + NT - 1) / NT;
+  const int u0 = W0 + min(wn, tid * upt), u1 = W0 + min(wn, tid * upt + upt);
+  unsigned c = 0;
+  for (int w = u0; w < u1; ++w) {
+    unsigned u = 0;
+#pragma unroll
+    for (int rr = 0; rr < kMaxRows; ++rr)
+      if (rr < a.R) u |= rs[rr][w];
+    c += __popc(u);
+  }
+  unsigned tot;
+  unsigned pos = block_excl_scan<NT>(c, scratch, tot);
+  if (tid == 0) info[8] = tot;
+  cl.sync();
+  unsigned base = 0;
+  for (int rr = 0; rr < r; ++rr) base += cl.map_shared_rank(info, rr)[8];
+  pos += base;
+  for (int w = u0; w < u1; ++w) {
+    unsigned rows[kMaxRows], u = 0;
+#pragma unroll
+    for (int rr = 0; rr < kMaxRows; ++rr) {
+      rows[rr] = rr < a.R ? rs[rr][w] : 0u;
+      u |= rows[rr];
+    }
+    while (u) {
+      const int bit = __ffs(u) - 1;
+      u &= u - 1;
+      unsigned m = 0;
+#pragma unroll
+      for (int rr = 0; rr < kMaxRows; ++rr) m |= ((rows[rr] >> bit) & 1u) << rr;
+      a.list[pos++] = static_cast<unsigned>(32 * w + bit) | (m << 16);
+    }
+  }
+  if (r == a.C - 1 && tid == 0) *a.ucount = base + tot;
+  cl.sync();  // remote shared memory stays alive until every block has read it
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Up/down kernel: block b owns a balanced set of channels (all: a channel range; mask: the kept channels of a
+// range; list: union-list slots b, b + nb, ...), at most smax. It stages their W_down rows in shared memory
+// with cp.async while it runs the up (and, with FG, gate) GEMV of the same channels with mma.sync, forms
+// z = SiLU(g) * u on the rows that kept the channel, and multiplies the staged rows by z. The [R, d] partial
+// outputs are reduced over a cluster of C blocks in distributed shared memory (C > 1) and added with fp32
+// atomics into `acc`; the last block of each column slice adds acc into out (one bf16 rounding) and zeroes
+// acc and its counter again. Shared memory is padded so that one block runs per SM.
 
 struct UpDownArgs {
   const bf16* x;
@@ -981,101 +694,153 @@ struct UpDownArgs {
   const unsigned char* mask;
   const unsigned* list;
   const unsigned* ucount;
-  float* acc;          // [R, d] fp32, zeroed
-  unsigned* slice_done;  // kCluster counters kLine apart, zeroed
-  int R, d, F, Fp;
+  float* acc;      // [R, d] fp32, zero on entry and on exit
+  unsigned* ctrl;  // column-slice counters kLine apart, zero on entry and on exit
+  int R, d, F, Fp, smax, C;
+  int nslots;      // list mode: entries the list can hold
+  int prefetch;    // all-channels mode: the first 16 channels' W_gate and W_up rows into L2 before the wait
 };
 
-__host__ __device__ inline std::size_t updown_red_floats(bool fg) { return kWarps * 32 * (fg ? 8 : 4); }
-__host__ __device__ inline std::size_t updown_smem_bytes(int d, int rp, bool fg) {
-  const std::size_t stage = static_cast<std::size_t>(kGroup) * d * 2;
-  const std::size_t part = d <= kDownCols ? 0 : static_cast<std::size_t>(rp) * d * 4;
-  return align16(stage) + align16(part) + updown_red_floats(fg) * 4 + kGroup * 8 * 4 + kGroup * 4 * 2 + 16;
+__host__ __device__ inline std::size_t updown_stage_bytes(int smax, int d) {
+  return align16(static_cast<std::size_t>(smax) * d * 2);
+}
+// The partial outputs alias the staged rows when one pass covers d and they fit.
+__host__ __device__ inline bool updown_alias(int smax, int d, int rp) {
+  return d <= kDownCols && updown_stage_bytes(smax, d) >= static_cast<std::size_t>(rp) * d * 4;
+}
+__host__ __device__ inline std::size_t updown_smem_bytes(int smax, int d, int rp, bool fg, int C) {
+  const int nct = (smax + kGroup - 1) / kGroup;
+  std::size_t b = updown_stage_bytes(smax, d);
+  if (C > 1 && !updown_alias(smax, d, rp)) b += align16(static_cast<std::size_t>(rp) * d * 4);
+  b += static_cast<std::size_t>(nct) * kWarps * 32 * 16 * (fg ? 2 : 1);  // red
+  b += align16(static_cast<std::size_t>(smax) * 8 * 4);                   // zs
+  b += align16(static_cast<std::size_t>(smax) * 8);                       // sch, smask
+  b += 64;
+  return b;
 }
 
-// Tiles of 32 columns in flight per warp in the up GEMV, and blocks per SM: the list mode (MoC top-K) has at
-// most ~2 blocks per SM of work, so it keeps a whole 2048-wide row slice of each channel in flight.
-constexpr int updown_unroll(bool fg, int mode) { return fg ? 2 : mode == kListChannels ? 8 : 4; }
-constexpr int updown_min_blocks(int rp, bool fg, int mode) { return (rp >= 8 || (!fg && mode == kListChannels)) ? 2 : 3; }
+// 32-column tiles in flight per warp in the up GEMV: 8 (A, B) or 4 (A, B and gate A, B); FG with 8 measured
+// ~1.2 us slower on the dense layer (bench/micro/NOTES.md, run 5).
+constexpr int updown_unroll(bool fg) { return fg ? 4 : 8; }
 
 template <int RP, bool FG, int MODE>
-__global__ void __launch_bounds__(kThreads, updown_min_blocks(RP, FG, MODE)) k_updown(UpDownArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const int d = a.d;
+  const int d = a.d, smax = a.smax, C = a.C;
+  const int nct_max = (smax + kGroup - 1) / kGroup;
   bf16* stage = reinterpret_cast<bf16*>(smem);
-  unsigned char* p = smem + align16(static_cast<std::size_t>(kGroup) * d * 2);
-  const bool alias = d <= kDownCols;
-  float* part = alias ? reinterpret_cast<float*>(smem) : reinterpret_cast<float*>(p);
-  if (!alias) p += align16(static_cast<std::size_t>(RP) * d * 4);
-  float* red = reinterpret_cast<float*>(p);
-  float* zs = red + updown_red_floats(FG);
-  int* sch = reinterpret_cast<int*>(zs + kGroup * 8);
-  unsigned* smask = reinterpret_cast<unsigned*>(sch + kGroup);
-  int* flag = reinterpret_cast<int*>(smask + kGroup);
+  unsigned char* p = smem + updown_stage_bytes(smax, d);
+  const bool alias = updown_alias(smax, d, RP);
+  float* part = reinterpret_cast<float*>(smem);
+  if (C > 1 && !alias) {
+    part = reinterpret_cast<float*>(p);
+    p += align16(static_cast<std::size_t>(RP) * d * 4);
+  }
+  float4* red = reinterpret_cast<float4*>(p);
+  p += static_cast<std::size_t>(nct_max) * kWarps * 32 * 16 * (FG ? 2 : 1);
+  float* zs = reinterpret_cast<float*>(p);
+  p += align16(static_cast<std::size_t>(smax) * 8 * 4);
+  int* sch = reinterpret_cast<int*>(p);
+  unsigned* smask = reinterpret_cast<unsigned*>(sch + smax);
+  p += align16(static_cast<std::size_t>(smax) * 8);
+  int* misc = reinterpret_cast<int*>(p);
 
-  griddep_wait();  // the gate kernel's values and selection
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int grp = blockIdx.x;
-  unsigned nlist = 0;
-  if constexpr (MODE == kListChannels) nlist = __ldcg(a.ucount);
-  bool valid = false;
-  if (tid < kGroup) {
-    int ch = -1;
-    unsigned m = 0;
-    if constexpr (MODE == kAllChannels) {
-      const int j = grp * kGroup + tid;
-      if (j < a.F) {
-        ch = j;
-        m = (1u << a.R) - 1u;
-      }
-    } else if constexpr (MODE == kListChannels) {
-      const unsigned i = static_cast<unsigned>(grp * kGroup + tid);
-      if (i < nlist) {
-        const unsigned e = __ldcg(a.list + i);
-        ch = static_cast<int>(e & 0xffffu);
-        m = e >> 16;
-      }
-    } else {
-      const int j = grp * kGroup + tid;
-      if (j < a.F) {
-        m = __ldcg(a.mask + j);
-        if (m) ch = j;
-      }
+  const long long nb = gridDim.x, b = blockIdx.x;
+  const int per_row = d / 8;
+  auto stage_rows = [&](int n) {
+    for (int s = 0; s < n; ++s) {
+      const bf16* src = a.wd + static_cast<std::size_t>(sch[s]) * d;
+      bf16* dst = stage + static_cast<std::size_t>(s) * d;
+      for (int c8 = tid; c8 < per_row; c8 += kThreads) cp_async16(dst + c8 * 8, src + c8 * 8);
     }
-    sch[tid] = ch;
-    smask[tid] = m;
-    valid = ch >= 0;
-  }
-  const bool any = __syncthreads_or(valid) != 0;
+    cp_async_commit();
+  };
 
-  // Stage the W_down rows of this block's channels.
-  if (any) {
-    const int per_row = d / 8;
-    for (int i = tid; i < kGroup * per_row; i += kThreads) {
-      const int s = i / per_row, c8 = i - s * per_row;
-      const int ch = sch[s];
-      if (ch >= 0) cp_async16(stage + static_cast<std::size_t>(s) * d + c8 * 8, a.wd + static_cast<std::size_t>(ch) * d + c8 * 8);
+  // 1. This block's channels (weights of a fixed range are staged before the wait for the previous kernel).
+  int n = 0;
+  if constexpr (MODE == kAllChannels) {
+    const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb);
+    n = c1 - c0;
+    for (int i = tid; i < n; i += kThreads) {
+      sch[i] = c0 + i;
+      smask[i] = (1u << a.R) - 1u;
+    }
+    if (a.prefetch && tid < 2 * min(n, kGroup)) {
+      const bf16* w = (tid & 1) ? a.wu : a.wg;
+      prefetch_l2(w + static_cast<std::size_t>(c0 + (tid >> 1)) * d, static_cast<unsigned>(d) * 2u);
+    }
+    __syncthreads();
+    stage_rows(n);
+    griddep_launch();
+    griddep_wait();
+  } else if constexpr (MODE == kListChannels) {
+    griddep_launch();
+    griddep_wait();
+    // The list length and this block's slots are loaded together (slots past the length are dropped).
+    const unsigned U = __ldcg(a.ucount);
+    for (int i = tid; i < smax; i += kThreads) {
+      const long long li = b + static_cast<long long>(i) * nb;
+      const unsigned e = li < a.nslots ? __ldcg(a.list + li) : 0u;
+      sch[i] = static_cast<int>(e & 0xffffu);
+      smask[i] = e >> 16;
+    }
+    n = b < U ? static_cast<int>((U - 1 - b) / nb + 1) : 0;
+    n = min(n, smax);
+    __syncthreads();
+    stage_rows(n);
+  } else {
+    griddep_launch();
+    griddep_wait();
+    const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb);
+    int base = 0;
+    for (int i0 = 0; i0 < c1 - c0; i0 += kThreads) {
+      const int i = i0 + tid;
+      const unsigned m = i < c1 - c0 ? static_cast<unsigned>(__ldcg(a.mask + c0 + i)) : 0u;
+      const unsigned bal = __ballot_sync(0xffffffffu, m != 0);
+      if (lane == 0) misc[warp] = __popc(bal);
+      __syncthreads();
+      int off = base, tot = 0;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        off += w < warp ? misc[w] : 0;
+        tot += misc[w];
+      }
+      if (m) {
+        const int pos = off + __popc(bal & ((1u << lane) - 1u));
+        sch[pos] = c0 + i;
+        smask[pos] = m;
+      }
+      base += tot;
+      __syncthreads();
+    }
+    n = base;
+    stage_rows(n);
+  }
+  if constexpr (!FG) {
+    // Gate values of the kept (channel, row) pairs, from the gate kernel.
+    for (int i = tid; i < n * 8; i += kThreads) {
+      const int s = i >> 3, r = i & 7;
+      zs[i] = r < a.R ? __ldcg(a.G + static_cast<std::size_t>(r) * a.Fp + sch[s]) : 0.f;
     }
   }
-  cp_async_commit();
-  float gval = 0.f;
-  if (!FG && tid < kGroup * 8) {
-    const int s = tid >> 3, r = tid & 7;
-    if (sch[s] >= 0 && r < a.R) gval = __ldcg(a.G + static_cast<std::size_t>(r) * a.Fp + sch[s]);
-  }
 
-  // Up (and gate) GEMV with mma.sync.
+  // 2. Up (and gate) GEMV, 16 channels per mma tile, the 8 warps splitting d.
   const int g = lane >> 2, q = lane & 3;
-  const int chA = sch[g], chB = sch[g + 8];
-  const bool okA = chA >= 0, okB = chB >= 0, xrow = g < a.R;
-  float cu[4] = {0.f, 0.f, 0.f, 0.f}, cgt[4] = {0.f, 0.f, 0.f, 0.f};
-  if (any) {
-    const std::size_t offA = static_cast<std::size_t>(okA ? chA : 0) * d, offB = static_cast<std::size_t>(okB ? chB : 0) * d;
-    const bf16* px = a.x + static_cast<std::size_t>(xrow ? g : 0) * d;
-    const int nt = (d + kTile - 1) / kTile;
-    const int t_beg = warp * nt / kWarps, t_end = (warp + 1) * nt / kWarps;
-    constexpr int U = updown_unroll(FG, MODE);
-    const uint4 zero = make_uint4(0, 0, 0, 0);
+  const bool xrow = g < a.R;
+  const bf16* px = a.x + static_cast<std::size_t>(xrow ? g : 0) * d;
+  const int nt = (d + kTile - 1) / kTile;
+  const int t_beg = warp * nt / kWarps, t_end = (warp + 1) * nt / kWarps;
+  constexpr int U = updown_unroll(FG);
+  constexpr int K = FG ? 2 : 1;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const int nct = (n + kGroup - 1) / kGroup;
+  for (int ct = 0; ct < nct; ++ct) {
+    const int sA = ct * kGroup + g, sB = sA + 8;
+    const bool okA = sA < n, okB = sB < n;
+    const std::size_t offA = static_cast<std::size_t>(okA ? sch[sA] : 0) * d;
+    const std::size_t offB = static_cast<std::size_t>(okB ? sch[sB] : 0) * d;
+    float cu[4] = {0.f, 0.f, 0.f, 0.f}, cgt[4] = {0.f, 0.f, 0.f, 0.f};
     for (int t0 = t_beg; t0 < t_end; t0 += U) {
       uint4 A[U], B[U], GA[FG ? U : 1], GB[FG ? U : 1];
 #pragma unroll
@@ -1098,31 +863,31 @@ __global__ void __launch_bounds__(kThreads, updown_min_blocks(RP, FG, MODE)) k_u
         if constexpr (FG) mma_tile(cgt, GA[u], GB[u], X);
       }
     }
-  }
-  {
-    float4* rv = reinterpret_cast<float4*>(red) + (warp * 32 + lane) * (FG ? 2 : 1);
+    float4* rv = red + ((ct * kWarps + warp) * 32 + lane) * K;
     rv[0] = make_float4(cu[0], cu[1], cu[2], cu[3]);
     if constexpr (FG) rv[1] = make_float4(cgt[0], cgt[1], cgt[2], cgt[3]);
   }
   __syncthreads();
-  if (tid < kGroup * 8) {
-    const int s = tid >> 3, r = tid & 7;
-    const int ln = c_lane(s, r), rg = c_reg(s, r);
-    constexpr int kStride = FG ? 8 : 4;
-    float u = 0.f, gv = gval;
-    if constexpr (FG) gv = 0.f;
+  // 3. z = SiLU(g) * u on the rows that kept the channel.
+  for (int i = tid; i < n * 8; i += kThreads) {
+    const int s = i >> 3, r = i & 7, ct = s >> 4, sl = s & 15;
+    const int ln = c_lane(sl, r), rg = c_reg(sl, r);
+    const float* rf = reinterpret_cast<const float*>(red);
+    float u = 0.f, gv = 0.f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      u += red[(w * 32 + ln) * kStride + rg];
-      if constexpr (FG) gv += red[(w * 32 + ln) * kStride + 4 + rg];
+      const std::size_t o = static_cast<std::size_t>((ct * kWarps + w) * 32 + ln) * K * 4;
+      u += rf[o + rg];
+      if constexpr (FG) gv += rf[o + 4 + rg];
     }
-    const bool on = sch[s] >= 0 && r < a.R && ((smask[s] >> r) & 1u);
-    zs[s * 8 + r] = on ? silu_f(gv) * u : 0.f;
+    if constexpr (!FG) gv = zs[i];
+    const bool on = r < a.R && ((smask[s] >> r) & 1u);
+    zs[i] = on ? silu_f(gv) * u : 0.f;
   }
   cp_async_wait_all();
   __syncthreads();
 
-  // Down projection of the staged rows: thread t owns columns [8t, 8t + 8) of each 2048-column pass.
+  // 4. Down projection of the staged rows: thread t owns columns [8t, 8t + 8) of each 2048-column pass.
   const int npass = (d + kDownCols - 1) / kDownCols;
   for (int ps = 0; ps < npass; ++ps) {
     const int c = ps * kDownCols + tid * 8;
@@ -1131,57 +896,69 @@ __global__ void __launch_bounds__(kThreads, updown_min_blocks(RP, FG, MODE)) k_u
     for (int r = 0; r < RP; ++r)
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc[r][e] = 0.f;
-    if (any && c < d) {
-#pragma unroll
-      for (int s = 0; s < kGroup; ++s) {
-        if (sch[s] < 0) continue;
+    if (c < d) {
+#pragma unroll 4
+      for (int s = 0; s < n; ++s) {
         const uint4 w = *reinterpret_cast<const uint4*>(stage + static_cast<std::size_t>(s) * d + c);
         const float wf[8] = {bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y), bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w)};
+        const float4 z0 = *reinterpret_cast<const float4*>(zs + s * 8);
+        const float4 z1 = *reinterpret_cast<const float4*>(zs + s * 8 + 4);
+        const float zr[8] = {z0.x, z0.y, z0.z, z0.w, z1.x, z1.y, z1.z, z1.w};
 #pragma unroll
-        for (int r = 0; r < RP; ++r) {
-          const float z = zs[s * 8 + r];
+        for (int r = 0; r < RP; ++r)
 #pragma unroll
-          for (int e = 0; e < 8; ++e) acc[r][e] = fmaf(z, wf[e], acc[r][e]);
-        }
+          for (int e = 0; e < 8; ++e) acc[r][e] = fmaf(zr[r], wf[e], acc[r][e]);
       }
     }
-    if (alias) __syncthreads();
-    if (c < d) {
+    if (C == 1) {
+      if (c < d && n > 0) {
 #pragma unroll
-      for (int r = 0; r < RP; ++r)
-        if (r < a.R) {
-          float4* dst = reinterpret_cast<float4*>(part + static_cast<std::size_t>(r) * d + c);
-          dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-          dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
-        }
+        for (int r = 0; r < RP; ++r)
+          if (r < a.R) {
+            float4* dst = reinterpret_cast<float4*>(a.acc + static_cast<std::size_t>(r) * d + c);
+            atomicAdd(dst, make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+            atomicAdd(dst + 1, make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]));
+          }
+      }
+    } else {
+      if (alias) __syncthreads();
+      if (c < d) {
+#pragma unroll
+        for (int r = 0; r < RP; ++r)
+          if (r < a.R) {
+            float4* dst = reinterpret_cast<float4*>(part + static_cast<std::size_t>(r) * d + c);
+            dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+            dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
+          }
+      }
     }
   }
 
-  // Cluster reduction: block `rank` sums column slice `rank` over the 8 blocks' partials.
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int cs = d / kCluster, c0 = rank * cs;
-  bool work = true;
-  if constexpr (MODE == kListChannels)
-    work = static_cast<unsigned>((blockIdx.x / kCluster) * kCluster * kGroup) < nlist;
-  if (work) {
-    const float* parts[kCluster];
+  // 5. Cluster reduction: block `rank` adds column slice `rank` of the C blocks' partials into acc.
+  int slice = 0, cs = d, c0 = 0;
+  if (C > 1) {
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    slice = static_cast<int>(cluster.block_rank());
+    cs = d / C;
+    c0 = slice * cs;
+    const float* parts[kMaxCluster];
 #pragma unroll
-    for (int k = 0; k < kCluster; ++k) parts[k] = cluster.map_shared_rank(part, k);
+    for (int k = 0; k < kMaxCluster; ++k) parts[k] = k < C ? cluster.map_shared_rank(part, k) : part;
     if (cs % 4 == 0) {
       const int n4 = cs / 4;
       for (int i = tid; i < a.R * n4; i += kThreads) {
         const int r = i / n4, cc = c0 + (i - r * n4) * 4;
         float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-        for (int k = 0; k < kCluster; ++k) {
-          const float4 v = *reinterpret_cast<const float4*>(parts[k] + static_cast<std::size_t>(r) * d + cc);
-          sum.x += v.x;
-          sum.y += v.y;
-          sum.z += v.z;
-          sum.w += v.w;
-        }
+        for (int k = 0; k < kMaxCluster; ++k)
+          if (k < C) {
+            const float4 v = *reinterpret_cast<const float4*>(parts[k] + static_cast<std::size_t>(r) * d + cc);
+            sum.x += v.x;
+            sum.y += v.y;
+            sum.z += v.z;
+            sum.w += v.w;
+          }
         atomicAdd(reinterpret_cast<float4*>(a.acc + static_cast<std::size_t>(r) * d + cc), sum);
       }
     } else {
@@ -1189,49 +966,51 @@ __global__ void __launch_bounds__(kThreads, updown_min_blocks(RP, FG, MODE)) k_u
         const int r = i / cs, cc = c0 + (i - r * cs);
         float sum = 0.f;
 #pragma unroll
-        for (int k = 0; k < kCluster; ++k) sum += parts[k][static_cast<std::size_t>(r) * d + cc];
+        for (int k = 0; k < kMaxCluster; ++k)
+          if (k < C) sum += parts[k][static_cast<std::size_t>(r) * d + cc];
         atomicAdd(a.acc + static_cast<std::size_t>(r) * d + cc, sum);
       }
     }
+    cluster.sync();  // remote shared memory stays alive until every block has read it
   }
-  cluster.sync();  // remote shared memory stays alive until every block has read it
+  // 6. The last block of each column slice adds acc into out and zeroes acc and the counter.
   __threadfence();
   __syncthreads();
-  if (tid == 0) flag[0] = atomicAdd(a.slice_done + rank * kLine, 1u) == gridDim.x / kCluster - 1 ? 1 : 0;
+  if (tid == 0)
+    misc[8] = atomicAdd(a.ctrl + slice * kLine, 1u) == static_cast<unsigned>(nb / C - 1) ? 1 : 0;
   __syncthreads();
-  if (!flag[0]) return;
+  if (!misc[8]) return;
   __threadfence();
-  for (int i = tid; i < a.R * cs; i += kThreads) {
-    const int r = i / cs, cc = c0 + (i - r * cs);
-    const std::size_t o = static_cast<std::size_t>(r) * d + cc;
-    a.out[o] = __float2bfloat16_rn(__bfloat162float(a.out[o]) + __ldcg(a.acc + o));
+  if (cs % 8 == 0) {
+    const int n8 = cs / 8;
+    for (int i = tid; i < a.R * n8; i += kThreads) {
+      const int r = i / n8, cc = c0 + (i - r * n8) * 8;
+      const std::size_t o = static_cast<std::size_t>(r) * d + cc;
+      float4* ap = reinterpret_cast<float4*>(a.acc + o);
+      const float4 v0 = __ldcg(ap), v1 = __ldcg(ap + 1);
+      __stcg(ap, make_float4(0.f, 0.f, 0.f, 0.f));
+      __stcg(ap + 1, make_float4(0.f, 0.f, 0.f, 0.f));
+      uint4 ov = *reinterpret_cast<const uint4*>(a.out + o);
+      const float add[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+      unsigned* ow = reinterpret_cast<unsigned*>(&ov);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float lo = bf_lo(ow[e]) + add[2 * e], hi = bf_hi(ow[e]) + add[2 * e + 1];
+        const __nv_bfloat162 h2 = __floats2bfloat162_rn(lo, hi);
+        ow[e] = *reinterpret_cast<const unsigned*>(&h2);
+      }
+      *reinterpret_cast<uint4*>(a.out + o) = ov;
+    }
+  } else {
+    for (int i = tid; i < a.R * cs; i += kThreads) {
+      const int r = i / cs, cc = c0 + (i - r * cs);
+      const std::size_t o = static_cast<std::size_t>(r) * d + cc;
+      const float v = __ldcg(a.acc + o);
+      __stcg(a.acc + o, 0.f);
+      a.out[o] = __float2bfloat16_rn(__bfloat162float(a.out[o]) + v);
+    }
   }
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// One-block kernels: the union list from force_idx, and the selection of the generic path.
-
-__global__ void __launch_bounds__(kThreads) k_force_list(const std::uint16_t* force, int R, int F, int kept, int Wp,
-                                                         unsigned* list, unsigned* ucount) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  griddep_launch();
-  SelScratch s = carve(smem, R, Wp, 0);
-  for (int i = threadIdx.x; i < R * Wp; i += kThreads) s.sel[i] = 0;
-  __syncthreads();
-  for (int i = threadIdx.x; i < R * kept; i += kThreads) {
-    const int r = i / kept, j = force[i];
-    if (j < F) atomicOr(&s.sel[r * Wp + (j >> 5)], 1u << (j & 31));
-  }
-  __syncthreads();
-  block_emit(s, R, Wp, nullptr, kept, list, ucount);
-}
-
-__global__ void __launch_bounds__(kThreads) k_select(GateArgs a) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  SelScratch s = carve(smem, a.R, a.Wp, a.cap);
-  if (a.mode == kGateTopK) block_topk(a.G, a.Fp, a.R, a.F, a.k, a.rule, s, a.Wp, a.cap, false);
-  else block_grouped(a.G, a.Fp, a.R, a.F, a.ga, a.gb, a.rule, s, a.Wp);
-  block_emit(s, a.R, a.Wp, a.idx_out, a.kept, a.list, a.ucount);
+  if (tid == 0) a.ctrl[slice * kLine] = 0;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1320,12 +1099,10 @@ __global__ void __launch_bounds__(kThreads) k_gen_down(const T* wd, T* out, cons
 
 struct Layout {
   int R = 1, Fp = 128, Wp = 4, umax = 1;
-  std::size_t ctrl = 0, acc = 0, zero_small = 0, hist = 0, zero_all = 0, g = 0, mask = 0, list = 0, info = 0, z = 0,
-              total = 0;
+  std::size_t ctrl = 0, acc = 0, zero = 0, g = 0, mask = 0, list = 0, info = 0, z = 0, total = 0;
 };
 
 int rows_pad(int R) { return R <= 1 ? 1 : R <= 2 ? 2 : R <= 4 ? 4 : 8; }
-int cand_cap(int R) { return std::max(kRankMax, 2048 / R); }
 
 Layout make_layout(const Problem& p) {
   Layout L;
@@ -1340,10 +1117,7 @@ Layout make_layout(const Problem& p) {
   off += kCtrlBytes;
   L.acc = off;
   off += align256(R * static_cast<std::size_t>(p.d) * 4);
-  L.zero_small = off;  // [0, zero_small) is cleared by one cudaMemsetAsync per call that needs counters,
-  L.hist = off;        // [0, zero_all) when the gate epilogue builds the top-K histogram
-  off += align256(R * kBins * 4);
-  L.zero_all = off;
+  L.zero = off;  // [0, zero): counters and accumulator, zeroed by the kernel before the up/down kernel
   L.g = off;
   off += align256(R * static_cast<std::size_t>(L.Fp) * 4);
   L.mask = off;
@@ -1359,8 +1133,8 @@ Layout make_layout(const Problem& p) {
 }
 
 struct DeviceLimits {
-  int sms = 0;
-  std::size_t smem_optin = 0;
+  int dev = 0, sms = 0;
+  std::size_t smem_optin = 0, smem_sm = 0;
 };
 DeviceLimits device_limits() {
   static std::mutex mu;
@@ -1371,10 +1145,13 @@ DeviceLimits device_limits() {
   auto it = cache.find(dev);
   if (it != cache.end()) return it->second;
   DeviceLimits lim;
+  lim.dev = dev;
   int v = 0;
   MOC_CUDA_CHECK(cudaDeviceGetAttribute(&lim.sms, cudaDevAttrMultiProcessorCount, dev));
   MOC_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   lim.smem_optin = static_cast<std::size_t>(v);
+  MOC_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  lim.smem_sm = static_cast<std::size_t>(v);
   cache[dev] = lim;
   return lim;
 }
@@ -1394,20 +1171,51 @@ void allow_smem(Kernel kernel, std::size_t bytes) {
   cur = bytes;
 }
 
+// Clusters of C blocks (smem bytes each) that can be resident at once, cached per device and kernel.
+template <class Kernel>
+int max_active_clusters(Kernel kernel, std::size_t smem, int C) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, std::uintptr_t, std::size_t, int>, int> done;
+  int dev = 0;
+  MOC_CUDA_CHECK(cudaGetDevice(&dev));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = done.find({dev, reinterpret_cast<std::uintptr_t>(kernel), smem, C});
+    if (it != done.end()) return it->second;
+  }
+  allow_smem(kernel, smem);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(C));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(C);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  MOC_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+  std::lock_guard<std::mutex> lock(mu);
+  done[{dev, reinterpret_cast<std::uintptr_t>(kernel), smem, C}] = n;
+  return n;
+}
+
 template <class Kernel, class... Args>
-void launch_ex(Kernel kernel, unsigned grid, std::size_t smem, cudaStream_t stream, bool cluster, bool pdl,
-               Args... args) {
+void launch_ex(Kernel kernel, unsigned grid, unsigned block, std::size_t smem, cudaStream_t stream, int cluster,
+               bool pdl, Args... args) {
   allow_smem(kernel, smem);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kThreads);
+  cfg.blockDim = dim3(block);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attrs[2];
   unsigned n = 0;
-  if (cluster) {
+  if (cluster > 1) {
     attrs[n].id = cudaLaunchAttributeClusterDimension;
-    attrs[n].val.clusterDim.x = kCluster;
+    attrs[n].val.clusterDim.x = static_cast<unsigned>(cluster);
     attrs[n].val.clusterDim.y = 1;
     attrs[n].val.clusterDim.z = 1;
     ++n;
@@ -1432,45 +1240,96 @@ void with_rows(int R, Fn&& fn) {
   }
 }
 
-std::size_t gate_smem_bytes(const Layout& L, int mode) {
-  std::size_t b = kGateHeadBytes;
-  if (mode == kGateTopK || mode == kGateGroupLast) b += sel_scratch_bytes(L.R, L.Wp, cand_cap(L.R));
-  return b;
-}
-
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
 struct Buffers {
   unsigned* ctrl;
   float* acc;
-  unsigned* hist;
   float* G;
   unsigned char* mask;
   unsigned* list;
   unsigned* ucount;
   float* z;
+  uint4* zero;
+  unsigned zero_n16;
 };
 Buffers buffers(const Layout& L, void* ws) {
   auto* b = static_cast<unsigned char*>(ws);
   return {reinterpret_cast<unsigned*>(b + L.ctrl), reinterpret_cast<float*>(b + L.acc),
-          reinterpret_cast<unsigned*>(b + L.hist), reinterpret_cast<float*>(b + L.g),
-          b + L.mask, reinterpret_cast<unsigned*>(b + L.list),
-          reinterpret_cast<unsigned*>(b + L.info), reinterpret_cast<float*>(b + L.z)};
+          reinterpret_cast<float*>(b + L.g),       b + L.mask,
+          reinterpret_cast<unsigned*>(b + L.list), reinterpret_cast<unsigned*>(b + L.info),
+          reinterpret_cast<float*>(b + L.z),       reinterpret_cast<uint4*>(b),
+          static_cast<unsigned>(L.zero / 16)};
 }
 
-void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, cudaStream_t st, const Options& opt) {
+// Sequential launches of one call: the first may overlap the stream's previous kernel (entry_pdl), the
+// others their predecessor (pdl).
+struct Chain {
+  cudaStream_t st;
+  bool pdl, entry_pdl, first = true;
+  bool next() {
+    const bool v = first ? entry_pdl : pdl;
+    first = false;
+    return v;
+  }
+};
+
+void launch_prep(const Buffers& B, Chain& ch) {
+  launch_ex(k_prep, 1, kThreads, 0, ch.st, 1, ch.next(), B.zero, B.zero_n16);
+  MOC_CUDA_LAUNCHED("k_prep");
+}
+
+void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, bool zero_next, Chain& ch,
+                 const Options& opt) {
   GateArgs a{};
   a.x = static_cast<const bf16*>(p.x);
   a.wg = static_cast<const bf16*>(p.w_gate_t);
   a.G = B.G;
-  a.hist = B.hist;
-  a.ctrl = B.ctrl;
-  a.ucount = B.ucount;
   a.mask = B.mask;
-  a.list = B.list;
   a.idx_out = p.idx_out;
+  a.zero = zero_next ? B.zero : nullptr;
+  a.zero_n16 = B.zero_n16;
+  const bool pf = mode == kGateGroupLocal && zero_next && (opt.prefetch & 1);  // zero_next: up/down follows
+  a.pf_up = pf ? p.w_up_t : nullptr;
+  a.pf_down = pf ? p.w_down : nullptr;
   a.R = p.rows;
   a.d = p.d;
+  a.F = p.d_ffn;
+  a.Fp = L.Fp;
+  a.kept = p.kept();
+  a.mode = mode;
+  a.ga = p.group_a;
+  a.gb = p.group_b;
+  a.rule = static_cast<int>(p.rule);
+  a.unit = mode == kGateGroupLocal ? p.group_b : 1;
+  a.nunits = (p.d_ffn + a.unit - 1) / a.unit;
+  const DeviceLimits lim = device_limits();
+  const auto grid = static_cast<unsigned>(std::max(1, std::min(kGateBlocksPerSm * lim.sms, a.nunits)));
+  if (opt.gate_unroll >= 8) launch_ex(k_gate<8>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
+  else launch_ex(k_gate<4>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
+  MOC_CUDA_LAUNCHED("k_gate");
+}
+
+// prefetch: top-K followed by the up/down kernel on the fast path (16-byte aligned bf16 rows).
+void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode, bool want_list, bool zero_next,
+                   Chain& ch, bool prefetch = false) {
+  SelArgs a{};
+  a.G = B.G;
+  a.force = p.force_idx;
+  a.idx_out = mode == kSelForce ? nullptr : p.idx_out;
+  a.list = want_list ? B.list : nullptr;
+  a.ucount = B.ucount;
+  a.zero = zero_next ? B.zero : nullptr;
+  a.zero_n16 = B.zero_n16;
+  a.R = p.rows;
+  a.C = rows_pad(p.rows);
+  a.H = 1;
+  if (prefetch && mode == kSelTopK) {
+    a.pf_up = p.w_up_t;
+    a.pf_down = p.w_down;
+    a.row_bytes = static_cast<unsigned>(p.d) * 2u;
+    a.H = std::max(1, device_limits().sms / a.C);
+  }
   a.F = p.d_ffn;
   a.Fp = L.Fp;
   a.Wp = L.Wp;
@@ -1480,17 +1339,57 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
   a.ga = p.group_a;
   a.gb = p.group_b;
   a.rule = static_cast<int>(p.rule);
-  a.cap = cand_cap(L.R);
-  a.select = opt.select;
-  const auto grid = static_cast<unsigned>((p.d_ffn + kGroup - 1) / kGroup);
-  const std::size_t smem = gate_smem_bytes(L, mode);
-  if (opt.gate_unroll >= 8) launch_ex(k_gate<8>, grid, smem, st, false, false, a);
-  else launch_ex(k_gate<4>, grid, smem, st, false, false, a);
-  MOC_CUDA_LAUNCHED("k_gate");
+  a.cache = mode != kSelForce && L.Fp <= kKeyCache ? 1 : 0;
+  const std::size_t smem = sel_smem_bytes(mode, L.Fp, L.Wp, a.cache != 0);
+  launch_ex(k_select, static_cast<unsigned>(a.C * a.H), kSelThreads, smem, ch.st, a.C, ch.next(), a);
+  MOC_CUDA_LAUNCHED("k_select");
 }
 
-void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fused_gate, int cmode, cudaStream_t st,
-                   bool pdl) {
+// Grid, cluster and shared memory of one up/down launch.
+struct UpDownPlan {
+  unsigned grid = 1;
+  int C = 1, smax = 1;
+  std::size_t smem = 0, launch_smem = 0;
+};
+
+template <class Kernel>
+UpDownPlan plan_updown(Kernel kernel, int slots, int d, int rp, bool fg, const Options& opt) {
+  const DeviceLimits lim = device_limits();
+  slots = std::max(1, slots);
+  // One block per SM: more shared memory than half of the SM's.
+  const std::size_t pad = std::min(lim.smem_optin, lim.smem_sm / 2 + 1024);
+  auto smax_of = [&](int nb) { return (slots + nb - 1) / nb; };
+  auto fits = [&](int nb, int C) { return updown_smem_bytes(smax_of(nb), d, rp, fg, C) <= lim.smem_optin; };
+  int C = opt.updown_cluster > 0 ? opt.updown_cluster : kDefaultUpdownCluster;
+  C = std::max(1, std::min(kMaxCluster, C));
+  while (d % C != 0) C /= 2;
+  int nb = std::min(lim.sms, slots);
+  for (; C > 1; C /= 2) {
+    int n = std::max(C, nb / C * C);
+    if (!fits(n, C)) continue;
+    const std::size_t smem = std::max(updown_smem_bytes(smax_of(n), d, rp, fg, C), pad);
+    const int clusters = max_active_clusters(kernel, smem, C);
+    if (clusters < 1) continue;
+    if (n > clusters * C) n = clusters * C;
+    if (!fits(n, C)) continue;
+    nb = n;
+    break;
+  }
+  if (C <= 1) {
+    C = 1;
+    while (!fits(nb, 1)) nb += lim.sms;  // more than one wave: very wide layers only
+  }
+  UpDownPlan pl;
+  pl.C = C;
+  pl.grid = static_cast<unsigned>(nb);
+  pl.smax = smax_of(nb);
+  pl.smem = updown_smem_bytes(pl.smax, d, rp, fg, C);
+  pl.launch_smem = std::max(pl.smem, pad);
+  return pl;
+}
+
+void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fused_gate, int cmode, Chain& ch,
+                   const Options& opt) {
   UpDownArgs a{};
   a.x = static_cast<const bf16*>(p.x);
   a.wg = static_cast<const bf16*>(p.w_gate_t);
@@ -1502,33 +1401,29 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   a.list = B.list;
   a.ucount = B.ucount;
   a.acc = B.acc;
-  a.slice_done = B.ctrl + kSliceLine * kLine;
+  a.ctrl = B.ctrl;
   a.R = p.rows;
   a.d = p.d;
   a.F = p.d_ffn;
   a.Fp = L.Fp;
+  a.nslots = L.umax;
+  a.prefetch = (opt.prefetch & 2) ? 1 : 0;
   const int slots = cmode == kListChannels ? L.umax : p.d_ffn;
-  const int groups = (slots + kGroup - 1) / kGroup;
-  const auto grid = static_cast<unsigned>((groups + kCluster - 1) / kCluster * kCluster);
+  const bool pdl = ch.next();
   with_rows(p.rows, [&](auto rp) {
     constexpr int RP = decltype(rp)::value;
-    const std::size_t smem = updown_smem_bytes(p.d, RP, fused_gate);
-    if (fused_gate && cmode == kAllChannels)
-      launch_ex(k_updown<RP, true, kAllChannels>, grid, smem, st, true, pdl, a);
-    else if (fused_gate)
-      launch_ex(k_updown<RP, true, kListChannels>, grid, smem, st, true, pdl, a);
-    else if (cmode == kMaskChannels)
-      launch_ex(k_updown<RP, false, kMaskChannels>, grid, smem, st, true, pdl, a);
-    else
-      launch_ex(k_updown<RP, false, kListChannels>, grid, smem, st, true, pdl, a);
+    auto go = [&](auto kernel) {
+      const UpDownPlan pl = plan_updown(kernel, slots, p.d, RP, fused_gate, opt);
+      a.smax = pl.smax;
+      a.C = pl.C;
+      launch_ex(kernel, pl.grid, kThreads, pl.launch_smem, ch.st, pl.C, pdl, a);
+    };
+    if (fused_gate && cmode == kAllChannels) go(k_updown<RP, true, kAllChannels>);
+    else if (fused_gate) go(k_updown<RP, true, kListChannels>);
+    else if (cmode == kMaskChannels) go(k_updown<RP, false, kMaskChannels>);
+    else go(k_updown<RP, false, kListChannels>);
   });
   MOC_CUDA_LAUNCHED("k_updown");
-}
-
-void launch_force_list(const Problem& p, const Layout& L, const Buffers& B, cudaStream_t st) {
-  const std::size_t smem = sel_scratch_bytes(L.R, L.Wp, 0);
-  launch_ex(k_force_list, 1, smem, st, false, false, p.force_idx, p.rows, p.d_ffn, p.kept(), L.Wp, B.list, B.ucount);
-  MOC_CUDA_LAUNCHED("k_force_list");
 }
 
 // The generic path for one chunk.
@@ -1539,11 +1434,11 @@ void run_generic(const Problem& p, const Layout& L, const Buffers& B, cudaStream
   const T* wu = static_cast<const T*>(p.w_up_t);
   const T* wd = static_cast<const T*>(p.w_down);
   T* out = static_cast<T*>(p.out);
-  const int R = p.rows, d = p.d, F = p.d_ffn, kept = p.kept();
-  const int rule = static_cast<int>(p.rule);
+  const int R = p.rows, d = p.d, F = p.d_ffn;
   const bool moc = p.kind != SelKind::dense;
   const bool gate = p.parts & kFfnGate, select = p.parts & kFfnSelect, updown = p.parts & kFfnUpDown;
   const auto warps_grid = [](int n) { return static_cast<unsigned>((n + kWarps - 1) / kWarps); };
+  Chain ch{st, false, false};
   auto z_and_down = [&](int zmode) {
     const int slots = zmode == 0 ? F : L.umax;
     k_gen_z<T><<<warps_grid(slots), kThreads, 0, st>>>(x, wg, wu, B.G, B.list, B.ucount, B.z, R, d, F, L.Fp, zmode);
@@ -1563,7 +1458,7 @@ void run_generic(const Problem& p, const Layout& L, const Buffers& B, cudaStream
   }
   if (p.force_idx) {
     if (updown) {
-      launch_force_list(p, L, B, st);
+      launch_select(p, L, B, kSelForce, true, false, ch);
       z_and_down(1);
     } else if (gate) {
       gate_only();
@@ -1574,26 +1469,8 @@ void run_generic(const Problem& p, const Layout& L, const Buffers& B, cudaStream
     if (gate) gate_only();
     return;
   }
-  const bool topk = p.kind == SelKind::topk;
   gate_only();
-  GateArgs a{};
-  a.G = B.G;
-  a.ucount = B.ucount;
-  a.list = B.list;
-  a.idx_out = p.idx_out;
-  a.R = R;
-  a.F = F;
-  a.Fp = L.Fp;
-  a.Wp = L.Wp;
-  a.kept = kept;
-  a.mode = topk ? kGateTopK : kGateGroupLast;
-  a.k = p.k;
-  a.ga = p.group_a;
-  a.gb = p.group_b;
-  a.rule = rule;
-  a.cap = cand_cap(L.R);
-  launch_ex(k_select, 1, sel_scratch_bytes(L.R, L.Wp, a.cap), st, false, false, a);
-  MOC_CUDA_LAUNCHED("k_select");
+  launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, false, ch);
   if (updown) z_and_down(2);
 }
 
@@ -1603,12 +1480,12 @@ bool fast_chunk(const Problem& p, const Options& opt) {
     return false;
   const DeviceLimits lim = device_limits();
   const Layout L = make_layout(p);
-  if (updown_smem_bytes(p.d, rows_pad(L.R), true) > lim.smem_optin) return false;
-  return gate_smem_bytes(L, kGateTopK) <= lim.smem_optin;
+  if (updown_smem_bytes(1, p.d, rows_pad(L.R), true, 1) > lim.smem_optin) return false;
+  return sel_smem_bytes(kSelTopK, L.Fp, L.Wp, L.Fp <= kKeyCache) <= lim.smem_optin;
 }
 
 // One chunk of at most kMaxRows rows.
-void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt) {
+void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, bool entry_pdl) {
   const Layout L = make_layout(p);
   const Buffers B = buffers(L, ws);
   if (!fast_chunk(p, opt)) {
@@ -1616,39 +1493,40 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt) 
     else run_generic<float>(p, L, B, st);
     return;
   }
+  Chain ch{st, opt.pdl, opt.pdl && opt.pdl_entry && entry_pdl};
   const bool moc = p.kind != SelKind::dense;
   const bool gate = p.parts & kFfnGate, select = p.parts & kFfnSelect, updown = p.parts & kFfnUpDown;
-  auto zero_head = [&](bool with_hist = false) {
-    MOC_CUDA_CHECK(cudaMemsetAsync(ws, 0, with_hist ? L.zero_all : L.zero_small, st));
-  };
   if (!moc) {
     if (updown) {
-      zero_head();
-      launch_updown(p, L, B, true, kAllChannels, st, false);
+      launch_prep(B, ch);
+      launch_updown(p, L, B, true, kAllChannels, ch, opt);
     } else if (gate) {
-      launch_gate(p, L, B, kGateOnly, st, opt);
+      launch_gate(p, L, B, kGateOnly, false, ch, opt);
     }
     return;
   }
   if (p.force_idx) {
     if (updown) {
-      zero_head();
-      launch_force_list(p, L, B, st);
-      launch_updown(p, L, B, true, kListChannels, st, opt.pdl);
+      launch_select(p, L, B, kSelForce, true, true, ch);
+      launch_updown(p, L, B, true, kListChannels, ch, opt);
     } else if (gate) {
-      launch_gate(p, L, B, kGateOnly, st, opt);
+      launch_gate(p, L, B, kGateOnly, false, ch, opt);
     }
     return;
   }
   if (!select) {
-    if (gate) launch_gate(p, L, B, kGateOnly, st, opt);
+    if (gate) launch_gate(p, L, B, kGateOnly, false, ch, opt);
     return;
   }
-  int mode = kGateTopK;
-  if (p.kind == SelKind::grouped) mode = kGroup % p.group_b == 0 ? kGateGroupLocal : kGateGroupLast;
-  if (mode != kGateGroupLocal || updown) zero_head(mode == kGateTopK && opt.select == 0);
-  launch_gate(p, L, B, mode, st, opt);
-  if (updown) launch_updown(p, L, B, false, mode == kGateGroupLocal ? kMaskChannels : kListChannels, st, opt.pdl);
+  if (p.kind == SelKind::grouped && kGroup % p.group_b == 0) {
+    launch_gate(p, L, B, kGateGroupLocal, updown, ch, opt);
+    if (updown) launch_updown(p, L, B, false, kMaskChannels, ch, opt);
+    return;
+  }
+  launch_gate(p, L, B, kGateOnly, false, ch, opt);
+  launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch,
+                updown && (opt.prefetch & 1));
+  if (updown) launch_updown(p, L, B, false, kListChannels, ch, opt);
 }
 
 void validate(const Problem& p, const void* ws, std::size_t ws_size) {
@@ -1698,10 +1576,14 @@ void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaS
     c.out = static_cast<unsigned char*>(p.out) + xoff;
     if (p.force_idx) c.force_idx = p.force_idx + static_cast<std::size_t>(r0) * kept;
     if (p.idx_out) c.idx_out = p.idx_out + static_cast<std::size_t>(r0) * kept;
-    if (c.force_idx && c.idx_out)
+    bool copied = false;
+    if (c.force_idx && c.idx_out) {
       MOC_CUDA_CHECK(cudaMemcpyAsync(c.idx_out, c.force_idx, static_cast<std::size_t>(c.rows) * kept * 2,
                                      cudaMemcpyDeviceToDevice, stream));
-    run_chunk(c, workspace, stream, opt);
+      copied = true;
+    }
+    // The first kernel overlaps the stream's previous kernel only when it directly follows a kernel.
+    run_chunk(c, workspace, stream, opt, !copied);
   }
 }
 
@@ -1710,9 +1592,9 @@ void launch_updown_only(const Problem& p, void* workspace, cudaStream_t stream, 
           "ffn_decode", "launch_updown_only needs the fast path, 1..8 rows and a MoC selection");
   const Layout L = make_layout(p);
   const Buffers B = buffers(L, workspace);
-  MOC_CUDA_CHECK(cudaMemsetAsync(workspace, 0, L.zero_small, stream));
   const bool local = p.kind == SelKind::grouped && kGroup % p.group_b == 0;
-  launch_updown(p, L, B, false, local ? kMaskChannels : kListChannels, stream, false);
+  Chain ch{stream, opt.pdl, opt.pdl && opt.pdl_entry};
+  launch_updown(p, L, B, false, local ? kMaskChannels : kListChannels, ch, opt);
 }
 
 }  // namespace ffn

@@ -1,19 +1,25 @@
 // Raw-pointer launch API of the decode-time FFN kernels (ffn_decode.cu), for CudaOps and for the
 // standalone micro-benchmark (bench/micro). Semantics: Ops::ffn_decode (kernels/ops.h).
 //
-// Pipeline (bf16, d % 8 == 0, rows <= 8 per chunk; other cases take a simple generic path):
-//   dense: one kernel streams W_gate, W_up (mma.sync m16n8k16, fp32 accumulation) and W_down (cp.async
-//          into shared memory) per group of 16 channels; partial outputs are reduced over a cluster of 8
-//          blocks in distributed shared memory, then added with fp32 atomics into a workspace; the last
-//          cluster of each column slice adds the workspace into out (one bf16 rounding).
-//   MoC:   gate GEMV kernel whose epilogue writes the fp32 gate values and an 11-bit key histogram per row
-//          (top-K) or selects a of every b channels (a:b, b | 16); its last block (atomic counter) finishes
-//          the row top-K (histogram threshold, radix passes over the candidates of the threshold bin, ties to
-//          the lower index) and writes idx_out and the union of the rows' channels with a row mask each.
-//          The up/down kernel (launched with programmatic dependent launch) then reads only the W_up and
-//          W_down rows of union channels, once per call.
-// Everything is stream-ordered and graph-capturable: one cudaMemsetAsync of a small workspace head, no
-// host synchronization, counters zeroed in the same call.
+// Pipeline (bf16, d % 8 == 0, rows <= 8 per chunk; other cases take a simple generic path). Every kernel is
+// launched with programmatic dependent launch (PDL): it is scheduled while its predecessor runs, streams
+// weights that do not depend on it, and waits (griddepcontrol.wait) before it reads or writes anything else.
+//   dense: a tiny prep kernel zeroes the workspace head; the up/down kernel (one block per SM, a balanced
+//          range of ~d_ffn/#SMs channels each) stages its W_down rows in shared memory with cp.async (issued
+//          before the wait) while it streams W_gate and W_up (mma.sync m16n8k16, fp32), forms
+//          z = SiLU(g) * u, multiplies the staged rows, reduces the [rows, d] partials over a cluster of C
+//          blocks in distributed shared memory and adds them with fp32 atomics into the workspace; the
+//          last block of each column slice adds that into out (one bf16 rounding) and zeroes it again.
+//   MoC:   gate GEMV kernel (balanced channel ranges, 3 blocks per SM) writing the fp32 gate values [rows,
+//          d_ffn]; a:b with b | 16 is selected in its epilogue (idx_out, a row mask per channel). Row top-K
+//          (and other a:b, and force_idx) run in a selection kernel: one 512-thread block per row (a cluster
+//          over the rows): a shared-memory histogram of the top 13 key bits gives the threshold bin, its few
+//          candidates are ranked exactly (ties to the lower index, NaN as -inf), idx_out rows are written
+//          ascending and the blocks merge the rows into the union list (channel | row mask << 16). The
+//          up/down kernel then reads only the W_up and W_down rows of union channels, once per call, each
+//          block taking every #blocks-th list slot.
+// Graph-capturable: no host synchronization, no memset node; the kernel before the up/down kernel zeroes its
+// accumulator and counters, and the up/down kernel leaves them zero.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -42,13 +48,17 @@ struct Problem {
 };
 
 struct Options {
-  bool pdl = true;         // programmatic dependent launch of the up/down kernel after the gate kernel
+  bool pdl = true;         // programmatic dependent launch between the kernels of a call
+  bool pdl_entry = true;   // ... and of the call's first kernel after the stream's previous kernel
   bool allow_fast = true;  // false: always the generic path (tests of the fallback)
   int gate_unroll = 4;     // 32-column tiles in flight per warp in the gate GEMV (4 or 8)
-  // Row top-K in the gate kernel's last block: 0 = global 11-bit key histogram from the gate epilogue, then
-  // radix passes over the candidates (default); 1 = linear-bucket histogram built in the last block with
-  // __match_any_sync aggregation; 2 = as 1 with plain shared atomics (not yet timed). bench/micro/NOTES.md.
-  int select = 0;
+  int updown_cluster = 0;  // blocks per cluster reducing the up/down partials (1, 2, 4, 8; 0: default 2)
+  // L2 prefetch hints (cp.async.bulk.prefetch; no effect on results). Bit 0: the W_up/W_down rows of the kept
+  // channels, issued as soon as they are known (a:b in the gate epilogue; top-K by the selection kernel once
+  // the threshold bin is known, spread over one block per SM). Bit 1, dense: each up/down block's first 16
+  // W_gate/W_up rows before it waits for the previous kernel. Measured 0.4-1.8 us slower on the H100 (probably
+  // the issuing kernel completes only when its prefetches have landed), so off by default (bench/micro/NOTES.md).
+  int prefetch = 0;
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).
@@ -60,7 +70,8 @@ void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaS
 bool fast_path(const Problem& p, const Options& opt = {});
 
 // Benchmark helper (fast path, MoC top-K or a:b, rows <= 8): re-issues only the up/down kernel on a workspace
-// left by a previous full launch of the same problem (gate values and selection still there). Adds to out.
+// left by a previous full launch of the same problem (gate values and selection still there, accumulator and
+// counters zero again). Adds to out.
 void launch_updown_only(const Problem& p, void* workspace, cudaStream_t stream, const Options& opt = {});
 
 }  // namespace moc::cuda::ffn
