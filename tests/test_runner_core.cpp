@@ -119,7 +119,16 @@ TEST(Point, FfnDecodeReportsTheByteFloorOfEachVariant) {
   auto dense = tiny_point("ffn-decode", "dense"), moc = tiny_point("ffn-decode", "moc");
   const double d = 32, F = 85, K = 17;
   EXPECT_DOUBLE_EQ(metric(run_point(*ops, dense), "floor_bytes"), 3 * d * F * 4);
-  EXPECT_DOUBLE_EQ(metric(run_point(*ops, moc), "floor_bytes"), (d * F + 2 * K * d) * 4);
+  // Batch 2: the rows' selections overlap partly; each selected weight row is counted once.
+  const auto two = run_point(*ops, moc);
+  const double U = metric(two, "union_channels");
+  EXPECT_GE(U, K);
+  EXPECT_LE(U, 2 * K);
+  EXPECT_DOUBLE_EQ(metric(two, "floor_bytes"), (d * F + 2 * U * d) * 4);
+  moc.batch = 1;
+  const auto one = run_point(*ops, moc);
+  EXPECT_DOUBLE_EQ(metric(one, "union_channels"), K);
+  EXPECT_DOUBLE_EQ(metric(one, "floor_bytes"), (d * F + 2 * K * d) * 4);
 }
 
 TEST(Point, AnOversizedPointRaisesOutOfMemory) {
