@@ -1,5 +1,7 @@
 #include "app/report.h"
 
+#include "app/json_text.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,27 +20,7 @@ std::string csv_cell(const std::string& s) {
   return o + "\"";
 }
 
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += c;
-        }
-    }
-  }
-  return o + "\"";
-}
+std::string json_str(const std::string& s) { return json_quote(s); }
 
 std::string num(double v) {
   char buf[32];

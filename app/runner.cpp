@@ -1,5 +1,7 @@
 #include "app/runner.h"
 
+#include "app/json_text.h"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "app/json_text.h"
 #include "app/point_bench.h"
 #include "app/scenario.h"
 #include "db/results_db.h"
@@ -29,26 +32,6 @@ namespace {
 std::atomic<bool> g_stop{false};
 extern "C" void on_sigint(int) { g_stop.store(true); }
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += c;
-        }
-    }
-  }
-  return o;
-}
 
 std::int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
