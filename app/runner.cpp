@@ -1,7 +1,5 @@
 #include "app/runner.h"
 
-#include "app/json_text.h"
-
 #include <unistd.h>
 
 #include <atomic>
