@@ -9,16 +9,15 @@ cmake --preset cuda >/dev/null
 cmake --build --preset cuda "$@"
 rm -rf build/cuda/dev build/cuda/devlib
 mkdir -p build/cuda/dev
-for bin in build/cuda/app/mocbench build/cuda/tests/mocbench_tests; do
+for bin in build/cuda/app/mocbench build/cuda/tests/mocbench_tests build/cuda/kernels/libmocbench_cuda.so; do
   [ -x "$bin" ] || continue
   ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
-      libgomp*|libgfortran*|libquadmath*|libtomlplusplus*|libopenblas*) cp -L "$lib" build/cuda/dev/ ;;
+      libgomp*|libgfortran*|libquadmath*|libtomlplusplus*|libopenblas*|librmm*|librapids_logger*) cp -L "$lib" build/cuda/dev/ ;;
     esac
   done
   strip -o "build/cuda/dev/$(basename "$bin")" "$bin"
 done
-strip -o build/cuda/dev/libmocbench_cuda.so build/cuda/kernels/libmocbench_cuda.so
 for f in build/cuda/bench/ffn_decode_micro; do
   [ -x "$f" ] && strip -o "build/cuda/dev/$(basename "$f")" "$f"
 done
