@@ -13,6 +13,15 @@ int MocSelect::kept(int d_ffn) const {
   return group_a * (d_ffn / group_b) + std::min(group_a, d_ffn % group_b);
 }
 
+GemmDims gemm_dims(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c) {
+  const std::int64_t m = ta ? a.cols() : a.rows(), k = ta ? a.rows() : a.cols();
+  const std::int64_t kb = tb ? b.cols() : b.rows(), n = tb ? b.rows() : b.cols();
+  if (k != kb || c.rows() != m || c.cols() != n)
+    throw std::invalid_argument("gemm: shapes " + shape_str(a.shape()) + (ta ? "^T" : "") + " x " +
+                                shape_str(b.shape()) + (tb ? "^T" : "") + " -> " + shape_str(c.shape()));
+  return {m, n, k};
+}
+
 double Ops::timed(const std::function<void()>& fn) {
   synchronize();
   const auto t0 = std::chrono::steady_clock::now();

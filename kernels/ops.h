@@ -39,6 +39,13 @@ struct MocSelect {
   int kept(int d_ffn) const;
 };
 
+// Sizes of C[m, n] = op(A)[m, k] op(B)[k, n] on 2-D views (rows x cols of each tensor), checked against
+// C: every backend's gemm validates through this (std::invalid_argument naming the shapes).
+struct GemmDims {
+  std::int64_t m, n, k;
+};
+GemmDims gemm_dims(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c);
+
 // A captured sequence of ops (a CUDA graph on the GPU). replay() re-issues it.
 class OpGraph {
  public:

@@ -79,11 +79,7 @@ std::vector<std::vector<std::int32_t>> Decoder::generate(const std::vector<std::
   sample_ops();
   collect();
   std::unique_ptr<OpGraph> graph;
-  if (use_graph)
-    graph = o.capture([this] {
-      step_ops();
-      sample_ops();
-    });
+  if (use_graph) graph = capture_step();
   for (int t = 1; t < n_new; ++t) {
     if (graph) {
       graph->replay();

@@ -16,13 +16,6 @@ namespace moc {
 namespace {
 using namespace moc::test;
 
-std::vector<std::int32_t> random_tokens(std::mt19937& rng, std::size_t n, int vocab) {
-  std::uniform_int_distribution<int> d(0, vocab - 1);
-  std::vector<std::int32_t> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
 // Copies each MoC layer's last selection from the GPU model onto the CPU model as a forced selection.
 void impose_selection(Transformer& gpu, Ops& gops, Transformer& cpu, Ops& cops) {
   for (int l = 0; l < gpu.config().layers; ++l) {
@@ -56,7 +49,7 @@ TEST_P(GpuModel, PrefillAndDecodeLogitsMatchTheCpuUnderOneSelection) {
   const int S = 12, P = 5, V = cfg.vocab;
   Decoder dg(mg, batch, S), dc(mc, batch, S);
   for (int l = 0; l < cfg.layers; ++l) mg.ffn(l).set_record_selection(true);
-  auto ids = random_tokens(rng, static_cast<std::size_t>(batch) * S, V);
+  auto ids = random_ids(rng, static_cast<std::size_t>(batch) * S, V);
   std::vector<std::int32_t> prompt;
   for (int i = 0; i < batch; ++i) prompt.insert(prompt.end(), ids.begin() + i * S, ids.begin() + i * S + P);
   const auto pg = gpu->download_f32(dg.prefill(prompt, P));
@@ -94,7 +87,7 @@ TEST(GpuDecode, KvCacheDecodingReproducesTheFullForwardAndTheGraphReplaysIt) {
   cfg.param_dtype = cfg.act_dtype = DType::bf16;
   Transformer m(*gpu, cfg);
   const int batch = 3, S = 12, P = 5, V = cfg.vocab;
-  auto ids = random_tokens(rng, static_cast<std::size_t>(batch) * S, V);
+  auto ids = random_ids(rng, static_cast<std::size_t>(batch) * S, V);
   Tensor tok = gpu->empty({batch * S}, DType::i32, workspace_tag());
   gpu->upload_i32(tok, ids);
   const auto full = gpu->download_f32(m.forward_logits(tok, batch, S));

@@ -28,13 +28,6 @@ ModelConfig tiny_config(const std::string& ffn, bool gcp) {
   return c;
 }
 
-std::vector<std::int32_t> random_ids(std::mt19937& rng, std::size_t n, int vocab) {
-  std::uniform_int_distribution<int> d(0, vocab - 1);
-  std::vector<std::int32_t> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
 struct ModelGradCase {
   const char* ffn;
   bool gcp;

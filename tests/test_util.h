@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <limits>
@@ -25,6 +26,14 @@ inline std::uint32_t fresh_seed() {
 inline std::vector<float> randn(std::mt19937& rng, std::size_t n, float std = 1.0f) {
   std::normal_distribution<float> d(0.0f, std);
   std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// n token ids drawn uniformly from [0, vocab).
+inline std::vector<std::int32_t> random_ids(std::mt19937& rng, std::size_t n, int vocab) {
+  std::uniform_int_distribution<int> d(0, vocab - 1);
+  std::vector<std::int32_t> v(n);
   for (auto& x : v) x = d(rng);
   return v;
 }

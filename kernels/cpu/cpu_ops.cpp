@@ -97,13 +97,7 @@ void CpuOps::fill(Tensor& t, float value) {
 }
 
 void CpuOps::gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta) {
-  const std::int64_t m = ta ? a.cols() : a.rows();
-  const std::int64_t k = ta ? a.rows() : a.cols();
-  const std::int64_t kb = tb ? b.cols() : b.rows();
-  const std::int64_t n = tb ? b.rows() : b.cols();
-  require(k == kb && c.rows() == m && c.cols() == n, "gemm",
-          "shapes " + shape_str(a.shape()) + (ta ? "^T" : "") + " x " + shape_str(b.shape()) + (tb ? "^T" : "") +
-              " -> " + shape_str(c.shape()));
+  const auto [m, n, k] = gemm_dims(a, ta, b, tb, c);
   F32In A(a), B(b);
   F32Out C(c, beta != 0.0f);
   if (m == 0 || n == 0) return;

@@ -282,13 +282,7 @@ __global__ void scale_kernel(FOut c, std::int64_t n, float beta) {
 }  // namespace
 
 void CudaOps::gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta) {
-  const std::int64_t m = ta ? a.cols() : a.rows();
-  const std::int64_t k = ta ? a.rows() : a.cols();
-  const std::int64_t kb = tb ? b.cols() : b.rows();
-  const std::int64_t n = tb ? b.rows() : b.cols();
-  require(k == kb && c.rows() == m && c.cols() == n, "gemm",
-          "shapes " + shape_str(a.shape()) + (ta ? "^T" : "") + " x " + shape_str(b.shape()) + (tb ? "^T" : "") +
-              " -> " + shape_str(c.shape()));
+  const auto [m, n, k] = gemm_dims(a, ta, b, tb, c);
   const bool dtypes_ok = (a.dtype() == DType::f32 && b.dtype() == DType::f32 && c.dtype() == DType::f32) ||
                          (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 &&
                           (c.dtype() == DType::bf16 || c.dtype() == DType::f32));

@@ -176,42 +176,13 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_vec_kernel(const float4
 
 // First maximum of each row (one block per row), any float dtype.
 __global__ void argmax_kernel(FIn logits, std::int64_t V, std::int32_t* next) {
-  __shared__ float sv[32];
-  __shared__ std::int64_t si[32];
   pdl_trigger();
   pdl_wait();
   const std::int64_t base = blockIdx.x * V;
   float best = -INFINITY;
   std::int64_t bi = V;
-  for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    const float x = logits[base + j];
-    if (x > best || (x == best && j < bi)) {
-      best = x;
-      bi = j;
-    }
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    const std::int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (ov > best || (ov == best && oi < bi)) {
-      best = ov;
-      bi = oi;
-    }
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  if (lane == 0) {
-    sv[warp] = best;
-    si[warp] = bi;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < nw; ++w)
-      if (sv[w] > best || (sv[w] == best && si[w] < bi)) {
-        best = sv[w];
-        bi = si[w];
-      }
-    next[blockIdx.x] = static_cast<std::int32_t>(bi < V ? bi : 0);
-  }
+  for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) argmax_merge(best, bi, logits[base + j], j);
+  argmax_block_finish(best, bi, V, next + blockIdx.x);
 }
 
 // exp((l - mx) / temperature) as CpuOps computes it: a float argument, exp rounded to float.
