@@ -31,6 +31,20 @@ Tensor random_tensor(Ops& ops, std::mt19937& rng, const Shape& shape, DType dt, 
   return t;
 }
 
+// An FFN weight as the Transformer stores it: `rows` x `cols` random values with `pad_rows` / `pad_cols`
+// zero channels appended (ModelConfig::ffn_cols()).
+Tensor random_ffn_weight(Ops& ops, std::mt19937& rng, std::int64_t rows, std::int64_t cols, std::int64_t pad_rows,
+                         std::int64_t pad_cols, DType dt) {
+  const std::int64_t R = rows + pad_rows, C = cols + pad_cols;
+  Tensor t = ops.empty({R, C}, dt, weights_tag());
+  std::normal_distribution<float> d(0.0f, 0.02f);
+  std::vector<float> v(static_cast<std::size_t>(R * C), 0.0f);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) v[static_cast<std::size_t>(r * C + c)] = d(rng);
+  ops.upload_f32(t, v);
+  return t;
+}
+
 std::vector<std::int32_t> random_ids(std::mt19937& rng, std::size_t n, int vocab) {
   std::uniform_int_distribution<int> d(0, vocab - 1);
   std::vector<std::int32_t> v(n);
@@ -38,10 +52,57 @@ std::vector<std::int32_t> random_ids(std::mt19937& rng, std::size_t n, int vocab
   return v;
 }
 
+// Phase ranges timed on the backend's timeline (Ops::mark: CUDA events on the GPU, so a range is what the
+// device spent between its ends, not when the host enqueued it; the host clock on the CPU). Only the
+// recorded repetition is stamped. Ranges opened inside a graph capture get no stamps and are dropped.
+class MarkRangeTimer final : public RangeSink {
+ public:
+  explicit MarkRangeTimer(Ops& ops) : ops_(ops) {}
+  void set_recording(bool on) {
+    if (on && !recording_) {
+      ops_.clear_marks();
+      closed_.clear();
+      ops_.mark();  // mark 0: the timeline's origin
+    }
+    recording_ = on;
+  }
+  void push(std::string_view name) override { stack_.push_back({std::string(name), recording_ ? ops_.mark() : -1}); }
+  void pop() override {
+    if (stack_.empty()) return;
+    Open o = std::move(stack_.back());
+    stack_.pop_back();
+    if (!recording_ || o.start < 0) return;
+    const int end = ops_.mark();
+    if (end >= 0) closed_.push_back({std::move(o.name), o.start, end, static_cast<int>(stack_.size())});
+  }
+  // The recorded ranges in ns from the origin (synchronizes with the marks).
+  std::vector<HostRangeTimer::Event> events() {
+    std::vector<HostRangeTimer::Event> out;
+    for (const auto& c : closed_)
+      out.push_back({c.name, static_cast<std::int64_t>(ops_.mark_ms(c.start) * 1e6),
+                     static_cast<std::int64_t>(ops_.mark_ms(c.end) * 1e6), c.depth});
+    return out;
+  }
+
+ private:
+  struct Open {
+    std::string name;
+    int start;
+  };
+  struct Closed {
+    std::string name;
+    int start, end, depth;
+  };
+  Ops& ops_;
+  bool recording_ = false;
+  std::vector<Open> stack_;
+  std::vector<Closed> closed_;
+};
+
 // Wraps a repetition so that memory events and ranges are recorded for the first measured one only.
 struct Recorder {
   Ops& ops;
-  HostRangeTimer& timer;
+  MarkRangeTimer& timer;
   int warmup;
   std::int64_t* baseline;
   const std::atomic<bool>* stop;
@@ -83,8 +144,8 @@ PointOutcome run_point(Ops& ops, const PointSpec& spec) {
   cfg.validate();
   ops.memory().set_record_events(false);
   ops.memory().reset_peak();
-  HostRangeTimer timer;
-  // On the GPU the same ranges also go to NVTX (Nsight Systems); host times there are enqueue times.
+  MarkRangeTimer timer(ops);
+  // On the GPU the same ranges also go to NVTX (Nsight Systems).
   NvtxRangeSink nvtx;
   TeeRangeSink tee({&timer, &nvtx});
   RangeSink* sink = ops.device() == DeviceKind::cuda ? static_cast<RangeSink*>(&tee) : &timer;
@@ -103,7 +164,7 @@ PointOutcome run_point(Ops& ops, const PointSpec& spec) {
     ops.upload_i32(tok, std::vector<std::int32_t>(ids.begin(), ids.end() - 1));
     ops.upload_i32(tgt, std::vector<std::int32_t>(ids.begin() + 1, ids.end()));
     TrainConfig tc;
-    tc.fp32_master = cfg.param_dtype == DType::bf16;
+    tc.fp32_master = spec.fp32_master && cfg.param_dtype == DType::bf16;
     Trainer trainer(model, tc);
     double first_loss = -1, last_loss = 0;
     out.stats = measure(spec.measure, [&] {
@@ -115,6 +176,18 @@ PointOutcome run_point(Ops& ops, const PointSpec& spec) {
     const auto engine = engine_activation_model(cfg, spec.batch, spec.seq);
     m.push_back({"step_ms", out.stats.median_s * 1e3});
     m.push_back({"tokens_per_s", b * s / out.stats.median_s});
+    // Model FLOPs per token of a training step (forward + backward = 3 x forward, PaLM's convention):
+    // 6 x the matmul parameters a token runs through (q/k/v/o, the FFN as executed -- MoC's down
+    // projection on its kept channels only -- and the LM head; not the embedding lookup) plus
+    // 12 x layers x hidden x seq for the attention scores and values (causal counted in full, as PaLM).
+    const double d = cfg.hidden, kvd = static_cast<double>(cfg.kv_heads) * cfg.head_dim(), F = cfg.d_ffn;
+    const double ffn_params = cfg.ffn.kind == FfnKind::dense ? 3 * d * F : 2 * d * F + d * cfg.kept_channels();
+    const double matmul_params = cfg.layers * (2 * d * d + 2 * d * kvd + ffn_params) + d * cfg.vocab;
+    const double flops_per_token = 6 * matmul_params + 12.0 * cfg.layers * d * s;
+    const double tflops = flops_per_token * b * s / out.stats.median_s / 1e12;
+    m.push_back({"model_flops_per_token", flops_per_token});
+    m.push_back({"model_tflops", tflops});
+    if (spec.peak_flops > 0) m.push_back({"mfu_pct", 100.0 * tflops * 1e12 / spec.peak_flops});
     m.push_back({"loss_first", first_loss});
     m.push_back({"loss_last", last_loss});
     m.push_back({"activation_model_bytes", engine.total()});
@@ -156,13 +229,15 @@ PointOutcome run_point(Ops& ops, const PointSpec& spec) {
     // Measured before anything else is allocated, so its buffers stay out of the point's peak memory.
     const double copy_GBps = train ? 0.0 : copy_bandwidth_GBps(ops);
     ops.memory().reset_peak();
-    // ffn-decode keeps W_gate and W_up transposed (the decode layout: a channel is one contiguous row).
-    const Shape gate_shape = train ? Shape{cfg.hidden, cfg.d_ffn} : Shape{cfg.d_ffn, cfg.hidden};
+    // ffn-decode keeps W_gate and W_up transposed (the decode layout: a channel is one contiguous row);
+    // ffn-train stores them as the Transformer does: [d, ffn_cols] / [ffn_cols, d], zero padding channels.
+    const std::int64_t hid = cfg.hidden, ffn_ch = cfg.d_ffn, pad = train ? cfg.ffn_cols() - cfg.d_ffn : 0;
     std::vector<Tensor> wg, wu, wd;
     for (int c = 0; c < copies; ++c) {
-      wg.push_back(random_tensor(ops, rng, gate_shape, cfg.param_dtype, weights_tag(), 0.02f));
-      wu.push_back(random_tensor(ops, rng, gate_shape, cfg.param_dtype, weights_tag(), 0.02f));
-      wd.push_back(random_tensor(ops, rng, {cfg.d_ffn, cfg.hidden}, cfg.param_dtype, weights_tag(), 0.02f));
+      for (auto* w : {&wg, &wu})
+        w->push_back(train ? random_ffn_weight(ops, rng, hid, ffn_ch, 0, pad, cfg.param_dtype)
+                           : random_ffn_weight(ops, rng, ffn_ch, hid, 0, 0, cfg.param_dtype));
+      wd.push_back(random_ffn_weight(ops, rng, ffn_ch, hid, pad, 0, cfg.param_dtype));
     }
     Tensor x = random_tensor(ops, rng, {rows, cfg.hidden}, cfg.act_dtype, workspace_tag(), 1.0f);
     Tensor y = ops.empty({rows, cfg.hidden}, cfg.act_dtype, workspace_tag());
@@ -265,7 +340,7 @@ PointOutcome run_point(Ops& ops, const PointSpec& spec) {
   } else if (spec.mode == "topk") {
     const std::int64_t rows = static_cast<std::int64_t>(spec.batch) * spec.seq;
     Tensor g = random_tensor(ops, rng, {rows, cfg.d_ffn}, cfg.act_dtype, workspace_tag(), 1.0f);
-    const MocSelect sel = cfg.ffn.kind == FfnKind::moc ? cfg.ffn.selection() : MocSelect{cfg.ffn.k, 0, 0, cfg.ffn.rule};
+    const MocSelect sel = cfg.ffn.kind == FfnKind::moc ? cfg.ffn.selection() : MocSelect{cfg.ffn.k, 0, 0, cfg.ffn.rule, cfg.ffn.topk_backend};
     if (sel.kept(cfg.d_ffn) <= 0) throw ConfigError("topk mode needs k > 0");
     Tensor idx = ops.empty({rows, sel.kept(cfg.d_ffn)}, DType::i16, workspace_tag());
     out.stats = measure(spec.measure, [&] {
@@ -296,19 +371,24 @@ PointOutcome run_point(Ops& ops, const PointSpec& spec) {
                  static_cast<double>(out.peak.by_category[c])});
   m.push_back({"peak_bytes", static_cast<double>(out.peak_bytes)});
   m.push_back({"peak_activation_bytes", static_cast<double>(ops.memory().peak_of(MemCategory::activations))});
-  // Host-timed phases of the recorded repetition (ffn-decode reports its own breakdown in µs above).
+  // Phases of the recorded repetition on the backend's timeline (ffn-decode reports its own breakdown in
+  // µs above): the paper's gate / up & down / top-K split, and every range name summed over its calls
+  // (phase_<name>_ms, layers merged: the step-time breakdown). Nested names overlap their parents.
   double gate = 0, updown = 0, topk = 0;
-  for (const auto& e : timer.events()) {
+  out.ranges = timer.events();
+  std::map<std::string, double> phase;
+  for (const auto& e : out.ranges) {
     const double ms = static_cast<double>(e.end_ns - e.start_ns) / 1e6;
     if (e.name == "ffn.gate") gate += ms;
     else if (e.name == "ffn.up" || e.name == "ffn.down") updown += ms;
     else if (e.name == "ffn.topk") topk += ms;
+    if (!e.name.starts_with("layer.")) phase[e.name] += ms;
   }
   m.push_back({"gate_ms", gate});
   m.push_back({"up_down_ms", updown});
   m.push_back({"topk_ms", topk});
+  for (const auto& [name, ms] : phase) m.push_back({"phase_" + name + "_ms", ms});
   out.memory_events = ops.memory().events();
-  out.ranges = timer.events();
   return out;
 }
 

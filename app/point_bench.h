@@ -25,6 +25,8 @@ struct PointSpec {
   int generate = 128;  // decode: tokens per prefill before the cache is refilled
   bool cold = true;    // ffn-decode: rotate weight copies so they come from memory, not cache
   std::size_t cold_bytes = std::size_t{256} << 20;  // weight bytes to rotate through when cold
+  bool fp32_master = false;
+  double peak_flops = 0;     // the device's dense bf16 peak (FLOP/s) for MFU; 0: not reported  // train: bf16 parameters with fp32 master weights and AdamW states
   MeasureSettings measure;
   const std::atomic<bool>* stop = nullptr;  // set (e.g. by SIGINT): the point ends with Interrupted
 };

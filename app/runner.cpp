@@ -65,6 +65,15 @@ std::string machine_json(const std::string& backend) {
   return o.str();
 }
 
+#ifdef MOCBENCH_HAVE_CUDA
+// Dense bf16 tensor-core peak used for MFU: SMs x 4096 FLOP per clock (Hopper, sm_90) x 1.83 GHz, NVIDIA's
+// figure for the H100 SXM and H200 (989.4 TFLOPS at 132 SMs). 0 (no MFU) for other architectures.
+double dense_bf16_peak_flops(const cuda::GpuInfo& g) {
+  if (g.cc_major != 9) return 0.0;
+  return static_cast<double>(g.sm_count) * 4096.0 * 1.83e9;
+}
+#endif
+
 bool gpu_present() {
 #ifdef MOCBENCH_HAVE_CUDA
   return !cuda::list_gpus().empty();
@@ -103,6 +112,8 @@ PointSpec to_spec(const ScenarioPoint& p) {
   s.stop = &g_stop;
   if (p.precision == "bf16" || p.precision == "bf16-fp32master") s.model.param_dtype = s.model.act_dtype = DType::bf16;
   if (p.precision == "fp32") s.model.param_dtype = s.model.act_dtype = DType::f32;
+  s.fp32_master = p.precision == "bf16-fp32master";
+  s.model.ffn.topk_backend = p.topk_backend == "raft" ? TopkBackend::raft : TopkBackend::own;
   return s;
 }
 }  // namespace
@@ -226,7 +237,11 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
       if (backend == "cuda") ops = cuda::make_cuda_ops(0);
 #endif
       if (!ops) ops = make_cpu_ops(opt.cpu_memory_limit_bytes);
-      out = run_point(*ops, to_spec(p));
+      PointSpec spec = to_spec(p);
+#ifdef MOCBENCH_HAVE_CUDA
+      if (backend == "cuda") spec.peak_flops = dense_bf16_peak_flops(cuda::list_gpus().at(0));
+#endif
+      out = run_point(*ops, spec);
       rec.status = "ok";
       rec.metrics = out.metrics;
       ++ok;

@@ -30,6 +30,18 @@ double Ops::timed(const std::function<void()>& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+int Ops::mark() {
+  host_marks_.push_back(std::chrono::steady_clock::now());
+  return static_cast<int>(host_marks_.size()) - 1;
+}
+
+double Ops::mark_ms(int id) {
+  if (id < 0 || static_cast<std::size_t>(id) >= host_marks_.size()) throw std::out_of_range("mark_ms: no such mark");
+  return std::chrono::duration<double, std::milli>(host_marks_[static_cast<std::size_t>(id)] - host_marks_[0]).count();
+}
+
+void Ops::clear_marks() { host_marks_.clear(); }
+
 void Ops::upload_f32(Tensor& dst, const std::vector<float>& host) {
   if (static_cast<std::int64_t>(host.size()) != dst.numel())
     throw std::invalid_argument("upload_f32: " + std::to_string(host.size()) + " values for " + shape_str(dst.shape()));

@@ -9,6 +9,7 @@
 //   from tensors, never from host arguments, so a decode step can be captured once and replayed.
 // - Temporary memory comes from the backend allocator with a workspace tag.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -29,11 +30,21 @@ enum class SelectRule : std::uint8_t {
 // Row selection: the K best channels of each row, or, when group_b > 0, the group_a best of every
 // group_b consecutive channels. A partial last group of r = d_ffn mod b channels keeps min(a, r).
 // Ties are broken towards the lower channel index. Selected indices are written in ascending order.
+// Which implementation of the row top-K a backend runs (the `topk_backend` scenario axis): its own kernel,
+// or RAFT's raft::matrix::select_k (CUDA built with RAFT only; the CPU backend has only its own).
+enum class TopkBackend : std::uint8_t { own, raft };
+
 struct MocSelect {
   int k = 0;
   int group_a = 0;
   int group_b = 0;
   SelectRule rule = SelectRule::gate;
+  TopkBackend backend = TopkBackend::own;  // row top-K only; a:b groups always use the backend's own kernel
+  // Channels of a row that take part: the first `width` columns (0: all). The model stores FFN tensors
+  // with d_ffn rounded up to 8 columns (aligned rows for the GEMMs); the padding channels never compete.
+  int width = 0;
+  // The row width the selection ranks: width, or the tensor's columns.
+  std::int64_t channels(std::int64_t cols) const { return width > 0 ? width : cols; }
   bool grouped() const { return group_b > 0; }
   // Channels kept per row for a row of width d_ffn.
   int kept(int d_ffn) const;
@@ -110,6 +121,13 @@ class Ops {
   // Seconds the ops that fn issues take on the device: CUDA events around them on the GPU, the host
   // clock between two synchronizations elsewhere.
   virtual double timed(const std::function<void()>& fn);
+  // Timeline marks for profiling ranges: mark() stamps "now" in issue order (a CUDA event on the GPU, so
+  // a range is timed by the device, not by when the host enqueued it; the host clock here) and returns its
+  // id, or -1 where nothing can be stamped (inside a CUDA graph capture). mark_ms(id) is the time of a
+  // mark relative to mark 0, valid after synchronize(); clear_marks() starts a new timeline.
+  virtual int mark();
+  virtual double mark_ms(int id);
+  virtual void clear_marks();
 
   // ---- data movement
   virtual void upload(Tensor& dst, const void* host) = 0;      // host holds dst.nbytes() of dst.dtype()
@@ -194,6 +212,9 @@ class Ops {
                       Tensor& next) = 0;
   // t[i] += by for an i32 tensor (positions and counters that graphs advance on the device).
   virtual void increment(Tensor& t, int by) = 0;
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> host_marks_;  // the default mark() timeline
 };
 
 // The backend for a device: "cpu" always; "cuda" when built with the CUDA backend and a GPU is present.

@@ -20,7 +20,8 @@ struct FfnConfig {
   int group_b = 0;
   bool gcp = false;      // recompute S and Z in backward instead of storing them
   SelectRule rule = SelectRule::gate;
-  MocSelect selection() const { return {k, group_a, group_b, rule}; }
+  TopkBackend topk_backend = TopkBackend::own;
+  MocSelect selection() const { return {k, group_a, group_b, rule, topk_backend}; }
 };
 
 struct ModelConfig {
@@ -41,6 +42,11 @@ struct ModelConfig {
   FfnConfig ffn;
 
   int head_dim() const { return hidden / heads; }
+  // Columns the FFN's weights and [rows, d_ffn] activations are stored with: d_ffn rounded up to a multiple
+  // of 8, so every row starts on a 16-byte boundary (cuBLASLt's fast GEMM kernels need aligned leading
+  // dimensions; an odd d_ffn such as 5461 would otherwise fall onto slow ones). The extra channels have
+  // zero weights, so their activations and gradients are zero, and a MoC selection never picks them.
+  int ffn_cols() const { return (d_ffn + 7) / 8 * 8; }
   // Channels each row keeps in the FFN (d_ffn for dense).
   int kept_channels() const;
   // Throws ConfigError naming the field and what to change.

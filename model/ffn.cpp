@@ -4,12 +4,26 @@
 
 namespace moc {
 
-std::int64_t Ffn::stored_bytes(const ModelConfig& cfg, std::int64_t rows) {
+std::int64_t Ffn::stored_bytes(const ModelConfig& cfg, std::int64_t rows, std::int64_t cols) {
   const std::int64_t act = static_cast<std::int64_t>(dtype_bytes(cfg.act_dtype));
   const std::int64_t values = cfg.ffn.gcp ? 2 : 4;  // G, U (+ S, Z without GCP)
-  if (cfg.ffn.kind == FfnKind::dense) return values * rows * cfg.d_ffn * act;
+  if (cfg.ffn.kind == FfnKind::dense) return values * rows * (cols > 0 ? cols : cfg.ffn_cols()) * act;
   const std::int64_t kept = cfg.kept_channels();
   return values * rows * kept * act + rows * kept * static_cast<std::int64_t>(dtype_bytes(DType::i16));
+}
+
+std::int64_t Ffn::cols_of(const FfnWeights& w) const {
+  const std::int64_t c = w.decode_layout ? w.w_gate->rows() : w.w_gate->cols();
+  if (c != cfg_->d_ffn && c != cfg_->ffn_cols())
+    throw std::invalid_argument("Ffn: W_gate has " + std::to_string(c) + " channels; expected d_ffn " +
+                                std::to_string(cfg_->d_ffn) + " or its padded " + std::to_string(cfg_->ffn_cols()));
+  return c;
+}
+
+MocSelect Ffn::selection(std::int64_t cols) const {
+  MocSelect sel = cfg_->ffn.selection();
+  if (cols != cfg_->d_ffn) sel.width = cfg_->d_ffn;  // the padding channels never compete
+  return sel;
 }
 
 void Ffn::release() {
@@ -29,7 +43,12 @@ void Ffn::forward(const Tensor& x, const FfnWeights& w, Tensor& out, float beta,
 void Ffn::decode(const Tensor& x, const FfnWeights& w, Tensor& out, Tensor* idx_out, RangeSink* r) {
   if (!w.decode_layout) throw std::logic_error("Ffn::decode needs the decode layout (Transformer::prepare_decode)");
   ScopedRange sr(r, "ffn.decode");
-  const DecodeFfnWeights dw{w.w_gate, w.w_up, w.w_down};
+  // Padded weights ([ffn_cols, d] in the decode layout): the decode kernels see the first d_ffn rows.
+  const std::int64_t F = cfg_->d_ffn;
+  const bool padded = cols_of(w) != F;
+  const Tensor wg = padded ? w.w_gate->slice0(0, F) : *w.w_gate, wu = padded ? w.w_up->slice0(0, F) : *w.w_up,
+               wd = padded ? w.w_down->slice0(0, F) : *w.w_down;
+  const DecodeFfnWeights dw{&wg, &wu, &wd};
   if (cfg_->ffn.kind == FfnKind::dense) {
     ops_->ffn_decode(x, dw, nullptr, out);
     return;
@@ -56,7 +75,7 @@ void Ffn::backward(const Tensor& x, const Tensor& dout, const FfnWeights& w, Ten
 // ---- dense SwiGLU (paper eq. FFN-1, FFN-2)
 void Ffn::forward_dense(const Tensor& x, const FfnWeights& w, Tensor& out, float beta, bool keep, RangeSink* r) {
   Ops& o = *ops_;
-  const std::int64_t n = x.rows(), F = cfg_->d_ffn;
+  const std::int64_t n = x.rows(), F = cols_of(w);
   const DType act = cfg_->act_dtype;
   Tensor G = o.empty({n, F}, act, keep_tag(keep));
   Tensor U = o.empty({n, F}, act, keep_tag(keep));
@@ -92,7 +111,7 @@ void Ffn::forward_dense(const Tensor& x, const FfnWeights& w, Tensor& out, float
 void Ffn::backward_dense(const Tensor& x, const Tensor& dout, const FfnWeights& w, Tensor& dx, const FfnGrads& g,
                          RangeSink* r) {
   Ops& o = *ops_;
-  const std::int64_t n = x.rows(), F = cfg_->d_ffn;
+  const std::int64_t n = x.rows(), F = cols_of(w);
   const DType act = cfg_->act_dtype;
   Tensor Z = z_;
   if (!Z.defined()) {  // GCP: recompute Z = SiLU(G) * U (S is recomputed inside swiglu_backward)
@@ -129,7 +148,7 @@ void Ffn::backward_dense(const Tensor& x, const Tensor& dout, const FfnWeights& 
 // ---- Mixture-of-Channels (paper eq. 4-6 forward, eq. 7 backward)
 void Ffn::forward_moc(const Tensor& x, const FfnWeights& w, Tensor& out, float beta, bool keep, RangeSink* r) {
   Ops& o = *ops_;
-  const std::int64_t n = x.rows(), F = cfg_->d_ffn, K = cfg_->kept_channels();
+  const std::int64_t n = x.rows(), F = cols_of(w), K = cfg_->kept_channels();
   const DType act = cfg_->act_dtype;
   Tensor idx = o.empty({n, K}, DType::i16, keep_tag(keep));
   Tensor gsel = o.empty({n, K}, act, keep_tag(keep));
@@ -149,7 +168,7 @@ void Ffn::forward_moc(const Tensor& x, const FfnWeights& w, Tensor& out, float b
                                       std::to_string(n) + ", " + std::to_string(K) + "]");
         o.copy(idx, forced_idx_);
       } else {
-        o.moc_select(G, cfg_->ffn.selection(), idx);  // M = TopK(G), eq. 4
+        o.moc_select(G, selection(F), idx);  // M = TopK(G), eq. 4
       }
       o.gather_cols(G, idx, gsel);                   // G ⊙ M, kept compact
     }
@@ -185,7 +204,7 @@ void Ffn::forward_moc(const Tensor& x, const FfnWeights& w, Tensor& out, float b
 void Ffn::backward_moc(const Tensor& x, const Tensor& dout, const FfnWeights& w, Tensor& dx, const FfnGrads& g,
                        RangeSink* r) {
   Ops& o = *ops_;
-  const std::int64_t n = x.rows(), F = cfg_->d_ffn, K = cfg_->kept_channels();
+  const std::int64_t n = x.rows(), F = cols_of(w), K = cfg_->kept_channels();
   const DType act = cfg_->act_dtype;
   Tensor S = s_, Z = z_;
   if (!Z.defined()) {  // MoC + GCP: recompute S' and Z' from the kept G ⊙ M and U ⊙ M

@@ -14,6 +14,7 @@
 
 namespace moc {
 
+// d_ffn below may also be ModelConfig::ffn_cols() (the Transformer's zero-padded layout: aligned rows).
 struct FfnWeights {
   const Tensor* w_gate;  // [d, d_ffn], or [d_ffn, d] in the decode layout
   const Tensor* w_up;    // [d, d_ffn], or [d_ffn, d] in the decode layout
@@ -53,10 +54,14 @@ class Ffn {
   // another one's selection, and lets finite differences differentiate with the mask held fixed.
   void force_selection(const Tensor& idx) { forced_idx_ = idx; }
   void clear_forced_selection() { forced_idx_.reset(); }
-  // Bytes forward(keep=true) stores for `rows` rows: exactly what the allocator will measure.
-  static std::int64_t stored_bytes(const ModelConfig& cfg, std::int64_t rows);
+  // Bytes forward(keep=true) stores for `rows` rows with weights of `cols` channels (0: cfg.ffn_cols(), the
+  // Transformer's padded layout): exactly what the allocator will measure.
+  static std::int64_t stored_bytes(const ModelConfig& cfg, std::int64_t rows, std::int64_t cols = 0);
 
  private:
+  // Channels the weights hold: d_ffn, or cfg.ffn_cols() (zero-padded: activations follow the weights).
+  std::int64_t cols_of(const FfnWeights& w) const;
+  MocSelect selection(std::int64_t cols) const;
   void forward_dense(const Tensor& x, const FfnWeights& w, Tensor& out, float beta, bool keep, RangeSink* r);
   void forward_moc(const Tensor& x, const FfnWeights& w, Tensor& out, float beta, bool keep, RangeSink* r);
   void backward_dense(const Tensor& x, const Tensor& dout, const FfnWeights& w, Tensor& dx, const FfnGrads& g,

@@ -34,7 +34,7 @@ ActivationBreakdown engine_activation_model(const ModelConfig& c, std::int64_t b
   r.ffn = static_cast<double>(Ffn::stored_bytes(c, b * s));
   r.norm = 2 * n * d * act + 2 * n * 4.0;
   r.residual = 2 * n * d * act;
-  r.head = 2 * n * d * act + n * 4.0 + n * c.vocab * 4.0;  // final residual, its norm, 1/rms, f32 logits
+  r.head = 2 * n * d * act + n * 4.0 + n * c.vocab * act;  // final residual, its norm, 1/rms, logits
   return r;
 }
 

@@ -1,5 +1,6 @@
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -51,7 +52,8 @@ std::vector<std::int32_t> row_positions(int batch, int seq) {
 
 Transformer::Transformer(Ops& ops, const ModelConfig& cfg) : ops_(&ops), cfg_(cfg) {
   cfg_.validate();
-  const int d = cfg_.hidden, F = cfg_.d_ffn, kvd = cfg_.kv_heads * cfg_.head_dim();
+  // FFN weights hold ffn_cols() >= d_ffn channels (aligned rows); the padding channels are zero.
+  const int d = cfg_.hidden, F = cfg_.ffn_cols(), kvd = cfg_.kv_heads * cfg_.head_dim();
   params_.reserve(3 + 9 * static_cast<std::size_t>(cfg_.layers));  // Param addresses stay stable
   embed_ = &add_param("embed", {cfg_.vocab, d}, cfg_.init_std, true);
   for (int l = 0; l < cfg_.layers; ++l) {
@@ -82,11 +84,27 @@ Param& Transformer::add_param(const std::string& name, const Shape& shape, float
 }
 
 void Transformer::init_weights() {
+  const std::int64_t F = cfg_.d_ffn, Fp = cfg_.ffn_cols();
   for (auto& p : params_) {
     const bool gain = !p.decay;
-    std::vector<float> v = gain ? std::vector<float>(static_cast<std::size_t>(p.value.numel()), 1.0f)
-                                : normal_values(cfg_.seed, p.name, p.value.numel(), cfg_.init_std);
-    ops_->upload_f32(p.value, v);
+    const bool ffn = p.name.ends_with(".w_gate") || p.name.ends_with(".w_up") || p.name.ends_with(".w_down");
+    if (gain || !ffn || F == Fp) {
+      std::vector<float> v = gain ? std::vector<float>(static_cast<std::size_t>(p.value.numel()), 1.0f)
+                                  : normal_values(cfg_.seed, p.name, p.value.numel(), cfg_.init_std);
+      ops_->upload_f32(p.value, v);
+      continue;
+    }
+    // The logical [d, d_ffn] / [d_ffn, d] values (the same as an unpadded model's), zero padding channels.
+    const std::int64_t logical = p.value.numel() / Fp * F;
+    const std::vector<float> v = normal_values(cfg_.seed, p.name, logical, cfg_.init_std);
+    std::vector<float> padded(static_cast<std::size_t>(p.value.numel()), 0.0f);
+    if (p.value.dim(1) == Fp) {  // [d, Fp]: row r's first F columns
+      for (std::int64_t r = 0; r < p.value.dim(0); ++r)
+        std::copy_n(v.begin() + r * F, F, padded.begin() + r * Fp);
+    } else {  // [Fp, d]: the first F rows
+      std::copy(v.begin(), v.end(), padded.begin());
+    }
+    ops_->upload_f32(p.value, padded);
   }
 }
 
@@ -99,7 +117,8 @@ Param& Transformer::param(const std::string& name) {
 std::int64_t Transformer::parameter_count() const {
   std::int64_t n = 0;
   for (const auto& p : params_) n += p.value.numel();
-  return n;
+  // The FFN's zero padding channels are storage, not parameters.
+  return n - 3LL * cfg_.layers * cfg_.hidden * (cfg_.ffn_cols() - cfg_.d_ffn);
 }
 
 void Transformer::allocate_grads() {
@@ -198,7 +217,9 @@ Tensor Transformer::run_layers(const Tensor& tokens, int batch, int seq, Mode mo
 
 Tensor Transformer::head_logits(const Tensor& xf, bool keep) {
   ScopedRange sr(ranges_, "head");
-  Tensor logits = ops_->empty({xf.rows(), cfg_.vocab}, DType::f32,
+  // Training keeps the logits in the activation dtype (bf16: half of fp32's bytes; the loss computes in
+  // fp32 and its gradient overwrites them in place, so the backward GEMMs read bf16); inference returns f32.
+  Tensor logits = ops_->empty({xf.rows(), cfg_.vocab}, keep ? cfg_.act_dtype : DType::f32,
                               keep ? activation_tag(ActModule::head) : workspace_tag());
   ops_->gemm(xf, false, lm_head_->value, false, logits);
   return logits;

@@ -330,7 +330,7 @@ TEST_F(FfnEquivalence, MeasuredActivationBytesEqualWhatEachVariantDeclares) {
         const auto before = o.memory().live().category(MemCategory::activations);
         f.forward(x, weights(), out, 0.0f, true);
         const auto stored = o.memory().live().category(MemCategory::activations) - before;
-        EXPECT_EQ(stored, Ffn::stored_bytes(cfg, n)) << cfg.ffn_name() << " " << dtype_name(act);
+        EXPECT_EQ(stored, Ffn::stored_bytes(cfg, n, cfg.d_ffn)) << cfg.ffn_name() << " " << dtype_name(act);
         EXPECT_EQ(o.memory().live().module(ActModule::ffn), stored);
         f.release();
         EXPECT_EQ(o.memory().live().category(MemCategory::activations), before);
@@ -530,6 +530,76 @@ TEST(FfnDecodeTwin, MatchesTheForwardUnderItsOwnSelection) {
         o->ffn_decode(X, {&WgT, &WuT, &Wd}, &sel, y_part, &idx, nullptr, kFfnUpDown);
         EXPECT_LT(rel_err(o->download_f32(y_part), o->download_f32(y_dec)), 1e-6);
       }
+    }
+}
+
+
+// The Transformer stores FFN weights with ffn_cols() >= d_ffn channels (zero padding, aligned rows). The
+// padded layer must compute what the unpadded one does, keep the padding gradients at zero and never select
+// a padding channel, even when every real channel's gate is negative (a padding gate is exactly 0).
+TEST_F(FfnFixture, ZeroPaddedChannelsChangeNothing) {
+  const auto seed = fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937 rng(seed);
+  for (const char* variant : {"dense", "moc", "moc_2:8"})
+    for (bool negative : {false, true}) {
+      SCOPED_TRACE(std::string(variant) + (negative ? " all gates negative" : ""));
+      make(variant, 12, 37, 9, false);
+      ASSERT_EQ(cfg.ffn_cols(), 40);
+      random_weights(rng);
+      const std::int64_t d = cfg.hidden, F = cfg.d_ffn, Fp = cfg.ffn_cols();
+      const int n = 6;
+      Tensor x = random_tensor(o, rng, {n, cfg.hidden});
+      if (negative) {  // x > 0 and W_gate < 0: every real gate value is negative
+        auto xv = o.download_f32(x), gv = o.download_f32(wg);
+        for (auto& v : xv) v = std::fabs(v) + 0.1f;
+        for (auto& v : gv) v = -std::fabs(v) - 0.01f;
+        o.upload_f32(x, xv);
+        o.upload_f32(wg, gv);
+      }
+      auto dout = randn(rng, static_cast<std::size_t>(n) * cfg.hidden);
+      Ffn plain(o, cfg, 0);
+      const Result a = run(plain, x, dout);
+      // The same weights, padded: [d, Fp] for W_gate and W_up, [Fp, d] for W_down.
+      auto pad_cols = [&](const Tensor& w) {
+        auto v = o.download_f32(w);
+        std::vector<float> p(static_cast<std::size_t>(d * Fp), 0.0f);
+        for (std::int64_t r = 0; r < d; ++r) std::copy_n(v.begin() + r * F, F, p.begin() + r * Fp);
+        Tensor t = o.empty({d, Fp}, DType::f32, weights_tag());
+        o.upload_f32(t, p);
+        return t;
+      };
+      Tensor wd_p = o.empty({Fp, d}, DType::f32, weights_tag());
+      {
+        auto v = o.download_f32(wd);
+        v.resize(static_cast<std::size_t>(Fp * d), 0.0f);
+        o.upload_f32(wd_p, v);
+      }
+      wg = pad_cols(wg);
+      wu = pad_cols(wu);
+      wd = wd_p;
+      Ffn padded(o, cfg, 0);
+      const Result b = run(padded, x, dout);
+      EXPECT_EQ(a.idx, b.idx);
+      for (auto j : b.idx) EXPECT_LT(j, F);
+      EXPECT_LT(rel_err(a.out, b.out), 1e-5);
+      EXPECT_LT(rel_err(a.dx, b.dx), 1e-5);
+      std::vector<float> dwg, dwu;
+      for (std::int64_t r = 0; r < d; ++r)
+        for (std::int64_t c = 0; c < Fp; ++c) {
+          const auto i = static_cast<std::size_t>(r * Fp + c);
+          if (c < F) {
+            dwg.push_back(b.dwg[i]);
+            dwu.push_back(b.dwu[i]);
+          } else {
+            EXPECT_EQ(b.dwg[i], 0.0f);
+            EXPECT_EQ(b.dwu[i], 0.0f);
+          }
+        }
+      EXPECT_LT(rel_err(a.dwg, dwg), 1e-5);
+      EXPECT_LT(rel_err(a.dwu, dwu), 1e-5);
+      EXPECT_LT(rel_err(a.dwd, std::vector<float>(b.dwd.begin(), b.dwd.begin() + F * d)), 1e-5);
+      for (std::size_t i = static_cast<std::size_t>(F * d); i < b.dwd.size(); ++i) EXPECT_EQ(b.dwd[i], 0.0f);
     }
 }
 

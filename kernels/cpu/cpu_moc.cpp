@@ -20,7 +20,10 @@ float select_key(float g, SelectRule rule) {
 }  // namespace
 
 void CpuOps::moc_select(const Tensor& g, const MocSelect& sel, Tensor& idx) {
-  const std::int64_t n = g.rows(), F = g.cols();
+  const std::int64_t n = g.rows(), ld = g.cols(), F = sel.channels(ld);
+  require(F <= ld, "moc_select", "width " + std::to_string(F) + " exceeds the row's " + std::to_string(ld) + " columns");
+  require(!(sel.backend == TopkBackend::raft && !sel.grouped()), "moc_select",
+          "topk_backend raft needs the CUDA backend built with RAFT; the CPU backend has only its own top-K");
   const int kept = sel.kept(static_cast<int>(F));
   require(F <= 65536, "moc_select", "d_ffn above 65536 does not fit i16 channel indices");
   require(kept > 0 && kept <= F, "moc_select", "kept channels " + std::to_string(kept) + " not in [1, d_ffn]");
@@ -36,7 +39,7 @@ void CpuOps::moc_select(const Tensor& g, const MocSelect& sel, Tensor& idx) {
     std::vector<std::int32_t> order(static_cast<std::size_t>(F));
 #pragma omp for schedule(static)
     for (std::int64_t i = 0; i < n; ++i) {
-      for (std::int64_t j = 0; j < F; ++j) key[static_cast<std::size_t>(j)] = select_key(G[i * F + j], sel.rule);
+      for (std::int64_t j = 0; j < F; ++j) key[static_cast<std::size_t>(j)] = select_key(G[i * ld + j], sel.rule);
       // Larger key first; equal keys: lower channel index first (deterministic tie rule).
       auto better = [&](std::int32_t x, std::int32_t y) {
         float kx = key[static_cast<std::size_t>(x)], ky = key[static_cast<std::size_t>(y)];

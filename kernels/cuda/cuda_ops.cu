@@ -356,6 +356,7 @@ CudaOps::CudaOps(int device, std::size_t memory_limit_bytes) : alloc_(device, me
 CudaOps::~CudaOps() {
   cudaStreamSynchronize(stream_);
   gemm_plans_.clear();
+  for (cudaEvent_t ev : marks_) cudaEventDestroy(ev);
   if (gemm_ws_) alloc_.release(gemm_ws_, gemm_ws_bytes_, workspace_tag());
   if (lt_) cublasLtDestroy(lt_);
   if (own_stream_) cudaStreamDestroy(own_stream_);
@@ -420,6 +421,30 @@ double CudaOps::timed(const std::function<void()>& fn) {
   MOC_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
   return static_cast<double>(ms) * 1e-3;
 }
+
+// Marks are events recorded on the stream (created once, reused by later timelines).
+int CudaOps::mark() {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  MOC_CUDA_CHECK(cudaStreamIsCapturing(stream_, &cs));
+  if (cs != cudaStreamCaptureStatusNone) return -1;
+  if (marks_used_ == marks_.size()) {
+    cudaEvent_t ev = nullptr;
+    MOC_CUDA_CHECK(cudaEventCreate(&ev));
+    marks_.push_back(ev);
+  }
+  MOC_CUDA_CHECK(cudaEventRecord(marks_[marks_used_], stream_));
+  return static_cast<int>(marks_used_++);
+}
+
+double CudaOps::mark_ms(int id) {
+  if (id < 0 || static_cast<std::size_t>(id) >= marks_used_) throw std::out_of_range("mark_ms: no such mark");
+  MOC_CUDA_CHECK(cudaEventSynchronize(marks_[static_cast<std::size_t>(id)]));
+  float ms = 0;
+  MOC_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[0], marks_[static_cast<std::size_t>(id)]));
+  return static_cast<double>(ms);
+}
+
+void CudaOps::clear_marks() { marks_used_ = 0; }
 
 void CudaOps::upload(Tensor& dst, const void* host) {
   if (dst.nbytes() == 0) return;

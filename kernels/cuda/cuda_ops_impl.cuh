@@ -99,6 +99,9 @@ class CudaOps final : public Ops {
   void set_stream(void* s) override;
   std::unique_ptr<OpGraph> capture(std::function<void()> fn) override;
   double timed(const std::function<void()>& fn) override;
+  int mark() override;
+  double mark_ms(int id) override;
+  void clear_marks() override;
   int sm_count() const { return sm_count_; }
 
   void upload(Tensor& dst, const void* host) override;
@@ -160,6 +163,8 @@ class CudaOps final : public Ops {
   std::size_t gemm_ws_bytes_ = 0;
   using GemmKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, int, int, int, int, int, int>;
   std::map<GemmKey, std::unique_ptr<GemmPlan>> gemm_plans_;
+  std::vector<cudaEvent_t> marks_;  // mark() events; the first marks_used_ belong to the current timeline
+  std::size_t marks_used_ = 0;
 };
 
 // ---- programmatic dependent launch (PDL)
