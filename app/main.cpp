@@ -89,7 +89,8 @@ int cmd_memory_model(const std::string& preset_name, long batch, long seq, const
   std::printf("\nffn / attention = %.2f (paper model), %.2f (mocbench)%s\n", paper.ffn / paper.attention,
               engine.ffn / engine.attention, measured ? ", 2.3 (paper measured)" : "");
   std::printf("mocbench keeps neither the attention output projection O nor the FFN output D (no backward reads\n"
-              "them; the residual stream after each add is kept instead), hence 4 bsd + log-sum-exp for attention.\n");
+              "them; the residual stream after each add is kept instead), hence 4 bsd + log-sum-exp for attention,\n"
+              "nor the RMSNorm outputs (recomputed in backward from the residual and 1/rms: only 1/rms is kept).\n");
   return 0;
 }
 

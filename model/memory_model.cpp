@@ -32,7 +32,7 @@ ActivationBreakdown engine_activation_model(const ModelConfig& c, std::int64_t b
   r.layers = c.layers;
   r.attention = n * (2 * d + 2 * kvd) * act + static_cast<double>(b) * c.heads * static_cast<double>(s) * 4.0;
   r.ffn = static_cast<double>(Ffn::stored_bytes(c, b * s));
-  r.norm = 2 * n * d * act + 2 * n * 4.0;
+  r.norm = 2 * n * 4.0;  // 1/rms of both norms (the normalized inputs are recomputed in backward)
   r.residual = 2 * n * d * act;
   r.head = 2 * n * d * act + n * 4.0 + n * c.vocab * act;  // final residual, its norm, 1/rms, logits
   return r;

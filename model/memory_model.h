@@ -4,8 +4,10 @@
 //           in elements of bytes_per_element (2 for bf16). The paper gives no formula for the LM head; we
 //           read its 2.16G as f32 logits (4 bs V bytes) plus the final norm output (bsd elements).
 //   engine: exactly what mocbench keeps (model/transformer.h): the paper's sets without the module
-//           outputs O and D (no backward reads them: the residual stream after the add is kept instead),
-//           plus the small f32 side tensors (log-sum-exp, 1/rms) and the i16 channel indices.
+//           outputs O and D (no backward reads them: the residual stream after the add is kept instead)
+//           and without the RMSNorm outputs (recomputed in backward from the kept residual and 1/rms),
+//           plus the small f32 side tensors (log-sum-exp, 1/rms), the i16 channel indices, and the LM head's
+//           logits in the activation dtype.
 #pragma once
 #include <cstdint>
 #include <string>

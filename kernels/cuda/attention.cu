@@ -2,6 +2,8 @@
 // log-sum-exp leave the chip), a recomputing backward (one kernel for dK/dV per key tile, one for dQ per
 // query tile: no atomics, deterministic), and split-K decode attention over the KV cache (flash-decoding).
 // The tile kernels run on fp32 CUDA cores from shared memory; head_dim is padded to 64 or 128 with zeros.
+// bf16 forward/backward go to cuDNN's fused SDPA first (cudnn_sdpa.cpp, tensor cores) when the build has
+// it and it takes the shape; these kernels run f32, whatever cuDNN refuses, and MOCBENCH_ATTN=own.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <cooperative_groups.h>
 
 #include "kernels/cuda/cuda_ops_impl.cuh"
+#include "kernels/cuda/cudnn_sdpa.h"
 #include "kernels/cuda/kernels.h"
 
 namespace moc::cuda {
@@ -823,6 +826,7 @@ void attention_forward(Ops& ops, const Tensor& q, const Tensor& k, const Tensor&
   require(lse.dtype() == DType::f32 && lse.numel() == static_cast<std::int64_t>(d.b) * d.h * d.s,
           "attention_forward", "lse must be f32 [b, h, s]");
   if (q.numel() == 0) return;
+  if (cudnn_sdpa_forward(ops, {d.b, d.s, d.h, d.kvh, d.hd}, q, k, v, out, lse)) return;
   cudaStream_t st = stream_of(ops);
   dispatch_float(q.dtype(), "attention_forward", [&](auto tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -843,6 +847,7 @@ void attention_backward(Ops& ops, const Tensor& q, const Tensor& k, const Tensor
   require(lse.dtype() == DType::f32 && lse.numel() == static_cast<std::int64_t>(d.b) * d.h * d.s,
           "attention_backward", "lse must be f32 [b, h, s]");
   if (q.numel() == 0) return;
+  if (cudnn_sdpa_backward(ops, {d.b, d.s, d.h, d.kvh, d.hd}, q, k, v, out, lse, dout, dq, dk, dv)) return;
   dispatch_float(q.dtype(), "attention_backward", [&](auto tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     if (d.hd <= 64) launch_backward<T, 64>(ops, d, q, k, v, out, lse, dout, dq, dk, dv);
