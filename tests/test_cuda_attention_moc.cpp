@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -13,6 +15,17 @@
 
 #include "gpu_util.h"
 #include "test_util.h"
+#ifdef MOCBENCH_HAVE_CUDA
+#include "kernels/cuda/cudnn_sdpa.h"  // GpuAttention: which path ran
+#endif
+// GCC 12 at -O3 can warn -Wrestrict inside std::string's operator+ (a known false positive, GCC PR 105651):
+// whether it fires depends on the size of this file, not on the line it names.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
+#ifdef MOCBENCH_HAVE_CUDA
+#include "kernels/cuda/raft_topk.h"
+#endif
 
 namespace moc {
 namespace {
@@ -114,29 +127,56 @@ std::string case_name(DType dt, const HeadCfg& hc, int s, int hd) {
   return os.str();
 }
 
+// Forward of one case on both backends: out and lse against the CPU's.
+void check_forward(Ops& gpu, Ops& cpu, std::mt19937& rng, DType dt, int b, int s, int h, int kvh, int hd,
+                   const std::string& name) {
+  SCOPED_TRACE(name);
+  auto q = twin_random(gpu, cpu, rng, {b, s, h, hd}, dt);
+  auto k = twin_random(gpu, cpu, rng, {b, s, kvh, hd}, dt);
+  auto v = twin_random(gpu, cpu, rng, {b, s, kvh, hd}, dt);
+  auto out = twin_poisoned(gpu, cpu, {b, s, h, hd}, dt);
+  auto lse = twin_poisoned(gpu, cpu, {b, h, s}, DType::f32);
+  gpu.attention_forward(q.g, k.g, v.g, out.g, lse.g);
+  cpu.attention_forward(q.c, k.c, v.c, out.c, lse.c);
+  expect_close(name + " out", gpu, out.g, cpu, out.c, tol_for(dt));
+  expect_close(name + " lse", gpu, lse.g, cpu, lse.c, 1e-5);
+}
+
+// Backward of one case: both backends get the CPU's forward results, so the backward is checked on its own.
+void check_backward(Ops& gpu, Ops& cpu, std::mt19937& rng, DType dt, int b, int s, int h, int kvh, int hd,
+                    const std::string& name) {
+  SCOPED_TRACE(name);
+  auto q = twin_random(gpu, cpu, rng, {b, s, h, hd}, dt);
+  auto k = twin_random(gpu, cpu, rng, {b, s, kvh, hd}, dt);
+  auto v = twin_random(gpu, cpu, rng, {b, s, kvh, hd}, dt);
+  auto dout = twin_random(gpu, cpu, rng, {b, s, h, hd}, dt);
+  Tensor out_c = cpu.empty({b, s, h, hd}, dt, workspace_tag());
+  Tensor lse_c = cpu.empty({b, h, s}, DType::f32, workspace_tag());
+  cpu.attention_forward(q.c, k.c, v.c, out_c, lse_c);
+  auto out = twin(gpu, cpu, cpu.download_f32(out_c), {b, s, h, hd}, dt);
+  auto lse = twin(gpu, cpu, cpu.download_f32(lse_c), {b, h, s}, DType::f32);
+  auto dq = twin_poisoned(gpu, cpu, {b, s, h, hd}, dt);
+  auto dk = twin_poisoned(gpu, cpu, {b, s, kvh, hd}, dt);
+  auto dv = twin_poisoned(gpu, cpu, {b, s, kvh, hd}, dt);
+  gpu.attention_backward(q.g, k.g, v.g, out.g, lse.g, dout.g, dq.g, dk.g, dv.g);
+  cpu.attention_backward(q.c, k.c, v.c, out.c, lse.c, dout.c, dq.c, dk.c, dv.c);
+  // s = 1: dq and dk are exactly zero (one key: dp == D), the GPU leaves ~1e-7 of rounding noise.
+  expect_close(name + " dq", gpu, dq.g, cpu, dq.c, tol_for(dt), 1e-5);
+  expect_close(name + " dk", gpu, dk.g, cpu, dk.c, tol_for(dt), 1e-5);
+  expect_close(name + " dv", gpu, dv.g, cpu, dv.c, tol_for(dt), 1e-5);
+}
+
+// bf16 runs on cuDNN's fused SDPA when the build has it (and cuDNN takes the shape), f32 on our kernels.
 TEST(GpuAttention, ForwardMatchesCpu) {
   MOC_GPU_OR_SKIP(gpu);
   auto cpu = make_cpu_ops();
   const auto seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  const int b = 2;
   for (DType dt : kDtypes)
     for (const auto& hc : kHeadCfgs)
       for (int s : kSeqLens)
-        for (int hd : kHeadDims) {
-          const std::string name = case_name(dt, hc, s, hd);
-          SCOPED_TRACE(name);
-          auto q = twin_random(*gpu, *cpu, rng, {b, s, hc.h, hd}, dt);
-          auto k = twin_random(*gpu, *cpu, rng, {b, s, hc.kvh, hd}, dt);
-          auto v = twin_random(*gpu, *cpu, rng, {b, s, hc.kvh, hd}, dt);
-          auto out = twin_poisoned(*gpu, *cpu, {b, s, hc.h, hd}, dt);
-          auto lse = twin_poisoned(*gpu, *cpu, {b, hc.h, s}, DType::f32);
-          gpu->attention_forward(q.g, k.g, v.g, out.g, lse.g);
-          cpu->attention_forward(q.c, k.c, v.c, out.c, lse.c);
-          expect_close(name + " out", *gpu, out.g, *cpu, out.c, tol_for(dt));
-          expect_close(name + " lse", *gpu, lse.g, *cpu, lse.c, 1e-5);
-        }
+        for (int hd : kHeadDims) check_forward(*gpu, *cpu, rng, dt, 2, s, hc.h, hc.kvh, hd, case_name(dt, hc, s, hd));
 }
 
 TEST(GpuAttention, BackwardMatchesCpu) {
@@ -145,34 +185,124 @@ TEST(GpuAttention, BackwardMatchesCpu) {
   const auto seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  const int b = 2;
   for (DType dt : kDtypes)
     for (const auto& hc : kHeadCfgs)
       for (int s : kSeqLens)
-        for (int hd : kHeadDims) {
-          const std::string name = case_name(dt, hc, s, hd);
-          SCOPED_TRACE(name);
-          auto q = twin_random(*gpu, *cpu, rng, {b, s, hc.h, hd}, dt);
-          auto k = twin_random(*gpu, *cpu, rng, {b, s, hc.kvh, hd}, dt);
-          auto v = twin_random(*gpu, *cpu, rng, {b, s, hc.kvh, hd}, dt);
-          auto dout = twin_random(*gpu, *cpu, rng, {b, s, hc.h, hd}, dt);
-          // Both backends get the CPU's forward results, so the backward is checked on its own.
-          Tensor out_c = cpu->empty({b, s, hc.h, hd}, dt, workspace_tag());
-          Tensor lse_c = cpu->empty({b, hc.h, s}, DType::f32, workspace_tag());
-          cpu->attention_forward(q.c, k.c, v.c, out_c, lse_c);
-          auto out = twin(*gpu, *cpu, cpu->download_f32(out_c), {b, s, hc.h, hd}, dt);
-          auto lse = twin(*gpu, *cpu, cpu->download_f32(lse_c), {b, hc.h, s}, DType::f32);
-          auto dq = twin_poisoned(*gpu, *cpu, {b, s, hc.h, hd}, dt);
-          auto dk = twin_poisoned(*gpu, *cpu, {b, s, hc.kvh, hd}, dt);
-          auto dv = twin_poisoned(*gpu, *cpu, {b, s, hc.kvh, hd}, dt);
-          gpu->attention_backward(q.g, k.g, v.g, out.g, lse.g, dout.g, dq.g, dk.g, dv.g);
-          cpu->attention_backward(q.c, k.c, v.c, out.c, lse.c, dout.c, dq.c, dk.c, dv.c);
-          // s = 1: dq and dk are exactly zero (one key: dp == D), the GPU leaves ~1e-7 of rounding noise.
-          expect_close(name + " dq", *gpu, dq.g, *cpu, dq.c, tol_for(dt), 1e-5);
-          expect_close(name + " dk", *gpu, dk.g, *cpu, dk.c, tol_for(dt), 1e-5);
-          expect_close(name + " dv", *gpu, dv.g, *cpu, dv.c, tol_for(dt), 1e-5);
-        }
+        for (int hd : kHeadDims) check_backward(*gpu, *cpu, rng, dt, 2, s, hc.h, hc.kvh, hd, case_name(dt, hc, s, hd));
 }
+
+// ---- GpuAttention: the cuDNN SDPA path (kernels/cuda/cudnn_sdpa.cpp) and MOCBENCH_ATTN=own
+
+// Sets MOCBENCH_ATTN while alive (nullptr: unset) and restores what was there.
+class AttnPathEnv {
+ public:
+  explicit AttnPathEnv(const char* value) {
+    if (const char* old = std::getenv("MOCBENCH_ATTN")) saved_ = old, had_ = true;
+    if (value) setenv("MOCBENCH_ATTN", value, 1);
+    else unsetenv("MOCBENCH_ATTN");
+  }
+  ~AttnPathEnv() {
+    if (had_) setenv("MOCBENCH_ATTN", saved_.c_str(), 1);
+    else unsetenv("MOCBENCH_ATTN");
+  }
+  AttnPathEnv(const AttnPathEnv&) = delete;
+  AttnPathEnv& operator=(const AttnPathEnv&) = delete;
+
+ private:
+  std::string saved_;
+  bool had_ = false;
+};
+
+bool cudnn_sdpa_in_build() {
+#ifdef MOCBENCH_HAVE_CUDA
+  return cuda::cudnn_sdpa_built();
+#else
+  return false;
+#endif
+}
+
+// Forward then backward on the GPU's own forward results (as in training), against the CPU doing the same.
+void check_training_chain(Ops& gpu, Ops& cpu, std::mt19937& rng, DType dt, int b, int s, int h, int kvh, int hd,
+                          const std::string& name) {
+  SCOPED_TRACE(name);
+  auto q = twin_random(gpu, cpu, rng, {b, s, h, hd}, dt);
+  auto k = twin_random(gpu, cpu, rng, {b, s, kvh, hd}, dt);
+  auto v = twin_random(gpu, cpu, rng, {b, s, kvh, hd}, dt);
+  auto dout = twin_random(gpu, cpu, rng, {b, s, h, hd}, dt);
+  auto out = twin_poisoned(gpu, cpu, {b, s, h, hd}, dt);
+  auto lse = twin_poisoned(gpu, cpu, {b, h, s}, DType::f32);
+  auto dq = twin_poisoned(gpu, cpu, {b, s, h, hd}, dt);
+  auto dk = twin_poisoned(gpu, cpu, {b, s, kvh, hd}, dt);
+  auto dv = twin_poisoned(gpu, cpu, {b, s, kvh, hd}, dt);
+  gpu.attention_forward(q.g, k.g, v.g, out.g, lse.g);
+  gpu.attention_backward(q.g, k.g, v.g, out.g, lse.g, dout.g, dq.g, dk.g, dv.g);
+  cpu.attention_forward(q.c, k.c, v.c, out.c, lse.c);
+  cpu.attention_backward(q.c, k.c, v.c, out.c, lse.c, dout.c, dq.c, dk.c, dv.c);
+  expect_close(name + " out", gpu, out.g, cpu, out.c, tol_for(dt));
+  expect_close(name + " lse", gpu, lse.g, cpu, lse.c, 1e-5);
+  expect_close(name + " dq", gpu, dq.g, cpu, dq.c, tol_for(dt), 1e-5);
+  expect_close(name + " dk", gpu, dk.g, cpu, dk.c, tol_for(dt), 1e-5);
+  expect_close(name + " dv", gpu, dv.g, cpu, dv.c, tol_for(dt), 1e-5);
+}
+
+// The models' attention shapes in bf16 at batch 2: 1b (32 heads of 64, seq 256), 350m (16 heads), a GQA group
+// of 4 (1b-gqa) and an odd sequence (37). With cuDNN in the build these run on it: the dispatch is checked,
+// so a benchmark of this build times cuDNN and not a silent fallback.
+TEST(GpuAttention, Bf16TrainingShapesMatchCpuAndRunOnCudnn) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  AttnPathEnv path(nullptr);
+  struct Case {
+    int s, h, kvh;
+  };
+  for (const Case& c : {Case{256, 32, 32}, Case{256, 16, 16}, Case{256, 32, 8}, Case{37, 32, 32}, Case{37, 32, 8}}) {
+    std::ostringstream os;
+    os << "bf16 b2 s" << c.s << " h" << c.h << "/kv" << c.kvh << " hd64";
+#ifdef MOCBENCH_HAVE_CUDA
+    const auto before = cuda::cudnn_sdpa_runs();
+#endif
+    check_training_chain(*gpu, *cpu, rng, DType::bf16, 2, c.s, c.h, c.kvh, 64, os.str());
+#ifdef MOCBENCH_HAVE_CUDA
+    if (cudnn_sdpa_in_build()) {
+      const auto after = cuda::cudnn_sdpa_runs();
+      EXPECT_EQ(after.forward, before.forward + 1) << os.str() << ": the forward did not run on cuDNN";
+      EXPECT_EQ(after.backward, before.backward + 1) << os.str() << ": the backward did not run on cuDNN";
+    }
+#endif
+  }
+}
+
+// MOCBENCH_ATTN=own: bf16 runs on our kernels again (for comparison), and they still match the CPU.
+TEST(GpuAttention, OwnKernelsWhenForcedMatchCpuInBf16) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  AttnPathEnv path("own");
+#ifdef MOCBENCH_HAVE_CUDA
+  const auto before = cuda::cudnn_sdpa_runs();
+#endif
+  const DType dt = DType::bf16;
+  for (const auto& hc : kHeadCfgs)
+    for (int s : {7, 130})
+      for (int hd : kHeadDims) {
+        const std::string name = case_name(dt, hc, s, hd) + " (own)";
+        check_forward(*gpu, *cpu, rng, dt, 2, s, hc.h, hc.kvh, hd, name);
+        check_backward(*gpu, *cpu, rng, dt, 2, s, hc.h, hc.kvh, hd, name);
+      }
+  check_training_chain(*gpu, *cpu, rng, dt, 2, 256, 32, 8, 64, "bf16 b2 s256 h32/kv8 hd64 (own)");
+#ifdef MOCBENCH_HAVE_CUDA
+  const auto after = cuda::cudnn_sdpa_runs();
+  EXPECT_EQ(after.forward, before.forward);
+  EXPECT_EQ(after.backward, before.backward);
+#endif
+}
+
+// ---- GpuAttention: decode
 
 // Caches [b, kvh, T, hd] random at positions <= pos[i] and NaN beyond (must never be read).
 std::vector<float> cache_values(std::mt19937& rng, int b, int kvh, int T, int hd, const std::vector<std::int32_t>& pos) {
@@ -326,17 +456,20 @@ const char* rule_name(SelectRule r) {
   return r == SelectRule::gate ? "gate" : r == SelectRule::silu ? "silu" : "abs_silu";
 }
 
+// g is [rows, F] (F columns; sel.width, when set, limits the channels that compete).
 void expect_same_selection(Ops& gpu, Ops& cpu, const std::vector<float>& g, int rows, int F, DType dt,
                            const MocSelect& sel, const std::string& name) {
   SCOPED_TRACE(name);
-  const int kept = sel.kept(F);
+  const int kept = sel.kept(static_cast<int>(sel.channels(F)));
   auto gt = twin(gpu, cpu, g, {rows, F}, dt);
   Tensor ig = gpu.empty({rows, kept}, DType::i16, workspace_tag());
   Tensor ic = cpu.empty({rows, kept}, DType::i16, workspace_tag());
   std::vector<std::uint16_t> poison(static_cast<std::size_t>(rows) * kept, 0xFFFFu);
   gpu.upload(ig, poison.data());
   gpu.moc_select(gt.g, sel, ig);
-  cpu.moc_select(gt.c, sel, ic);
+  MocSelect cpu_sel = sel;
+  cpu_sel.backend = TopkBackend::own;  // the CPU has only its own (the reference)
+  cpu.moc_select(gt.c, cpu_sel, ic);
   const auto got = gpu.download_i32(ig), want = cpu.download_i32(ic);
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i)
@@ -412,6 +545,153 @@ TEST(GpuMoc, SelectRejectsBadArguments) {
   Tensor idx = gpu->empty({3, 5}, DType::i16, workspace_tag());
   EXPECT_THROW(gpu->moc_select(g, {6, 0, 0, SelectRule::gate}, idx), std::invalid_argument);
   EXPECT_THROW(gpu->moc_select(g, {38, 0, 0, SelectRule::gate}, idx), std::invalid_argument);
+}
+
+bool raft_built() {
+#ifdef MOCBENCH_HAVE_CUDA
+  return cuda::raft_available();
+#else
+  return false;
+#endif
+}
+
+// Rows of distinct values, exact in bf16 (F consecutive positive bf16 bit patterns from a random start,
+// shuffled, random signs): every correct top-K of such a row (ours, the CPU's, RAFT's) is the same set.
+std::vector<float> tie_free_rows(std::mt19937& rng, int rows, int F) {
+  std::vector<float> g(static_cast<std::size_t>(rows) * F);
+  std::vector<std::uint16_t> bits(static_cast<std::size_t>(F));
+  std::uniform_int_distribution<int> start(0x3a00, 0x3e00);
+  std::bernoulli_distribution negative(0.5);
+  for (int r = 0; r < rows; ++r) {
+    const int s = start(rng);
+    for (int i = 0; i < F; ++i) bits[static_cast<std::size_t>(i)] = static_cast<std::uint16_t>(s + i);
+    std::shuffle(bits.begin(), bits.end(), rng);
+    for (int i = 0; i < F; ++i) {
+      const std::uint32_t u = (static_cast<std::uint32_t>(bits[static_cast<std::size_t>(i)]) << 16) |
+                              (negative(rng) ? 0x80000000u : 0u);
+      float x;
+      std::memcpy(&x, &u, sizeof x);
+      g[static_cast<std::size_t>(r) * F + static_cast<std::size_t>(i)] = x;
+    }
+  }
+  return g;
+}
+
+// The training shapes at reduced row counts, odd widths (misaligned rows), K from 1 to F, every width class of
+// the row kernels (1 to 8 vectors of 16 bytes per thread) and the first width past them (the radix kernel).
+struct TopkCase {
+  int rows, F, K;
+};
+constexpr TopkCase kTopkCases[] = {{300, 5461, 1024}, {300, 1376, 256}, {300, 1377, 256},  {200, 2048, 384},
+                                   {200, 2736, 512},  {37, 5461, 5460}, {37, 5461, 1},     {37, 1377, 1377},
+                                   {23, 3, 2},        {23, 8000, 1500}, {9, 16000, 3000},  {5, 16377, 17},
+                                   {5, 16378, 17}};
+
+std::string topk_case_name(const TopkCase& c, DType dt, const char* fill, SelectRule rule) {
+  return std::string(dtype_name(dt)) + " " + std::to_string(c.rows) + "x" + std::to_string(c.F) + " K" +
+         std::to_string(c.K) + " " + fill + " " + rule_name(rule);
+}
+
+TEST(GpuMoc, RowTopKMatchesCpuAtTheTrainingShapes) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (const TopkCase& c : kTopkCases)
+    for (DType dt : kDtypes) {
+      if (dt == DType::f32 && c.F > 8200) continue;  // f32 rows that wide are the radix kernel's (covered above)
+      const auto distinct = tie_free_rows(rng, c.rows, c.F);
+      const auto ties = select_input(rng, Fill::ties, c.rows, c.F);
+      for (SelectRule rule : {SelectRule::gate, SelectRule::silu}) {
+        const MocSelect sel{c.K, 0, 0, rule};
+        expect_same_selection(*gpu, *cpu, distinct, c.rows, c.F, dt, sel, topk_case_name(c, dt, "distinct", rule));
+        expect_same_selection(*gpu, *cpu, ties, c.rows, c.F, dt, sel, topk_case_name(c, dt, "ties", rule));
+      }
+    }
+}
+
+// Rows of ld columns of which the first F compete (the model pads d_ffn to 8 columns): the padding holds +inf
+// and NaN, and is never selected; row top-K (row kernels and radix kernel) and a:b (small and large groups).
+TEST(GpuMoc, SelectIgnoresPaddingChannels) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (const int F : {5461, 1377, 16371}) {
+    const int ld = (F + 7) / 8 * 8, rows = 19;
+    std::vector<float> g = select_input(rng, Fill::distinct, rows, ld);
+    for (int r = 0; r < rows; ++r)
+      for (int c = F; c < ld; ++c)
+        g[static_cast<std::size_t>(r) * ld + static_cast<std::size_t>(c)] = c % 2 ? kInf : kNaN;
+    for (DType dt : kDtypes)
+      for (MocSelect sel : {MocSelect{1024, 0, 0, SelectRule::gate}, MocSelect{17, 0, 0, SelectRule::abs_silu},
+                            MocSelect{0, 2, 8, SelectRule::gate}, MocSelect{0, 100, 300, SelectRule::gate}}) {
+        sel.width = F;
+        const std::string what = std::string(dtype_name(dt)) + " F" + std::to_string(F) + " of " + std::to_string(ld) +
+                                 (sel.grouped() ? " a:b " + std::to_string(sel.group_b) : " K" + std::to_string(sel.k));
+        expect_same_selection(*gpu, *cpu, g, rows, ld, dt, sel, what);
+      }
+  }
+}
+
+// RAFT's select_k behind TopkBackend::raft picks the same channels as the CPU (hence as ours) on tie-free rows.
+TEST(GpuMoc, RaftSelectsTheSameChannelsOnTieFreeRows) {
+  MOC_GPU_OR_SKIP(gpu);
+  if (!raft_built()) GTEST_SKIP() << "the CUDA backend was built without RAFT (scripts/setup_raft.sh)";
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (const TopkCase& c : kTopkCases)
+    for (DType dt : kDtypes) {
+      if (c.F > 8200) continue;
+      const auto distinct = tie_free_rows(rng, c.rows, c.F);
+      // silu maps the large negative values to -0: ties, but only below the threshold when K < F / 3.
+      for (SelectRule rule : {SelectRule::gate, SelectRule::silu, SelectRule::abs_silu}) {
+        if (rule != SelectRule::gate && 3 * c.K >= c.F) continue;
+        expect_same_selection(*gpu, *cpu, distinct, c.rows, c.F, dt, MocSelect{c.K, 0, 0, rule, TopkBackend::raft},
+                              "raft " + topk_case_name(c, dt, "distinct", rule));
+      }
+    }
+  // Padding channels: RAFT sees only the first F columns.
+  const int F = 1377, ld = 1384, rows = 31;
+  std::vector<float> g = tie_free_rows(rng, rows, ld);
+  for (int r = 0; r < rows; ++r)
+    for (int c = F; c < ld; ++c) g[static_cast<std::size_t>(r) * ld + static_cast<std::size_t>(c)] = 1e30f;
+  for (DType dt : kDtypes)
+    for (SelectRule rule : {SelectRule::gate, SelectRule::silu}) {
+      MocSelect sel{256, 0, 0, rule, TopkBackend::raft};
+      sel.width = F;
+      expect_same_selection(*gpu, *cpu, g, rows, ld, dt, sel,
+                            std::string("raft padded ") + std::string(dtype_name(dt)) + " " + rule_name(rule));
+    }
+}
+
+// The raft backend applies to the row top-K only (a:b groups run our kernel, exactly the CPU's even with
+// ties); without RAFT in the build it is an error that says how to get it.
+TEST(GpuMoc, RaftBackendIsRowTopKOnly) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const auto ties = select_input(rng, Fill::ties, 19, 5461);
+  for (DType dt : kDtypes)
+    for (const MocSelect& sel : {MocSelect{0, 2, 8, SelectRule::gate, TopkBackend::raft},
+                                 MocSelect{0, 100, 300, SelectRule::silu, TopkBackend::raft}})
+      expect_same_selection(*gpu, *cpu, ties, 19, 5461, dt, sel, "raft a:b " + std::string(dtype_name(dt)));
+  if (!raft_built()) {
+    Tensor g = gpu->empty({3, 37}, DType::f32, workspace_tag());
+    Tensor idx = gpu->empty({3, 5}, DType::i16, workspace_tag());
+    try {
+      gpu->moc_select(g, {5, 0, 0, SelectRule::gate, TopkBackend::raft}, idx);
+      ADD_FAILURE() << "moc_select with the raft backend did not throw in a build without RAFT";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("setup_raft.sh"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // ---------------------------------------------------------------- gather / scatter / sparse down projection

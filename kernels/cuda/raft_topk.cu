@@ -17,34 +17,47 @@ namespace moc::cuda {
 
 bool raft_available() { return false; }
 
-void raft_select_k(cudaStream_t, const float*, int, int, int, float*, int*) {
-  throw std::runtime_error("raft_select_k: built without RAFT (run scripts/setup_raft.sh and reconfigure)");
+void raft_select_k(cudaStream_t, const float*, int, int, int, float*, int*, bool) {
+  throw std::invalid_argument("raft_select_k: built without RAFT (run scripts/setup_raft.sh and reconfigure)");
 }
-void raft_select_k(cudaStream_t, const __nv_bfloat16*, int, int, int, float*, int*) {
-  throw std::runtime_error("raft_select_k: built without RAFT (run scripts/setup_raft.sh and reconfigure)");
+void raft_select_k(cudaStream_t, const __nv_bfloat16*, int, int, int, __nv_bfloat16*, int*, bool) {
+  throw std::invalid_argument("raft_select_k: built without RAFT (run scripts/setup_raft.sh and reconfigure)");
 }
 
 }  // namespace moc::cuda
 
 #else  // MOCBENCH_HAVE_RAFT
 
-#include <raft/core/device_mdarray.hpp>
 #include <raft/core/device_mdspan.hpp>
 #include <raft/core/resource/cuda_stream.hpp>
+#include <raft/core/resource/device_memory_resource.hpp>
 #include <raft/core/resources.hpp>
 #include <raft/matrix/select_k.cuh>
+#include <rmm/mr/per_device_resource.hpp>
+#include <rmm/mr/pool_memory_resource.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 
 namespace moc::cuda {
 namespace {
 
-// One raft::resources per host thread (its workspace allocator and stream slot are reused); the
-// stream is re-pointed on every call. select_k's scratch comes from RAFT's workspace resource, i.e.
-// RMM's current device resource (plain cudaMalloc unless the caller installs a pool).
+// Most RAFT's scratch pool may hold (it batches rows to fit); a pool rather than RMM's default resource,
+// which would cudaMalloc and cudaFree (synchronously) on every call: unfair to time, and not capturable.
+constexpr std::size_t kRaftWorkspaceBytes = std::size_t{2} << 30;
+
+// One raft::resources per host thread (its scratch pool and stream slot are reused); the stream is
+// re-pointed on every call. The pool grows on first use and keeps its memory until the thread exits.
 raft::resources& resources_for(cudaStream_t stream) {
-  thread_local raft::resources res;
+  thread_local raft::resources res = [] {
+    raft::resources r;
+    raft::resource::set_workspace_resource(
+        r, raft::mr::device_resource{rmm::mr::pool_memory_resource(rmm::mr::get_current_device_resource_ref(), 0,
+                                                                   kRaftWorkspaceBytes)},
+        kRaftWorkspaceBytes);
+    return r;
+  }();
   raft::resource::set_cuda_stream(res, ::cuda::stream_ref{stream});
   return res;
 }
@@ -55,18 +68,15 @@ void check_shape(int rows, int cols, int k) {
 }
 
 template <typename T>
-void select_largest(raft::resources& res, const T* in, int rows, int cols, int k, T* out_values,
-                    int* out_indices) {
+void select_largest(cudaStream_t stream, const T* in, int rows, int cols, int k, T* out_values, int* out_indices,
+                    bool sorted) {
+  check_shape(rows, cols, k);
+  if (rows == 0) return;
+  raft::resources& res = resources_for(stream);
   auto in_view = raft::make_device_matrix_view<const T, int64_t, raft::row_major>(in, rows, cols);
   auto val_view = raft::make_device_matrix_view<T, int64_t, raft::row_major>(out_values, rows, k);
   auto idx_view = raft::make_device_matrix_view<int, int64_t, raft::row_major>(out_indices, rows, k);
-  raft::matrix::select_k<T, int>(res, in_view, std::nullopt, val_view, idx_view,
-                                 /*select_min=*/false, /*sorted=*/true);
-}
-
-__global__ void bf16_to_float(const __nv_bfloat16* __restrict__ in, float* __restrict__ out, int64_t n) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = __bfloat162float(in[i]);
+  raft::matrix::select_k<T, int>(res, in_view, std::nullopt, val_view, idx_view, /*select_min=*/false, sorted);
 }
 
 }  // namespace
@@ -74,27 +84,13 @@ __global__ void bf16_to_float(const __nv_bfloat16* __restrict__ in, float* __res
 bool raft_available() { return true; }
 
 void raft_select_k(cudaStream_t stream, const float* in, int rows, int cols, int k, float* out_values,
-                   int* out_indices) {
-  check_shape(rows, cols, k);
-  if (rows == 0) return;
-  select_largest<float>(resources_for(stream), in, rows, cols, k, out_values, out_indices);
+                   int* out_indices, bool sorted) {
+  select_largest<float>(stream, in, rows, cols, k, out_values, out_indices, sorted);
 }
 
 void raft_select_k(cudaStream_t stream, const __nv_bfloat16* in, int rows, int cols, int k,
-                   float* out_values, int* out_indices) {
-  check_shape(rows, cols, k);
-  if (rows == 0) return;
-  raft::resources& res = resources_for(stream);
-  // select_k writes values in the input type: bf16 scratch from RAFT's workspace, then widen.
-  auto tmp = raft::make_device_matrix<__nv_bfloat16, int64_t>(res, rows, k);
-  select_largest<__nv_bfloat16>(res, in, rows, cols, k, tmp.data_handle(), out_indices);
-  const int64_t n = int64_t(rows) * k;
-  constexpr int threads = 256;
-  bf16_to_float<<<unsigned((n + threads - 1) / threads), threads, 0, stream>>>(tmp.data_handle(),
-                                                                              out_values, n);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string("raft_select_k: bf16_to_float launch: ") + cudaGetErrorString(err));
+                   __nv_bfloat16* out_values, int* out_indices, bool sorted) {
+  select_largest<__nv_bfloat16>(stream, in, rows, cols, k, out_values, out_indices, sorted);
 }
 
 }  // namespace moc::cuda
