@@ -636,6 +636,30 @@ TEST(GpuMoc, SelectIgnoresPaddingChannels) {
   }
 }
 
+// a:8 on 16-byte aligned groups (the padded training layout) has its own one-thread-per-group kernel: same
+// ranking and tie rule as the CPU on tie-heavy and tie-free rows, every rule, with and without padding channels.
+TEST(GpuMoc, GroupsOfEightOnAlignedRowsMatchTheCpu) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (const int F : {5461, 5464, 13})
+    for (const Fill fill : {Fill::distinct, Fill::ties, Fill::nans}) {
+      const int ld = (F + 7) / 8 * 8, rows = 23;
+      const std::vector<float> g = select_input(rng, fill, rows, ld);
+      for (DType dt : kDtypes)
+        for (const int a : {2, 3, 8})
+          for (SelectRule rule : {SelectRule::gate, SelectRule::silu, SelectRule::abs_silu}) {
+            MocSelect sel{0, a, 8, rule};
+            sel.width = F;
+            expect_same_selection(*gpu, *cpu, g, rows, ld, dt, sel,
+                                  std::string(dtype_name(dt)) + " F" + std::to_string(F) + " a" + std::to_string(a) +
+                                      " " + fill_name(fill));
+          }
+    }
+}
+
 // RAFT's select_k behind TopkBackend::raft picks the same channels as the CPU (hence as ours) on tie-free rows.
 TEST(GpuMoc, RaftSelectsTheSameChannelsOnTieFreeRows) {
   MOC_GPU_OR_SKIP(gpu);
@@ -711,7 +735,8 @@ TEST(GpuMoc, GatherScatterMatchCpu) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   const int rows = 19;
-  for (int F : {37, 5461})
+  // 5464: 16-byte aligned rows (the padded training layout); 30000: f32 rows past the shared-memory row path.
+  for (int F : {37, 5461, 5464, 30000})
     for (const MocSelect& sel : {MocSelect{17, 0, 0, SelectRule::gate}, MocSelect{0, 2, 8, SelectRule::gate}})
       for (DType src_dt : kDtypes)
         for (DType dst_dt : kDtypes) {

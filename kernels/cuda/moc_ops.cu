@@ -810,6 +810,109 @@ __global__ void __launch_bounds__(kSelThreads) group_select_small_kernel(const T
   }
 }
 
+// a:8 (the paper's 2:8) on rows whose groups are 16-byte aligned (ld % 8 == 0, the model's padded layout):
+// one thread per group of 8 channels, loaded as one or two 16-byte words; same ranking and output as
+// group_select_small_kernel. Bytes: rows*ld*sizeof(T) read, rows*kept*2 written (1b bf16 2:8: 179 + 45 MB).
+template <class T>
+__global__ void __launch_bounds__(256) group8_select_kernel(const T* __restrict__ g, std::uint16_t* __restrict__ idx,
+                                                            int F, long long ld, int a, int ngroups, int kept,
+                                                            long long total, int rule) {
+  for (long long e = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long row = e / ngroups;
+    const int grp = static_cast<int>(e - row * ngroups);
+    const T* src = g + row * ld + static_cast<long long>(grp) * 8;
+    float v[8];
+    if constexpr (sizeof(T) == 2) {
+      const uint4 w = __ldg(reinterpret_cast<const uint4*>(src));
+      const std::uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[2 * j] = __uint_as_float(u[j] << 16);
+        v[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+      }
+    } else {
+      const float4 w0 = __ldg(reinterpret_cast<const float4*>(src)), w1 = __ldg(reinterpret_cast<const float4*>(src) + 1);
+      v[0] = w0.x, v[1] = w0.y, v[2] = w0.z, v[3] = w0.w, v[4] = w1.x, v[5] = w1.y, v[6] = w1.z, v[7] = w1.w;
+    }
+    const int len = min(8, F - grp * 8), take = min(a, len);
+    std::uint32_t k[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) k[j] = j < len ? order_key(rule_key(v[j], rule)) : 0u;
+    std::uint16_t* dst = idx + row * kept + static_cast<long long>(grp) * a;
+    int w = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      int rank = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) rank += (k[i] > k[j] || (k[i] == k[j] && i < j)) ? 1 : 0;
+      if (j < len && rank < take) dst[w++] = static_cast<std::uint16_t>(grp * 8 + j);
+    }
+  }
+}
+
+// Row-at-a-time gather / scatter for rows that fit in shared memory (training rows: 5464 bf16 = 10.7 KB).
+// Gather: the row is read once, coalesced (16-byte words when aligned), and picked from shared memory instead
+// of K scattered 2-byte loads. Scatter: the dense row is built in shared memory (zeros, then the kept values)
+// and stored once with 16-byte words, instead of a memset pass plus partial-sector writes of the kept values.
+// Bytes per row: gather F*sizeof(S) read + K*sizeof(O) written; scatter K*sizeof(S) read + F*sizeof(O) written.
+constexpr int kGsThreads = 256;
+constexpr std::size_t kRowSmemMax = 96 * 1024;
+
+template <class T>
+__device__ __forceinline__ bool aligned16(const T* p, int F) {
+  return (reinterpret_cast<std::uintptr_t>(p) % 16 == 0) && ((static_cast<std::size_t>(F) * sizeof(T)) % 16 == 0);
+}
+
+template <class S, class O>
+__global__ void __launch_bounds__(kGsThreads) gather_rows_kernel(const S* __restrict__ src,
+                                                                  const std::uint16_t* __restrict__ idx,
+                                                                  O* __restrict__ out, int K, int F) {
+  extern __shared__ __align__(16) unsigned char row_smem[];
+  S* row = reinterpret_cast<S*>(row_smem);
+  const long long r = blockIdx.x;
+  const S* s = src + r * F;
+  if (aligned16(s, F)) {
+    const int n16 = static_cast<int>(static_cast<std::size_t>(F) * sizeof(S) / 16);
+    for (int i = threadIdx.x; i < n16; i += kGsThreads)
+      reinterpret_cast<uint4*>(row)[i] = __ldcs(reinterpret_cast<const uint4*>(s) + i);
+  } else {
+    for (int i = threadIdx.x; i < F; i += kGsThreads) row[i] = s[i];
+  }
+  __syncthreads();
+  const std::uint16_t* ix = idx + r * K;
+  O* o = out + r * K;
+  for (int j = threadIdx.x; j < K; j += kGsThreads) o[j] = from_f32<O>(to_f32(row[ix[j]]));
+}
+
+template <class S, class O>
+__global__ void __launch_bounds__(kGsThreads) scatter_rows_kernel(const S* __restrict__ compact,
+                                                                   const std::uint16_t* __restrict__ idx,
+                                                                   O* __restrict__ dense, int K, int F) {
+  extern __shared__ __align__(16) unsigned char row_smem[];
+  O* row = reinterpret_cast<O*>(row_smem);
+  const long long r = blockIdx.x;
+  const int n16 = static_cast<int>((static_cast<std::size_t>(F) * sizeof(O) + 15) / 16);
+  for (int i = threadIdx.x; i < n16; i += kGsThreads) reinterpret_cast<uint4*>(row)[i] = make_uint4(0, 0, 0, 0);
+  __syncthreads();
+  const std::uint16_t* ix = idx + r * K;
+  const S* c = compact + r * K;
+  for (int j = threadIdx.x; j < K; j += kGsThreads) row[ix[j]] = from_f32<O>(to_f32(c[j]));
+  __syncthreads();
+  O* d = dense + r * F;
+  if (aligned16(d, F)) {
+    for (int i = threadIdx.x; i < n16; i += kGsThreads) reinterpret_cast<uint4*>(d)[i] = reinterpret_cast<const uint4*>(row)[i];
+  } else {
+    for (int i = threadIdx.x; i < F; i += kGsThreads) d[i] = row[i];
+  }
+}
+
+template <class Kernel>
+void allow_row_smem(Kernel kernel, std::size_t bytes) {
+  if (bytes > 48 * 1024)
+    MOC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
 template <class S, class O>
 __global__ void gather_cols_kernel(const S* __restrict__ src, const std::uint16_t* __restrict__ idx, O* __restrict__ out,
                                    long long total, int K, int F) {
@@ -834,9 +937,10 @@ void check_idx(const Tensor& idx, const char* op) {
   require(idx.dtype() == DType::i16, op, "channel indices must be i16");
 }
 
-// Rows per chunk of a dense [rows, F] workspace of elt-byte elements (at most ~128 MiB, at least 64 rows).
+// Rows per chunk of a dense [rows, F] workspace of elt-byte elements (at most ~384 MiB, at least 64 rows): a
+// training layer of the 1b model (16384 x 5464, bf16 or f32) is one chunk, so each projection is one GEMM.
 std::int64_t chunk_rows(std::int64_t n, std::int64_t F, std::size_t elt) {
-  const std::int64_t budget = (std::int64_t{128} << 20) / std::max<std::int64_t>(1, F * static_cast<std::int64_t>(elt));
+  const std::int64_t budget = (std::int64_t{384} << 20) / std::max<std::int64_t>(1, F * static_cast<std::int64_t>(elt));
   return std::max<std::int64_t>(1, std::min(n, std::max<std::int64_t>(64, budget)));
 }
 
@@ -910,6 +1014,14 @@ void moc_select(Ops& ops, const Tensor& g, const MocSelect& sel, Tensor& idx) {
   dispatch_float(g.dtype(), "moc_select", [&](auto tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* gp = g.data<T>();
+    if (sel.grouped() && sel.group_b == 8 && ld % 8 == 0 && reinterpret_cast<std::uintptr_t>(gp) % 16 == 0) {
+      const int ngroups = static_cast<int>((F + 7) / 8);
+      const long long total = n * ngroups;
+      group8_select_kernel<T><<<grid_for(total, 256), 256, 0, st>>>(gp, out, static_cast<int>(F), ld, sel.group_a,
+                                                                   ngroups, kept, total, rule);
+      MOC_CUDA_LAUNCHED("group8_select_kernel");
+      return;
+    }
     if (sel.grouped() && sel.group_b <= kSmallGroupMax) {
       const int b = sel.group_b;
       const int ngroups = static_cast<int>((F + b - 1) / b);
@@ -950,6 +1062,14 @@ void gather_cols(Ops& ops, const Tensor& src, const Tensor& idx, Tensor& out) {
     using S = std::remove_pointer_t<decltype(stag)>;
     dispatch_float(out.dtype(), "gather_cols", [&](auto otag) {
       using O = std::remove_pointer_t<decltype(otag)>;
+      const std::size_t smem = (static_cast<std::size_t>(F) * sizeof(S) + 15) / 16 * 16;
+      if (smem <= kRowSmemMax && n <= std::numeric_limits<int>::max()) {
+        allow_row_smem(gather_rows_kernel<S, O>, smem);
+        gather_rows_kernel<S, O><<<static_cast<unsigned>(n), kGsThreads, smem, st>>>(
+            src.data<S>(), idx.data<std::uint16_t>(), out.data<O>(), static_cast<int>(K), static_cast<int>(F));
+        MOC_CUDA_LAUNCHED("gather_rows_kernel");
+        return;
+      }
       gather_cols_kernel<S, O><<<grid_for(total, 256), 256, 0, st>>>(
           src.data<S>(), idx.data<std::uint16_t>(), out.data<O>(), total, static_cast<int>(K), static_cast<int>(F));
       MOC_CUDA_LAUNCHED("gather_cols_kernel");
@@ -964,6 +1084,21 @@ void scatter_cols(Ops& ops, const Tensor& compact, const Tensor& idx, Tensor& de
   require(is_float(compact.dtype()) && is_float(dense.dtype()), "scatter_cols", "expected f32 or bf16 tensors");
   if (dense.numel() == 0) return;
   cudaStream_t st = stream_of(ops);
+  const std::size_t row_bytes = static_cast<std::size_t>(F) * dtype_bytes(dense.dtype());
+  if (K > 0 && (row_bytes + 15) / 16 * 16 <= kRowSmemMax && n <= std::numeric_limits<int>::max()) {
+    dispatch_float(compact.dtype(), "scatter_cols", [&](auto ctag) {
+      using S = std::remove_pointer_t<decltype(ctag)>;
+      dispatch_float(dense.dtype(), "scatter_cols", [&](auto dtag) {
+        using O = std::remove_pointer_t<decltype(dtag)>;
+        const std::size_t smem = (row_bytes + 15) / 16 * 16;
+        allow_row_smem(scatter_rows_kernel<S, O>, smem);
+        scatter_rows_kernel<S, O><<<static_cast<unsigned>(n), kGsThreads, smem, st>>>(
+            compact.data<S>(), idx.data<std::uint16_t>(), dense.data<O>(), static_cast<int>(K), static_cast<int>(F));
+        MOC_CUDA_LAUNCHED("scatter_rows_kernel");
+      });
+    });
+    return;
+  }
   MOC_CUDA_CHECK(cudaMemsetAsync(dense.raw(), 0, dense.nbytes(), st));  // +0 in f32 and bf16
   const long long total = n * K;
   if (total == 0) return;
@@ -1024,8 +1159,10 @@ void sparse_rows_matmul_backward(Ops& ops, const Tensor& dout, const Tensor& z, 
   const DType wt = w.dtype();
   const Tensor do2 = dout.reshape({n, d}), z2 = z.reshape({n, K}), i2 = idx.reshape({n, K}), w2 = w.reshape({F, d});
   Tensor dz2 = dz.reshape({n, K}), dw2 = dw.reshape({F, d});
-  // dZ = dout W^T densely (f32), gathered at the kept channels; dW += scatter(Z')^T dout.
-  const std::int64_t chunk = chunk_rows(n, F, sizeof(float));
+  // dZ = dout W^T densely, gathered at the kept channels; dW += scatter(Z')^T dout. With bf16 weights and a
+  // bf16 dZ' the dense dZ is bf16 too (the GEMM accumulates in fp32 and rounds once, as the gather would).
+  const DType dzt = wt == DType::bf16 && dz.dtype() == DType::bf16 ? DType::bf16 : DType::f32;
+  const std::int64_t chunk = chunk_rows(n, F, dtype_bytes(dzt));
   const bool one_chunk = chunk >= n;
   // dW accumulates in fp32 unless one bf16 GEMM (fp32 inside, one rounding) does it all.
   Tensor dwacc = dw2;
@@ -1034,7 +1171,7 @@ void sparse_rows_matmul_backward(Ops& ops, const Tensor& dout, const Tensor& z, 
     dwacc = ops.empty({F, d}, DType::f32, workspace_tag());
     ops.copy(dwacc, dw2);
   }
-  Tensor dzd = ops.empty({chunk, F}, DType::f32, workspace_tag());
+  Tensor dzd = ops.empty({chunk, F}, dzt, workspace_tag());
   Tensor zd = ops.empty({chunk, F}, wt, workspace_tag());
   Tensor dout_w;  // dout in w's dtype when they differ
   if (dout.dtype() != wt) dout_w = ops.empty({chunk, d}, wt, workspace_tag());
