@@ -26,8 +26,10 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The cuDNN frontend headers (pinned PyPI wheel) for the bf16 attention path; quiet when present.
+# The cuDNN frontend headers (pinned PyPI wheel) for the bf16 attention path, and RAFT/RMM/rapids-logger
+# (pinned PyPI wheels) for the RAFT select_k top-K backend; both into .local/, quiet when present.
 "$(dirname "$0")/setup_cudnn_frontend.sh"
+"$(dirname "$0")/setup_raft.sh"
 
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: note: nvcc is at /usr/local/cuda/bin; put it on PATH to build the CUDA backend" >&2
