@@ -4,7 +4,11 @@
 
 #include <memory>
 
+#include <cstdint>
+#include <vector>
+
 #include "kernels/ops.h"
+#include "model/transformer.h"
 #ifdef MOCBENCH_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
@@ -16,6 +20,20 @@ inline std::unique_ptr<Ops> gpu_ops_or_null() {
   if (cuda::gpu_available()) return cuda::make_cuda_ops(0);
 #endif
   return nullptr;
+}
+
+// Copies each MoC layer's last selection from the GPU model onto the CPU model as a forced selection (the two
+// backends may pick different channels near the K-th value; under one selection their outputs must agree).
+inline void impose_selection(Transformer& gpu, Ops& gops, Transformer& cpu, Ops& cops) {
+  for (int l = 0; l < gpu.config().layers; ++l) {
+    const Tensor& g = gpu.ffn(l).selected();
+    if (!g.defined()) continue;
+    Tensor c = cops.empty(g.shape(), DType::i16, workspace_tag());
+    const auto ids = gops.download_i32(g);
+    std::vector<std::uint16_t> h(ids.begin(), ids.end());
+    cops.upload(c, h.data());
+    cpu.ffn(l).force_selection(c);
+  }
 }
 
 }  // namespace moc::testing

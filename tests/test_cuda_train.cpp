@@ -19,18 +19,7 @@
 namespace moc {
 namespace {
 using namespace moc::test;
-
-void impose_selection(Transformer& gpu, Ops& gops, Transformer& cpu, Ops& cops) {
-  for (int l = 0; l < gpu.config().layers; ++l) {
-    const Tensor& g = gpu.ffn(l).selected();
-    if (!g.defined()) continue;
-    Tensor c = cops.empty(g.shape(), DType::i16, workspace_tag());
-    const auto ids = gops.download_i32(g);
-    std::vector<std::uint16_t> h(ids.begin(), ids.end());
-    cops.upload(c, h.data());
-    cpu.ffn(l).force_selection(c);
-  }
-}
+using moc::testing::impose_selection;
 
 ModelConfig tiny(const char* ffn, bool gcp, DType dt, std::uint64_t seed) {
   ModelConfig cfg = preset("tiny-gqa");

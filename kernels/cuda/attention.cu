@@ -767,17 +767,12 @@ AttnDims check_dims(const char* op, const Tensor& q, const Tensor& k, const Tens
   return d;
 }
 
-template <class Kernel>
-void set_smem(Kernel kernel, std::size_t bytes) {
-  MOC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
-
 template <class T, int HD>
 void launch_forward(cudaStream_t st, const AttnDims& d, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                     Tensor& lse) {
   const std::size_t smem = (2 * Tile<HD>::kFloats + kTile * kPStride) * sizeof(float);
   auto kernel = attn_fwd_kernel<T, HD>;
-  set_smem(kernel, smem);
+  allow_smem(kernel, smem);
   const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(d.hd));
   dim3 grid(ceil_div(d.s, kTile), d.h, d.b);
   kernel<<<grid, kThreads, smem, st>>>(q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<float>(), d.s,
@@ -800,7 +795,7 @@ void launch_backward(Ops& ops, const AttnDims& d, const Tensor& q, const Tensor&
   {
     const std::size_t smem = (4 * Tile<HD>::kFloats + 2 * kTile * kPStride + 2 * kTile) * sizeof(float);
     auto kernel = attn_bwd_dkdv_kernel<T, HD>;
-    set_smem(kernel, smem);
+    allow_smem(kernel, smem);
     kernel<<<dim3(ntiles, d.kvh, d.b), kThreads, smem, st>>>(q.data<T>(), k.data<T>(), v.data<T>(), dout.data<T>(),
                                                              lse.data<float>(), D.data<float>(), dk.data<T>(),
                                                              dv.data<T>(), d.s, d.h, d.kvh, d.hd, scale, scale_log2);
@@ -809,7 +804,7 @@ void launch_backward(Ops& ops, const AttnDims& d, const Tensor& q, const Tensor&
   {
     const std::size_t smem = (4 * Tile<HD>::kFloats + kTile * kPStride) * sizeof(float);
     auto kernel = attn_bwd_dq_kernel<T, HD>;
-    set_smem(kernel, smem);
+    allow_smem(kernel, smem);
     kernel<<<dim3(ntiles, d.h, d.b), kThreads, smem, st>>>(q.data<T>(), k.data<T>(), v.data<T>(), dout.data<T>(),
                                                            lse.data<float>(), D.data<float>(), dq.data<T>(), d.s, d.h,
                                                            d.kvh, d.hd, scale, scale_log2);
@@ -900,7 +895,7 @@ void attention_decode(Ops& ops, const Tensor& q, const Tensor& k_cache, const Te
         const std::size_t smem = 2 * static_cast<std::size_t>(chunk) * dec_row_stride(hd) * sizeof(T) +
                                  static_cast<std::size_t>(NH) * (hde + chunk) * sizeof(float);
         auto kernel = attn_decode_split_kernel<T, NH>;
-        set_smem(kernel, smem);
+        allow_smem(kernel, smem);
         dim3 grid(nsplit, kvh * ceil_div(group, NH), b);
         kernel<<<grid, kDecThreads, smem, st>>>(q.data<T>(), k_cache.data<T>(), v_cache.data<T>(),
                                                 pos.data<std::int32_t>(), opart.data<float>(), mpart, lpart, h, kvh,

@@ -4,8 +4,12 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "kernels/ops.h"
 
@@ -40,6 +44,25 @@ void dispatch_float(DType dt, const char* op, Fn&& fn) {
   if (dt == DType::f32) fn(static_cast<float*>(nullptr));
   else if (dt == DType::bf16) fn(static_cast<__nv_bfloat16*>(nullptr));
   else throw std::invalid_argument(std::string("cuda ") + op + ": expected an f32 or bf16 tensor");
+}
+
+// Raises a kernel's dynamic shared memory limit (a per-function, per-device attribute) to at least `bytes`,
+// once per device and size: launches in hot paths call it freely. Up to 48 KiB needs nothing.
+inline void allow_dynamic_smem(const void* kernel, std::size_t bytes) {
+  if (bytes <= 48 * 1024) return;
+  static std::mutex mu;
+  static std::map<std::pair<int, std::uintptr_t>, std::size_t> done;
+  int dev = 0;
+  MOC_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto& cur = done[{dev, reinterpret_cast<std::uintptr_t>(kernel)}];
+  if (cur >= bytes) return;
+  MOC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  cur = bytes;
+}
+template <class Kernel>
+void allow_smem(Kernel kernel, std::size_t bytes) {
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes);
 }
 
 inline int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }

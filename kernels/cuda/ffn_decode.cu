@@ -1156,21 +1156,6 @@ DeviceLimits device_limits() {
   return lim;
 }
 
-// Raises a kernel's dynamic shared memory limit once per device (it is a per-function attribute).
-template <class Kernel>
-void allow_smem(Kernel kernel, std::size_t bytes) {
-  if (bytes <= 48 * 1024) return;
-  static std::mutex mu;
-  static std::map<std::pair<int, std::uintptr_t>, std::size_t> done;
-  int dev = 0;
-  MOC_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  auto& cur = done[{dev, reinterpret_cast<std::uintptr_t>(kernel)}];
-  if (cur >= bytes) return;
-  MOC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  cur = bytes;
-}
-
 // Clusters of C blocks (smem bytes each) that can be resident at once, cached per device and kernel.
 template <class Kernel>
 int max_active_clusters(Kernel kernel, std::size_t smem, int C) {

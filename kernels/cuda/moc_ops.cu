@@ -662,7 +662,7 @@ int row_key_slots(int F) {
 // A persistent grid: as many blocks of `threads` as fit on the GPU.
 template <class Kernel>
 unsigned persistent_blocks(Kernel kernel, int threads, std::size_t smem, long long rows) {
-  MOC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  allow_smem(kernel, smem);
   int dev = 0, sms = 0, per_sm = 0;
   MOC_CUDA_CHECK(cudaGetDevice(&dev));
   MOC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -907,12 +907,6 @@ __global__ void __launch_bounds__(kGsThreads) scatter_rows_kernel(const S* __res
   }
 }
 
-template <class Kernel>
-void allow_row_smem(Kernel kernel, std::size_t bytes) {
-  if (bytes > 48 * 1024)
-    MOC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
-
 template <class S, class O>
 __global__ void gather_cols_kernel(const S* __restrict__ src, const std::uint16_t* __restrict__ idx, O* __restrict__ out,
                                    long long total, int K, int F) {
@@ -1040,8 +1034,7 @@ void moc_select(Ops& ops, const Tensor& g, const MocSelect& sel, Tensor& idx) {
     if (seglen <= kSmemKeysMax) {
       const std::size_t smem = static_cast<std::size_t>(seglen) * sizeof(std::uint32_t);
       auto kernel = topk_radix_kernel<T, true>;
-      MOC_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      allow_smem(kernel, smem);
       kernel<<<blocks, kSelThreads, smem, st>>>(gp, out, static_cast<int>(F), ld, seglen, nseg, kept, a, sel.k, rule);
     } else {
       topk_radix_kernel<T, false><<<blocks, kSelThreads, 0, st>>>(gp, out, static_cast<int>(F), ld, seglen, nseg, kept,
@@ -1064,7 +1057,7 @@ void gather_cols(Ops& ops, const Tensor& src, const Tensor& idx, Tensor& out) {
       using O = std::remove_pointer_t<decltype(otag)>;
       const std::size_t smem = (static_cast<std::size_t>(F) * sizeof(S) + 15) / 16 * 16;
       if (smem <= kRowSmemMax && n <= std::numeric_limits<int>::max()) {
-        allow_row_smem(gather_rows_kernel<S, O>, smem);
+        allow_smem(gather_rows_kernel<S, O>, smem);
         gather_rows_kernel<S, O><<<static_cast<unsigned>(n), kGsThreads, smem, st>>>(
             src.data<S>(), idx.data<std::uint16_t>(), out.data<O>(), static_cast<int>(K), static_cast<int>(F));
         MOC_CUDA_LAUNCHED("gather_rows_kernel");
@@ -1091,7 +1084,7 @@ void scatter_cols(Ops& ops, const Tensor& compact, const Tensor& idx, Tensor& de
       dispatch_float(dense.dtype(), "scatter_cols", [&](auto dtag) {
         using O = std::remove_pointer_t<decltype(dtag)>;
         const std::size_t smem = (row_bytes + 15) / 16 * 16;
-        allow_row_smem(scatter_rows_kernel<S, O>, smem);
+        allow_smem(scatter_rows_kernel<S, O>, smem);
         scatter_rows_kernel<S, O><<<static_cast<unsigned>(n), kGsThreads, smem, st>>>(
             compact.data<S>(), idx.data<std::uint16_t>(), dense.data<O>(), static_cast<int>(K), static_cast<int>(F));
         MOC_CUDA_LAUNCHED("scatter_rows_kernel");
