@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <random>
 #include <stdexcept>
 
@@ -10,6 +11,8 @@
 #include "model/memory_model.h"
 #include "model/trainer.h"
 #include "model/transformer.h"
+#include "profiling/recording_ops.h"
+#include "profiling/tracer.h"
 
 namespace moc {
 
@@ -99,17 +102,28 @@ class MarkRangeTimer final : public RangeSink {
   std::vector<Closed> closed_;
 };
 
-// Wraps a repetition so that memory events and ranges are recorded for the first measured one only.
+// Wraps a repetition: while timing, memory events and ranges are recorded for the first measured one only;
+// in the profile pass (after the timed repetitions) each repetition is either untraced or traced for the
+// overhead metric, or a profiled step that the tracer keeps.
 struct Recorder {
+  enum class Phase { timing, untraced, traced, profiled };
   Ops& ops;
   MarkRangeTimer& timer;
   int warmup;
   std::int64_t* baseline;
   const std::atomic<bool>* stop;
+  prof::Tracer* tracer = nullptr;
+  Phase phase = Phase::timing;
   int calls = 0;
   template <class Fn>
   double operator()(Fn&& fn) {
     if (stop && stop->load()) throw Interrupted();
+    if (phase != Phase::timing) {
+      if (phase == Phase::profiled) tracer->begin_step();
+      const double t = timed(ops, fn);  // synchronizes: the step's work is done when it ends
+      if (phase == Phase::profiled) tracer->end_step();
+      return t;
+    }
     const bool record = calls++ == warmup;
     if (record) *baseline = ops.memory().live().total();
     ops.memory().set_record_events(record);
@@ -133,11 +147,78 @@ double copy_bandwidth_GBps(Ops& ops) {
   for (int i = 0; i < 15; ++i) t.push_back(timed(ops, [&] { ops.copy(b, a); }));
   return 2.0 * static_cast<double>(a.nbytes()) / median_of(t) / 1e9;
 }
+// The profile pass of a point, after its timed repetitions: `sample` runs one repetition through the
+// Recorder (as the measuring loop does). First the same work untraced and traced, a few repetitions each
+// (the tracing overhead; the traced ones' records are dropped), then spec.profile_steps profiled steps whose
+// records, ranges and allocator events make the point's profile.
+void profile_pass(Ops& ops, Recorder& rec, prof::Tracer& tracer, const PointSpec& spec, double median_s,
+                  const std::function<double()>& sample, PointOutcome& out) {
+  // About a second of each (a quarter on the slow CPU backend), 3 to 20 repetitions.
+  const double budget_s = ops.device() == DeviceKind::cuda ? 1.0 : 0.25;
+  const int reps = std::clamp(static_cast<int>(budget_s / std::max(median_s, 1e-9)), 3, 20);
+  std::vector<double> untraced, traced;
+  rec.phase = Recorder::Phase::untraced;
+  for (int i = 0; i < reps; ++i) untraced.push_back(sample());
+  tracer.enable();
+  rec.phase = Recorder::Phase::traced;
+  sample();  // CUPTI's first traced launches set up its buffers: not part of the overhead
+  for (int i = 0; i < reps; ++i) traced.push_back(sample());
+
+  MemoryTracker& mem = ops.memory();
+  prof::AllocatorTimeline alloc;
+  alloc.origin = mem.origin();
+  const MemSnapshot live = mem.live();
+  for (std::size_t c = 0; c < kMemCategories; ++c)
+    alloc.live_at_start.emplace_back(std::string(category_name(static_cast<MemCategory>(c))), live.by_category[c]);
+  const std::size_t events_before = mem.events().size();
+  mem.set_record_events(true);
+  rec.phase = Recorder::Phase::profiled;
+  for (int i = 0; i < std::max(1, spec.profile_steps); ++i) sample();
+  mem.set_record_events(false);
+  rec.phase = Recorder::Phase::timing;
+  const auto events = mem.events();
+  for (std::size_t i = events_before; i < events.size(); ++i) {
+    const auto& e = events[i];
+    alloc.events.push_back({e.t_ns, std::string(category_name(e.tag.category)), std::string(module_name(e.tag.module)),
+                            e.tag.layer, e.bytes});
+  }
+  prof::ProfileTrace trace = tracer.finish(alloc);
+
+  const double steps = std::max(1, trace.steps);
+  const double untraced_ms = median_of(untraced) * 1e3, traced_ms = median_of(traced) * 1e3;
+  auto& m = out.metrics;
+  m.push_back({"profile_steps", static_cast<double>(trace.steps)});
+  m.push_back({"profile_kernels", static_cast<double>(trace.kernels.size()) / steps});
+  m.push_back({"profile_gpu_busy_ms", static_cast<double>(prof::busy_ns(trace)) / 1e6 / steps});
+  m.push_back({"profile_untraced_ms", untraced_ms});
+  m.push_back({"profile_traced_ms", traced_ms});
+  m.push_back({"profile_overhead_pct", 100.0 * (traced_ms / untraced_ms - 1.0)});
+  m.push_back({"profile_dropped_records", static_cast<double>(trace.dropped_records)});
+  if (trace.dropped_records > 0)
+    std::fprintf(stderr, "mocbench: profile: CUPTI dropped %llu records at this point (stored as profile_dropped_records)\n",
+                 static_cast<unsigned long long>(trace.dropped_records));
+  out.profile = std::move(trace);
+}
 }  // namespace
 
 std::vector<std::string> point_modes() { return {"train", "decode", "ffn-train", "ffn-decode", "topk"}; }
 
-PointOutcome run_point(Ops& ops, const PointSpec& spec) {
+PointOutcome run_point(Ops& backend, const PointSpec& spec) {
+  PointOutcome out;
+  // The profiler exists from the start: graph nodes captured before the profile pass must find their
+  // ranges. On the CPU backend every op goes through the recording decorator (a branch when not tracing).
+  std::unique_ptr<prof::Tracer> tracer;
+  std::unique_ptr<prof::RecordingOps> recording;
+  if (spec.profile) {
+    if (backend.device() == DeviceKind::cuda) {
+      tracer = prof::make_cupti_tracer(&out.profile_note);
+    } else {
+      auto cpu = std::make_unique<prof::CpuTracer>();
+      recording = std::make_unique<prof::RecordingOps>(backend, *cpu);
+      tracer = std::move(cpu);
+    }
+  }
+  Ops& ops = recording ? static_cast<Ops&>(*recording) : backend;
   ModelConfig cfg = spec.model;
   if (spec.batch <= 0 || spec.seq <= 0) throw ConfigError("batch and seq must be positive");
   cfg.seq_len = std::max(cfg.seq_len, std::max(spec.seq, spec.prompt + spec.generate));
@@ -147,10 +228,13 @@ PointOutcome run_point(Ops& ops, const PointSpec& spec) {
   MarkRangeTimer timer(ops);
   // On the GPU the same ranges also go to NVTX (Nsight Systems).
   NvtxRangeSink nvtx;
-  TeeRangeSink tee({&timer, &nvtx});
-  RangeSink* sink = ops.device() == DeviceKind::cuda ? static_cast<RangeSink*>(&tee) : &timer;
-  PointOutcome out;
-  Recorder rec{ops, timer, spec.measure.warmup, &out.memory_baseline_bytes, spec.stop};
+  TeeRangeSink tee({&timer, ops.device() == DeviceKind::cuda ? &nvtx : nullptr, tracer.get()});
+  RangeSink* sink = &tee;
+  Recorder rec{ops, timer, spec.measure.warmup, &out.memory_baseline_bytes, spec.stop, tracer.get()};
+  // After a mode's timed repetitions: its profile, from the same repetition function.
+  auto profile = [&](const std::function<double()>& sample) {
+    if (tracer) profile_pass(ops, rec, *tracer, spec, out.stats.median_s, sample, out);
+  };
   std::mt19937 rng(static_cast<std::uint32_t>(cfg.seed));
   auto& m = out.metrics;
   const double b = spec.batch, s = spec.seq;
@@ -167,12 +251,16 @@ PointOutcome run_point(Ops& ops, const PointSpec& spec) {
     tc.fp32_master = spec.fp32_master && cfg.param_dtype == DType::bf16;
     Trainer trainer(model, tc);
     double first_loss = -1, last_loss = 0;
-    out.stats = measure(spec.measure, [&] {
+    const std::function<double()> sample = [&] {
       return rec([&] {
         last_loss = trainer.step(tok, tgt, spec.batch, spec.seq).loss;
         if (first_loss < 0) first_loss = last_loss;
       });
-    });
+    };
+    out.stats = measure(spec.measure, sample);
+    const double loss_timed = last_loss;
+    profile(sample);
+    last_loss = loss_timed;
     const auto engine = engine_activation_model(cfg, spec.batch, spec.seq);
     m.push_back({"step_ms", out.stats.median_s * 1e3});
     m.push_back({"tokens_per_s", b * s / out.stats.median_s});
@@ -208,15 +296,20 @@ PointOutcome run_point(Ops& ops, const PointSpec& spec) {
     // One decode step (embedding .. LM head, sampling, feeding the token back) captured once and
     // replayed, as a serving loop does: a CUDA graph on the GPU.
     auto graph = dec.capture_step();
-    out.stats = measure(spec.measure, [&] {
+    const std::function<double()> sample = [&] {
       if (dec.position() >= max_seq) {  // untimed: a fresh sequence once the cache is full
         refill();
         dec.step(first);
       }
-      const double t = rec([&] { graph->replay(); });
+      const double t = rec([&] {
+        ScopedRange sr(sink, "step");
+        graph->replay();
+      });
       dec.advance();
       return t;
-    });
+    };
+    out.stats = measure(spec.measure, sample);
+    profile(sample);
     m.push_back({"ms_per_token", out.stats.median_s * 1e3});
     m.push_back({"tokens_per_s", b / out.stats.median_s});
     m.push_back({"prefill_ms", median_of(prefill_s) * 1e3});
@@ -248,13 +341,18 @@ PointOutcome run_point(Ops& ops, const PointSpec& spec) {
       Tensor gd = ops.empty(wd[0].shape(), cfg.param_dtype, {MemCategory::gradients});
       Tensor dx = ops.empty({rows, cfg.hidden}, cfg.act_dtype, workspace_tag());
       std::vector<double> fwd, bwd;
-      out.stats = measure(spec.measure, [&] {
+      const std::function<double()> sample = [&] {
         return rec([&] {
           const FfnWeights w{&wg[0], &wu[0], &wd[0]};
           fwd.push_back(timed(ops, [&] { ffn.forward(x, w, y, 0.0f, true, sink); }));
           bwd.push_back(timed(ops, [&] { ffn.backward(x, y, w, dx, {&gg, &gu, &gd}, sink); }));
         });
-      });
+      };
+      out.stats = measure(spec.measure, sample);
+      const std::size_t timed_reps = fwd.size();
+      profile(sample);
+      fwd.resize(timed_reps);
+      bwd.resize(timed_reps);
       m.push_back({"fwd_bwd_ms", out.stats.median_s * 1e3});
       m.push_back({"forward_ms", median_of(fwd) * 1e3});
       m.push_back({"backward_ms", median_of(bwd) * 1e3});
@@ -278,12 +376,14 @@ PointOutcome run_point(Ops& ops, const PointSpec& spec) {
       };
       ops.fill(y, 0.0f);
       auto full = graph_of(kFfnAll, nullptr);
-      out.stats = measure(spec.measure, [&] {
+      const std::function<double()> sample = [&] {
         return rec([&] {
           ScopedRange sr(sink, "ffn.decode");
           full->replay();
         }) / copies;
-      });
+      };
+      out.stats = measure(spec.measure, sample);
+      profile(sample);
       // The paper's breakdown, each part timed alone the same way: gate projection, top-K (gate + selection
       // minus gate), up & down projection (on a fixed selection), other (the rest of the whole call).
       MeasureSettings part = spec.measure;
@@ -343,12 +443,14 @@ PointOutcome run_point(Ops& ops, const PointSpec& spec) {
     const MocSelect sel = cfg.ffn.kind == FfnKind::moc ? cfg.ffn.selection() : MocSelect{cfg.ffn.k, 0, 0, cfg.ffn.rule, cfg.ffn.topk_backend};
     if (sel.kept(cfg.d_ffn) <= 0) throw ConfigError("topk mode needs k > 0");
     Tensor idx = ops.empty({rows, sel.kept(cfg.d_ffn)}, DType::i16, workspace_tag());
-    out.stats = measure(spec.measure, [&] {
+    const std::function<double()> sample = [&] {
       return rec([&] {
         ScopedRange sr(sink, "ffn.topk");
         ops.moc_select(g, sel, idx);
       });
-    });
+    };
+    out.stats = measure(spec.measure, sample);
+    profile(sample);
     m.push_back({"latency_us", out.stats.median_s * 1e6});
     m.push_back({"rows_per_s", static_cast<double>(rows) / out.stats.median_s});
   } else {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "kernels/ops.h"
 #include "model/config.h"
 #include "profiling/ranges.h"
+#include "profiling/trace.h"
 
 namespace moc {
 
@@ -28,6 +30,10 @@ struct PointSpec {
   bool fp32_master = false;
   double peak_flops = 0;     // the device's dense bf16 peak (FLOP/s) for MFU; 0: not reported  // train: bf16 parameters with fp32 master weights and AdamW states
   MeasureSettings measure;
+  // Profile: after the timed repetitions, profile_steps more with every kernel traced (CUPTI on the GPU, a
+  // recording Ops decorator on the CPU), plus the same work traced vs untraced for the tracing overhead.
+  bool profile = false;
+  int profile_steps = 1;
   const std::atomic<bool>* stop = nullptr;  // set (e.g. by SIGINT): the point ends with Interrupted
 };
 
@@ -44,6 +50,8 @@ struct PointOutcome {
   std::vector<MemEvent> memory_events;       // of the first measured repetition
   std::int64_t memory_baseline_bytes = 0;     // live bytes when that repetition began
   std::vector<HostRangeTimer::Event> ranges;  // of the first measured repetition
+  std::optional<prof::ProfileTrace> profile;  // the profiled steps, when profiling was on and possible
+  std::string profile_note;                   // why a requested profile is missing (e.g. CUPTI is busy)
 };
 
 std::vector<std::string> point_modes();

@@ -14,6 +14,7 @@ struct RunOptions {
   std::size_t cpu_memory_limit_bytes = 0;  // 0: unlimited (tests provoke OOM with a limit)
   // "axis=value" filters: only the points whose axis (or mode) has that value run; all filters must match.
   std::vector<std::string> only;
+  bool no_profile = false;  // --no-profile: no profile pass, whatever the scenario's [profile] says
 };
 
 // Returns the process exit code: 0 ok, 1 runtime failure, 2 bad scenario, 130 interrupted.

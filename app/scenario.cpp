@@ -34,8 +34,9 @@ std::vector<std::string> scenario_backends() { return {"cpu", "cuda"}; }
 
 namespace {
 
-const std::vector<std::string> kTopKeys = {"name",    "description", "mode",    "device",  "model",
-                                           "measure", "axes",        "exclude", "include", "overrides"};
+const std::vector<std::string> kTopKeys = {"name",    "description", "mode",    "device",  "model",    "measure",
+                                           "profile", "axes",        "exclude", "include", "overrides"};
+const std::vector<std::string> kProfileKeys = {"kernels", "steps"};
 const std::vector<std::string> kMeasureKeys = {"warmup", "min_reps", "max_reps", "time_bound_s", "target_noise",
                                                "cold",   "steps",    "prompt",   "generate"};
 const std::vector<std::string> kOverrideKeys = {"model", "measure", "axes"};
@@ -191,7 +192,7 @@ Rule rule_of(std::string_view key) {
                        "min_reps", "max_reps", "steps", "prompt", "generate"}},
       {Rule::nonneg_int, {"seed", "warmup"}},
       {Rule::pos_number, {"rope_theta", "norm_eps", "init_std", "time_bound_s", "target_noise"}},
-      {Rule::boolean, {"gcp", "cold"}},
+      {Rule::boolean, {"gcp", "cold", "kernels"}},
       {Rule::text, {"name", "description"}},
       {Rule::mode, {"mode"}},
       {Rule::device, {"device"}},
@@ -213,7 +214,7 @@ std::string example_of(std::string_view key) {
   static const std::vector<std::pair<std::string, std::string>> examples = {
       {"batch", "4"}, {"seq", "256"}, {"min_reps", "5"}, {"max_reps", "100"}, {"warmup", "3"}, {"steps", "10"},
       {"prompt", "128"}, {"generate", "128"}, {"seed", "1"}, {"time_bound_s", "10.0"}, {"target_noise", "0.02"},
-      {"gcp", "true"}, {"cold", "true"}, {"mode", "\"decode\""}, {"device", "\"auto\""}, {"preset", "\"1b\""},
+      {"gcp", "true"}, {"cold", "true"}, {"kernels", "true"}, {"mode", "\"decode\""}, {"device", "\"auto\""}, {"preset", "\"1b\""},
       {"ffn", "\"moc_2:8\""}, {"k", "1024 (or 0.2, a fraction of d_ffn)"}, {"select", "\"gate\""},
       {"topk_position", "\"gate\""}, {"topk_backend", "\"own\""}, {"precision", "\"bf16\""},
       {"param_dtype", "\"bf16\""}, {"act_dtype", "\"bf16\""}, {"name", "\"decode_bs1_4\""},
@@ -385,6 +386,9 @@ class Parser {
       } else if (k == "measure") {
         settings(table(*node, "[measure]", "[measure] with warmup = 3 below it"), "[measure]", kMeasureKeys,
                  sc_.measure);
+      } else if (k == "profile") {
+        settings(table(*node, "[profile]", "[profile] with kernels = true below it"), "[profile]", kProfileKeys,
+                 sc_.profile);
       } else if (k == "axes") {
         axes(table(*node, "[axes]", "[axes] with batch = [1, 2, 4] below it"), "[axes]", false, sc_.axes);
       } else if (k == "exclude") {
@@ -780,6 +784,10 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
         if (k == late) apply(k, v);
 
     pt.measure = m;
+    for (const auto& ps : profile) {
+      if (ps.key == "kernels") pt.profile_kernels = ps.value.b;
+      if (ps.key == "steps") pt.profile_steps = static_cast<int>(ps.value.i);
+    }
     pt.batch = 1;
     if (const ScenarioValue* v = find_value(rp, "batch")) pt.batch = static_cast<int>(v->i);
     pt.seq = pt.model.seq_len;

@@ -83,6 +83,9 @@ struct ScenarioPoint {
   Measurement measure;
   std::string topk_backend = "own";  // own | raft
   std::string precision;             // bf16 | bf16-fp32master | fp32 (default: fp32 on cpu, bf16 on cuda)
+  // [profile]: trace every kernel (CPU ops on the CPU backend) of profile_steps extra repetitions.
+  bool profile_kernels = true;
+  int profile_steps = 1;
 
   // Value text of an axis of this point, or nullptr when the point does not sweep it.
   const std::string* axis(std::string_view name) const;
@@ -106,6 +109,7 @@ struct Scenario {
   std::optional<ScenarioValue> mode;                  // top-level mode: the default when mode is not an axis
   std::vector<ScenarioSetting> model;                 // [model]: preset and moc::override_keys()
   std::vector<ScenarioSetting> measure;               // [measure]
+  std::vector<ScenarioSetting> profile;               // [profile]: kernels, steps
   std::vector<ScenarioAxis> axes;                     // [axes]
   std::vector<std::vector<ScenarioAxis>> exclude;     // [[exclude]]: a point goes when it matches every key
   std::vector<std::vector<ScenarioSetting>> include;  // [[include]]: extra points

@@ -65,6 +65,8 @@ class MemoryTracker {
   std::int64_t peak_total() const;
   std::int64_t peak_of(MemCategory c) const;  // each category's own maximum
   std::vector<MemEvent> events() const;
+  // The moment event times count from (MemEvent::t_ns).
+  std::chrono::steady_clock::time_point origin() const { return t0_; }
   void set_record_events(bool on);
   // Forget the peaks (live bytes stay) so a phase can be measured on its own.
   void reset_peak();

@@ -1,0 +1,131 @@
+// The CPU backend's profiler: a decorator over any Ops that records every op it forwards (name, start and
+// end on the host clock, the innermost phase range open, the profiled step) into a CpuTracer, so `stats`,
+// the Perfetto export and the dashboard work without a GPU. Outside the tracer's steps it only forwards.
+// Everything that is not an op (allocator, streams, capture, timing, marks) goes straight to the inner Ops:
+// a captured "graph" of the CPU backend re-runs its function, whose ops come back through here.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "kernels/ops.h"
+#include "profiling/tracer.h"
+
+namespace moc::prof {
+
+class RecordingOps final : public Ops {
+ public:
+  RecordingOps(Ops& inner, CpuTracer& tracer) : inner_(inner), tracer_(tracer) {}
+  DeviceKind device() const override { return inner_.device(); }
+  std::string name() const override { return inner_.name(); }
+  Allocator& allocator() override { return inner_.allocator(); }
+  void synchronize() override { inner_.synchronize(); }
+  void* stream() const override { return inner_.stream(); }
+  void set_stream(void* s) override { inner_.set_stream(s); }
+  std::unique_ptr<OpGraph> capture(std::function<void()> fn) override { return inner_.capture(std::move(fn)); }
+  double timed(const std::function<void()>& fn) override { return inner_.timed(fn); }
+  int mark() override { return inner_.mark(); }
+  double mark_ms(int id) override { return inner_.mark_ms(id); }
+  void clear_marks() override { inner_.clear_marks(); }
+
+  void upload(Tensor& dst, const void* host) override {
+    run("upload", [&] { inner_.upload(dst, host); });
+  }
+  void download(const Tensor& src, void* host) override {
+    run("download", [&] { inner_.download(src, host); });
+  }
+  void copy(Tensor& dst, const Tensor& src) override {
+    run("copy", [&] { inner_.copy(dst, src); });
+  }
+  void fill(Tensor& t, float value) override {
+    run("fill", [&] { inner_.fill(t, value); });
+  }
+  void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha = 1.0f, float beta = 0.0f) override {
+    run("gemm", [&] { inner_.gemm(a, trans_a, b, trans_b, c, alpha, beta); });
+  }
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override {
+    run("add", [&] { inner_.add(a, b, out); });
+  }
+  void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) override {
+    run("embedding_forward", [&] { inner_.embedding_forward(tokens, table, out); });
+  }
+  void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) override {
+    run("embedding_backward", [&] { inner_.embedding_backward(tokens, dout, dtable); });
+  }
+  void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) override {
+    run("rmsnorm_forward", [&] { inner_.rmsnorm_forward(x, w, eps, y, rstd); });
+  }
+  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx, Tensor& dw) override {
+    run("rmsnorm_backward", [&] { inner_.rmsnorm_backward(dy, x, w, rstd, dx, dw); });
+  }
+  void rope(Tensor& x, const Tensor& positions, float theta, bool inverse) override {
+    run("rope", [&] { inner_.rope(x, positions, theta, inverse); });
+  }
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse) override {
+    run("attention_forward", [&] { inner_.attention_forward(q, k, v, out, lse); });
+  }
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override {
+    run("attention_backward", [&] { inner_.attention_backward(q, k, v, out, lse, dout, dq, dk, dv); });
+  }
+  void kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& start, Tensor& k_cache, Tensor& v_cache) override {
+    run("kv_cache_write", [&] { inner_.kv_cache_write(k, v, start, k_cache, v_cache); });
+  }
+  void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos, Tensor& out) override {
+    run("attention_decode", [&] { inner_.attention_decode(q, k_cache, v_cache, pos, out); });
+  }
+  void swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor& z) override {
+    run("swiglu_forward", [&] { inner_.swiglu_forward(g, u, s, z); });
+  }
+  void swiglu_backward(const Tensor& dz, const Tensor& g, const Tensor& u, const Tensor* s, Tensor& dg, Tensor& du) override {
+    run("swiglu_backward", [&] { inner_.swiglu_backward(dz, g, u, s, dg, du); });
+  }
+  void moc_select(const Tensor& g, const MocSelect& sel, Tensor& idx) override {
+    run("moc_select", [&] { inner_.moc_select(g, sel, idx); });
+  }
+  void gather_cols(const Tensor& src, const Tensor& idx, Tensor& out) override {
+    run("gather_cols", [&] { inner_.gather_cols(src, idx, out); });
+  }
+  void scatter_cols(const Tensor& compact, const Tensor& idx, Tensor& dense) override {
+    run("scatter_cols", [&] { inner_.scatter_cols(compact, idx, dense); });
+  }
+  void sparse_rows_matmul(const Tensor& z, const Tensor& idx, const Tensor& w, Tensor& out, float beta) override {
+    run("sparse_rows_matmul", [&] { inner_.sparse_rows_matmul(z, idx, w, out, beta); });
+  }
+  void sparse_rows_matmul_backward(const Tensor& dout, const Tensor& z, const Tensor& idx, const Tensor& w, Tensor& dz, Tensor& dw) override {
+    run("sparse_rows_matmul_backward", [&] { inner_.sparse_rows_matmul_backward(dout, z, idx, w, dz, dw); });
+  }
+  void ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out, const Tensor* force_idx = nullptr, Tensor* idx_out = nullptr, unsigned parts = kFfnAll) override {
+    run("ffn_decode", [&] { inner_.ffn_decode(x, w, sel, out, force_idx, idx_out, parts); });
+  }
+  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) override {
+    run("cross_entropy_forward", [&] { inner_.cross_entropy_forward(logits, targets, losses); });
+  }
+  void cross_entropy_backward(Tensor& logits, const Tensor& targets, float scale) override {
+    run("cross_entropy_backward", [&] { inner_.cross_entropy_backward(logits, targets, scale); });
+  }
+  void sum_squares(const Tensor& t, Tensor& acc) override {
+    run("sum_squares", [&] { inner_.sum_squares(t, acc); });
+  }
+  void adamw_step(const std::vector<ParamSlot>& slots, const AdamWParams& p) override {
+    run("adamw_step", [&] { inner_.adamw_step(slots, p); });
+  }
+  void sample(const Tensor& logits, float temperature, std::uint64_t seed, const Tensor& counter, Tensor& next) override {
+    run("sample", [&] { inner_.sample(logits, temperature, seed, counter, next); });
+  }
+  void increment(Tensor& t, int by) override {
+    run("increment", [&] { inner_.increment(t, by); });
+  }
+
+ private:
+  template <class F>
+  void run(const char* op, F&& f) {
+    if (!tracer_.enabled() || tracer_.current_step() < 0) return f();
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    tracer_.record_op(op, t0, std::chrono::steady_clock::now());
+  }
+  Ops& inner_;
+  CpuTracer& tracer_;
+};
+
+}  // namespace moc::prof

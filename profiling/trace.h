@@ -1,0 +1,134 @@
+// A point's profile: what ran during its profiled step(s), on one clock. The CUPTI tracer (GPU) and the
+// recording Ops decorator (CPU backend) produce it; the results database stores it in tables named after
+// Nsight Systems' SQLite export (db/README.md); `mocbench stats`, the Perfetto export and the dashboard read
+// it back. Plain data: no CUDA, no SQLite.
+//
+// Clock: every *_ns is on the trace clock -- CUPTI's timestamps on the GPU (host ranges and allocator events
+// are converted onto it), the host's steady clock on the CPU backend -- so kernels, phase ranges and memory
+// line up on one timeline. Only differences are meaningful; ProfileTrace::start_ns is the window's start.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moc::prof {
+
+// One kernel (GPU) or one op (CPU backend: name = short_name = the Ops method, device_id = -1, no launch
+// configuration). Columns follow CUPTI_ACTIVITY_KIND_KERNEL / CUpti_ActivityKernel10.
+struct KernelRecord {
+  std::string name;        // demangled name
+  std::string short_name;  // the name without namespace, template arguments and parameters
+  std::int64_t start_ns = 0, end_ns = 0;
+  int device_id = -1;  // -1: a CPU op
+  std::uint32_t context_id = 0, stream_id = 0, correlation_id = 0;
+  int grid_x = 0, grid_y = 0, grid_z = 0, block_x = 0, block_y = 0, block_z = 0;
+  int registers_per_thread = 0, static_shared_bytes = 0, dynamic_shared_bytes = 0;
+  std::uint32_t graph_id = 0;       // 0: not launched from a CUDA graph
+  std::uint64_t graph_node_id = 0;  // the graph node that launched it (0: none)
+  std::int64_t range_id = -1;       // innermost PhaseRange::id it belongs to (-1: outside every range)
+  int step = 0;                     // which profiled step (0-based)
+  bool operator==(const KernelRecord&) const = default;
+};
+
+// CUPTI_ACTIVITY_KIND_MEMCPY. copy_kind: "HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "unknown".
+struct MemcpyRecord {
+  std::int64_t start_ns = 0, end_ns = 0;
+  int device_id = 0;
+  std::uint32_t context_id = 0, stream_id = 0, correlation_id = 0;
+  std::int64_t bytes = 0;
+  std::string copy_kind, src_kind, dst_kind;  // src/dst: "pageable", "pinned", "device", "managed", ...
+  std::uint32_t graph_id = 0;
+  std::uint64_t graph_node_id = 0;
+  std::int64_t range_id = -1;
+  int step = 0;
+  bool operator==(const MemcpyRecord&) const = default;
+};
+
+// CUPTI_ACTIVITY_KIND_MEMSET.
+struct MemsetRecord {
+  std::int64_t start_ns = 0, end_ns = 0;
+  int device_id = 0;
+  std::uint32_t context_id = 0, stream_id = 0, correlation_id = 0;
+  std::int64_t bytes = 0;
+  int value = 0;
+  std::string mem_kind;  // "device", "pinned", ...
+  std::uint32_t graph_id = 0;
+  std::uint64_t graph_node_id = 0;
+  std::int64_t range_id = -1;
+  int step = 0;
+  bool operator==(const MemsetRecord&) const = default;
+};
+
+// A CUDA runtime or driver API call (CUPTI_ACTIVITY_KIND_RUNTIME / _DRIVER). correlation_id ties a launch
+// to the kernel, memcpy or memset it started (launch-to-start latency = kernel start - API start).
+struct ApiRecord {
+  std::string name;    // "cudaLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch", ...
+  std::string domain;  // "runtime" | "driver"
+  std::int64_t start_ns = 0, end_ns = 0;
+  std::uint32_t correlation_id = 0;
+  std::uint32_t thread_id = 0;
+  int return_value = 0;
+  bool operator==(const ApiRecord&) const = default;
+};
+
+// CUPTI_ACTIVITY_KIND_MEMORY2: a device allocation or free by the CUDA driver (cudaMalloc/cudaFree, pools).
+struct DeviceMemoryRecord {
+  std::int64_t t_ns = 0;
+  int device_id = 0;
+  std::uint32_t context_id = 0, stream_id = 0, correlation_id = 0;
+  std::uint64_t address = 0;
+  std::int64_t bytes = 0;
+  bool is_alloc = true;  // false: a free
+  std::string mem_kind;  // "device", "pinned", "managed", ...
+  bool operator==(const DeviceMemoryRecord&) const = default;
+};
+
+// One opened-and-closed phase range (step, layer.N, attention, ffn.gate, ffn.topk, ffn.up, ffn.down, head,
+// optimizer, ...) of a profiled step. host_* is when the host pushed and popped it (the NVTX range);
+// start/end is where its work ran: the span from the first start to the last end of the kernels, copies
+// and sets attributed to it or to its children (the device projection nsys calls "GPU projection"; on
+// the CPU backend the host times). A range whose ops all ran inside a CUDA graph was pushed only while the
+// graph was captured; each replay gets its own PhaseRange (same name, parent structure and step) whose
+// host_start_ns = host_end_ns = 0 (the host did not open it during the trace: nvtx_sum skips such ranges).
+struct PhaseRange {
+  std::int64_t id = 0;
+  std::int64_t parent_id = -1;  // -1: a root range
+  std::string name;
+  int depth = 0;  // 0 for a root
+  int step = 0;
+  std::int64_t start_ns = 0, end_ns = 0;
+  std::int64_t host_start_ns = 0, host_end_ns = 0;
+  int ops = 0;  // kernels, memcpys and memsets attributed to it or to its children
+  bool operator==(const PhaseRange&) const = default;
+};
+
+// The engine allocator's timeline during the profiled steps (category-tagged, as memory_events), on the
+// trace clock. The first events of a trace (bytes = 0) give each category's live bytes when it began.
+struct AllocatorEvent {
+  std::int64_t t_ns = 0;
+  std::string category, module;
+  int layer = -1;
+  std::int64_t bytes = 0;                // +allocated / -released
+  std::int64_t category_live_bytes = 0;  // the category's live bytes after this event
+  bool operator==(const AllocatorEvent&) const = default;
+};
+
+struct ProfileTrace {
+  std::string source;  // "cupti" | "cpu"
+  int steps = 0;       // profiled steps (repetitions of the point's unit of work)
+  std::int64_t start_ns = 0, end_ns = 0;  // the traced window
+  std::uint64_t dropped_records = 0;      // records CUPTI dropped (reported, never silent)
+  std::vector<KernelRecord> kernels;
+  std::vector<MemcpyRecord> memcpys;
+  std::vector<MemsetRecord> memsets;
+  std::vector<ApiRecord> api;
+  std::vector<DeviceMemoryRecord> device_memory;
+  std::vector<PhaseRange> ranges;
+  std::vector<AllocatorEvent> allocator;
+  bool operator==(const ProfileTrace&) const = default;
+};
+
+// Busy time of the device(s): the length of the union of every kernel, memcpy and memset interval.
+std::int64_t busy_ns(const ProfileTrace& t);
+
+}  // namespace moc::prof

@@ -1,0 +1,275 @@
+#include "profiling/tracer.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+namespace moc::prof {
+
+Tracer::~Tracer() = default;
+
+void Tracer::push(std::string_view name) {
+  const std::int64_t t = now_ns();
+  std::lock_guard lk(mu_);
+  const std::int64_t id = next_id_++;
+  const std::int64_t parent = stack_.empty() ? -1 : stack_.back();
+  instances_.emplace(id, Instance{id, parent, std::string(name), static_cast<int>(stack_.size()), t, -1, false, in_step_});
+  stack_.push_back(id);
+}
+
+void Tracer::pop() {
+  const std::int64_t t = now_ns();
+  std::lock_guard lk(mu_);
+  if (stack_.empty()) return;
+  const std::int64_t id = stack_.back();
+  stack_.pop_back();
+  auto it = instances_.find(id);
+  if (it == instances_.end()) return;
+  it->second.host_end = t;
+  // Ranges of unprofiled repetitions are forgotten at once, unless a captured graph node refers to them.
+  if (!it->second.in_step && !it->second.pinned) instances_.erase(it);
+}
+
+std::int64_t Tracer::current_range() const {
+  std::lock_guard lk(mu_);
+  return stack_.empty() ? -1 : stack_.back();
+}
+
+void Tracer::pin(std::int64_t id) {
+  while (id >= 0) {
+    auto it = instances_.find(id);
+    if (it == instances_.end() || it->second.pinned) return;
+    it->second.pinned = true;
+    id = it->second.parent;
+  }
+}
+
+void Tracer::map_graph_node(std::uint64_t node_id) {
+  std::lock_guard lk(mu_);
+  if (stack_.empty()) return;  // created outside every range: its kernels belong to the range around the launch
+  node_range_[node_id] = stack_.back();
+  pin(stack_.back());
+}
+
+void Tracer::map_graph_node_clone(std::uint64_t original_id, std::uint64_t clone_id) {
+  std::lock_guard lk(mu_);
+  auto it = node_range_.find(original_id);
+  if (it != node_range_.end()) node_range_[clone_id] = it->second;
+}
+
+void Tracer::begin_step() {
+  const std::int64_t t = now_ns();
+  std::lock_guard lk(mu_);
+  windows_.push_back({t, std::numeric_limits<std::int64_t>::max()});
+  in_step_ = true;
+}
+
+void Tracer::end_step() {
+  const std::int64_t t = now_ns();
+  std::lock_guard lk(mu_);
+  if (!in_step_) return;
+  windows_.back().end = t;
+  in_step_ = false;
+}
+
+namespace {
+bool is_graph_launch(const std::string& api) {
+  return api.rfind("cudaGraphLaunch", 0) == 0 || api.rfind("cuGraphLaunch", 0) == 0;
+}
+}  // namespace
+
+ProfileTrace Tracer::finish(const AllocatorTimeline& allocator) {
+  disable();
+  flush();
+  std::lock_guard lk(mu_);
+  ProfileTrace out;
+  out.source = source();
+  out.steps = static_cast<int>(windows_.size());
+  out.dropped_records = raw_.dropped_records;
+  if (windows_.empty()) return out;
+  if (windows_.back().end == std::numeric_limits<std::int64_t>::max()) windows_.back().end = now_ns();
+  out.start_ns = windows_.front().start;
+  out.end_ns = windows_.back().end;
+
+  // The step whose window holds t, or -1.
+  auto step_of = [&](std::int64_t t) {
+    auto it = std::upper_bound(windows_.begin(), windows_.end(), t,
+                               [](std::int64_t v, const Window& w) { return v < w.start; });
+    if (it == windows_.begin()) return -1;
+    --it;
+    return t <= it->end ? static_cast<int>(it - windows_.begin()) : -1;
+  };
+
+  // The host's ranges of the profiled steps, by start: the innermost one holding t is the last one started
+  // at or before t, or the nearest of its ancestors still open at t (ranges nest).
+  std::vector<const Instance*> host;
+  for (const auto& [id, in] : instances_)
+    if (in.in_step && in.host_end >= 0) host.push_back(&in);
+  std::sort(host.begin(), host.end(), [](const Instance* a, const Instance* b) {
+    return a->host_start != b->host_start ? a->host_start < b->host_start : a->depth < b->depth;
+  });
+  auto innermost_at = [&](std::int64_t t) -> const Instance* {
+    auto it = std::upper_bound(host.begin(), host.end(), t,
+                               [](std::int64_t v, const Instance* in) { return v < in->host_start; });
+    if (it == host.begin()) return nullptr;
+    const Instance* in = *(it - 1);
+    while (in != nullptr && in->host_end < t) {
+      auto p = instances_.find(in->parent);
+      in = p == instances_.end() || !p->second.in_step ? nullptr : &p->second;
+    }
+    return in;
+  };
+
+  // Launch calls: the earliest API record of each correlation id, and the graph launches by time.
+  std::unordered_map<std::uint32_t, std::int64_t> launch_at;
+  std::vector<std::pair<std::int64_t, std::uint32_t>> graph_launches;
+  for (const auto& a : raw_.api) {
+    auto [it, fresh] = launch_at.emplace(a.correlation_id, a.start_ns);
+    if (!fresh) it->second = std::min(it->second, a.start_ns);
+    if (is_graph_launch(a.name)) graph_launches.emplace_back(a.start_ns, a.correlation_id);
+    if (step_of(a.start_ns) >= 0) out.api.push_back(a);
+  }
+  std::sort(graph_launches.begin(), graph_launches.end());
+
+  // Output ranges: the host's, then one copy of each captured range per graph launch that replayed it.
+  std::unordered_map<std::int64_t, std::size_t> slot;  // range id -> out.ranges index
+  for (const Instance* in : host) {
+    PhaseRange r;
+    r.id = in->id;
+    auto p = instances_.find(in->parent);
+    r.parent_id = p != instances_.end() && p->second.in_step ? in->parent : -1;
+    r.name = in->name;
+    r.depth = in->depth;
+    r.step = std::max(0, step_of(in->host_start));
+    r.host_start_ns = in->host_start;
+    r.host_end_ns = in->host_end;
+    r.start_ns = std::numeric_limits<std::int64_t>::max();
+    r.end_ns = std::numeric_limits<std::int64_t>::min();
+    slot[r.id] = out.ranges.size();
+    out.ranges.push_back(std::move(r));
+  }
+  std::map<std::pair<std::int64_t, std::uint32_t>, std::int64_t> replayed;  // (captured range, launch) -> copy
+  std::int64_t next_id = next_id_;
+  auto replay_copy = [&](auto&& self, std::int64_t captured, std::uint32_t launch, const Instance* around,
+                         int step) -> std::int64_t {
+    auto key = std::make_pair(captured, launch);
+    if (auto it = replayed.find(key); it != replayed.end()) return it->second;
+    const Instance& c = instances_.at(captured);
+    std::int64_t parent = around ? around->id : -1;
+    int depth = around ? around->depth + 1 : 0;
+    auto cp = instances_.find(c.parent);
+    if (cp != instances_.end() && cp->second.pinned && !cp->second.in_step) {
+      parent = self(self, c.parent, launch, around, step);
+      depth = out.ranges[slot.at(parent)].depth + 1;
+    }
+    PhaseRange r;
+    r.id = next_id++;
+    r.parent_id = parent;
+    r.name = c.name;
+    r.depth = depth;
+    r.step = step;
+    r.start_ns = std::numeric_limits<std::int64_t>::max();
+    r.end_ns = std::numeric_limits<std::int64_t>::min();
+    slot[r.id] = out.ranges.size();
+    out.ranges.push_back(std::move(r));
+    replayed.emplace(key, out.ranges.back().id);
+    return out.ranges.back().id;
+  };
+
+  // Attribute each op; ops launched outside the steps are dropped. CPU ops arrive attributed.
+  auto attribute = [&](auto& op, std::int64_t start, std::int64_t end) -> bool {
+    if (op.range_id < 0 || op.device_id >= 0) {
+      std::int64_t t = start;
+      std::uint32_t launch = op.correlation_id;
+      if (auto it = launch_at.find(op.correlation_id); it != launch_at.end()) {
+        t = it->second;
+      } else if (op.graph_node_id != 0 && !graph_launches.empty()) {
+        auto g = std::upper_bound(graph_launches.begin(), graph_launches.end(),
+                                  std::make_pair(start, std::numeric_limits<std::uint32_t>::max()));
+        if (g != graph_launches.begin()) {
+          --g;
+          t = g->first;
+          launch = g->second;
+        }
+      }
+      op.step = step_of(t);
+      if (op.step < 0) return false;
+      const Instance* around = innermost_at(t);
+      op.range_id = around ? around->id : -1;
+      if (op.graph_node_id != 0)
+        if (auto n = node_range_.find(op.graph_node_id); n != node_range_.end() && instances_.count(n->second))
+          op.range_id = replay_copy(replay_copy, n->second, launch, around, op.step);
+    } else if (op.step < 0) {
+      return false;
+    }
+    if (op.range_id >= 0 && !slot.count(op.range_id)) op.range_id = -1;  // opened before the step began
+    for (std::int64_t id = op.range_id; id >= 0;) {
+      auto s = slot.find(id);
+      if (s == slot.end()) break;
+      PhaseRange& r = out.ranges[s->second];
+      r.start_ns = std::min(r.start_ns, start);
+      r.end_ns = std::max(r.end_ns, end);
+      ++r.ops;
+      id = r.parent_id;
+    }
+    return true;
+  };
+  for (auto& k : raw_.kernels)
+    if (attribute(k, k.start_ns, k.end_ns)) out.kernels.push_back(k);
+  for (auto& m : raw_.memcpys)
+    if (attribute(m, m.start_ns, m.end_ns)) out.memcpys.push_back(m);
+  for (auto& m : raw_.memsets)
+    if (attribute(m, m.start_ns, m.end_ns)) out.memsets.push_back(m);
+  for (const auto& d : raw_.device_memory)
+    if (step_of(d.t_ns) >= 0) out.device_memory.push_back(d);
+
+  // Where a range's work ran: its ops' span on the device; the host's own times on the CPU backend (and for
+  // a range without ops).
+  const bool cpu = out.source == "cpu";
+  for (auto& r : out.ranges)
+    if (cpu || r.ops == 0) {
+      r.start_ns = r.host_start_ns;
+      r.end_ns = r.host_end_ns;
+    }
+  std::sort(out.ranges.begin(), out.ranges.end(), [](const PhaseRange& a, const PhaseRange& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.depth < b.depth;
+  });
+  auto by_start = [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; };
+  std::stable_sort(out.kernels.begin(), out.kernels.end(), by_start);
+  std::stable_sort(out.memcpys.begin(), out.memcpys.end(), by_start);
+  std::stable_sort(out.memsets.begin(), out.memsets.end(), by_start);
+  std::stable_sort(out.api.begin(), out.api.end(), by_start);
+
+  // The allocator's timeline on the trace clock: each category's live bytes when the profile began, then
+  // the events inside the steps (live bytes follow every event, kept or not).
+  std::map<std::string, std::int64_t> live;
+  for (const auto& [cat, bytes] : allocator.live_at_start) {
+    live[cat] = bytes;
+    out.allocator.push_back({out.start_ns, cat, "", -1, 0, bytes});
+  }
+  for (const auto& e : allocator.events) {
+    const std::int64_t t = from_steady(allocator.origin + std::chrono::nanoseconds(e.t_ns));
+    const std::int64_t now = live[e.category] += e.bytes;
+    if (step_of(t) >= 0) out.allocator.push_back({t, e.category, e.module, e.layer, e.bytes, now});
+  }
+  raw_ = ProfileTrace{};
+  return out;
+}
+
+void CpuTracer::record_op(std::string_view name, std::chrono::steady_clock::time_point start,
+                          std::chrono::steady_clock::time_point end) {
+  const int step = current_step();
+  if (!enabled_ || step < 0) return;
+  KernelRecord k;
+  k.name = k.short_name = std::string(name);
+  k.start_ns = from_steady(start);
+  k.end_ns = from_steady(end);
+  k.device_id = -1;
+  k.range_id = current_range();
+  k.step = step;
+  std::lock_guard lk(mu());
+  k.correlation_id = static_cast<std::uint32_t>(raw().kernels.size() + 1);
+  raw().kernels.push_back(std::move(k));
+}
+
+}  // namespace moc::prof

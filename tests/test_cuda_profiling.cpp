@@ -1,0 +1,165 @@
+// The CUPTI tracer on the GPU (skipped without one): a known sequence of kernels, copies, a memset and a graph
+// replay is recorded once each with its name, launch configuration, stream and phase; durations agree with
+// CUDA events; a 1b decode point's profile drops nothing and attributes every kernel.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "app/point_bench.h"
+#include "gpu_util.h"
+#include "model/config.h"
+#include "profiling/tracer.h"
+
+namespace moc {
+namespace {
+
+using prof::ProfileTrace;
+
+std::string path_of(const ProfileTrace& t, std::int64_t id) {
+  std::map<std::int64_t, const prof::PhaseRange*> by_id;
+  for (const auto& r : t.ranges) by_id[r.id] = &r;
+  std::string p;
+  for (auto it = by_id.find(id); it != by_id.end(); it = by_id.find(it->second->parent_id))
+    p = it->second->name + (p.empty() ? "" : "/" + p);
+  return p;
+}
+
+std::unique_ptr<prof::Tracer> tracer_or_fail() {
+  std::string why;
+  auto t = prof::make_cupti_tracer(&why);
+  EXPECT_TRUE(t) << why;
+  return t;
+}
+
+TEST(GpuProfiling, KnownSequenceIsRecordedOnceEachWithNameConfigStreamAndPhase) {
+  MOC_GPU_OR_SKIP(ops);
+  auto tracer = tracer_or_fail();
+  if (!tracer) return;
+  const std::int64_t n = 1000 + 37;  // odd
+  Tensor x = ops->empty({n}, DType::f32, workspace_tag()), y = ops->empty({n}, DType::f32, workspace_tag());
+  // A graph captured (inside a range) before the profile, replayed inside it.
+  std::unique_ptr<OpGraph> graph;
+  {
+    ScopedRange r(tracer.get(), "captured");
+    graph = ops->capture([&] { ops->fill(y, 2.0f); });
+  }
+  std::vector<float> host(static_cast<std::size_t>(n), 0.5f);
+  tracer->enable();
+  tracer->begin_step();
+  {
+    ScopedRange step(tracer.get(), "step");
+    {
+      ScopedRange r(tracer.get(), "zero");
+      ops->fill(x, 0.0f);  // cudaMemsetAsync
+    }
+    {
+      ScopedRange r(tracer.get(), "load");
+      ops->upload(x, host.data());  // HtoD
+    }
+    {
+      ScopedRange r(tracer.get(), "scale");
+      ops->fill(x, 1.5f);  // fill_kernel
+    }
+    graph->replay();
+    ops->synchronize();
+  }
+  tracer->end_step();
+  const ProfileTrace t = tracer->finish({});
+  EXPECT_EQ(t.source, "cupti");
+  EXPECT_EQ(t.dropped_records, 0u);
+  ASSERT_EQ(t.kernels.size(), 2u);
+  ASSERT_EQ(t.memcpys.size(), 1u);
+  ASSERT_EQ(t.memsets.size(), 1u);
+  const auto& eager = t.kernels[0];
+  const auto& replayed = t.kernels[1];
+  EXPECT_NE(eager.name.find("fill_kernel"), std::string::npos) << eager.name;
+  EXPECT_EQ(eager.short_name, "fill_kernel");
+  EXPECT_EQ(eager.block_x, 256) << "kThreads";
+  EXPECT_EQ(eager.grid_x, static_cast<int>((n + 255) / 256));
+  EXPECT_GT(eager.registers_per_thread, 0);
+  EXPECT_EQ(eager.graph_node_id, 0u);
+  EXPECT_EQ(path_of(t, eager.range_id), "step/scale");
+  EXPECT_NE(replayed.graph_node_id, 0u);
+  EXPECT_EQ(path_of(t, replayed.range_id), "step/captured");
+  EXPECT_EQ(eager.stream_id, replayed.stream_id) << "one stream";
+  EXPECT_EQ(t.memcpys[0].copy_kind, "HtoD");
+  EXPECT_EQ(t.memcpys[0].bytes, n * 4);
+  EXPECT_EQ(path_of(t, t.memcpys[0].range_id), "step/load");
+  EXPECT_EQ(t.memsets[0].bytes, n * 4);
+  EXPECT_EQ(path_of(t, t.memsets[0].range_id), "step/zero");
+  // Launch records: every op's correlation id has an API call, and every op starts after it.
+  std::map<std::uint32_t, std::int64_t> api;
+  for (const auto& a : t.api) api.emplace(a.correlation_id, a.start_ns);
+  for (const auto& k : t.kernels) {
+    ASSERT_TRUE(api.count(k.correlation_id)) << k.name;
+    EXPECT_GT(k.start_ns, api[k.correlation_id]);
+  }
+  EXPECT_TRUE(std::any_of(t.api.begin(), t.api.end(), [](const prof::ApiRecord& a) {
+    return a.name.rfind("cudaGraphLaunch", 0) == 0 || a.name.rfind("cuGraphLaunch", 0) == 0;
+  }));
+}
+
+TEST(GpuProfiling, KernelDurationsAgreeWithCudaEvents) {
+  MOC_GPU_OR_SKIP(ops);
+  auto tracer = tracer_or_fail();
+  if (!tracer) return;
+  Tensor big = ops->empty({std::int64_t{256} << 20}, DType::f32, workspace_tag());  // 1 GiB: ~0.4 ms to fill
+  for (int i = 0; i < 3; ++i) ops->fill(big, 1.0f);
+  tracer->enable();
+  std::vector<double> events_ms;
+  for (int i = 0; i < 7; ++i) {
+    tracer->begin_step();
+    events_ms.push_back(ops->timed([&] { ops->fill(big, static_cast<float>(i + 2)); }) * 1e3);
+    tracer->end_step();
+  }
+  const ProfileTrace t = tracer->finish({});
+  ASSERT_EQ(t.kernels.size(), 7u);
+  std::vector<double> cupti_ms;
+  for (const auto& k : t.kernels) cupti_ms.push_back(static_cast<double>(k.end_ns - k.start_ns) / 1e6);
+  std::sort(cupti_ms.begin(), cupti_ms.end());
+  std::sort(events_ms.begin(), events_ms.end());
+  const double a = cupti_ms[3], b = events_ms[3];
+  EXPECT_NEAR(a, b, 0.05 * b) << "CUPTI median " << a << " ms, CUDA events median " << b << " ms";
+}
+
+TEST(GpuProfiling, DecodePointOfThe1bModelDropsNothingAndAttributesEveryKernel) {
+  MOC_GPU_OR_SKIP(ops);
+  PointSpec spec;
+  spec.mode = "decode";
+  spec.model = preset("1b");
+  spec.model.param_dtype = spec.model.act_dtype = DType::bf16;
+  spec.model.ffn.kind = FfnKind::moc;
+  spec.model.ffn.k = 1024;
+  spec.batch = 4;
+  spec.prompt = 16;
+  spec.generate = 32;
+  spec.measure.warmup = 2;
+  spec.measure.min_reps = 5;
+  spec.measure.max_reps = 10;
+  spec.profile = true;
+  spec.profile_steps = 8;
+  const PointOutcome out = run_point(*ops, spec);
+  ASSERT_TRUE(out.profile.has_value()) << out.profile_note;
+  const ProfileTrace& t = *out.profile;
+  EXPECT_EQ(t.steps, 8);
+  EXPECT_EQ(t.dropped_records, 0u);
+  ASSERT_GT(t.kernels.size(), 8u * 24u * 5u);
+  std::set<std::string> phases;
+  for (const auto& k : t.kernels) {
+    ASSERT_GE(k.range_id, 0) << k.name;
+    ASSERT_NE(k.graph_node_id, 0u) << k.name << ": the decode step is a replayed graph";
+    phases.insert(path_of(t, k.range_id));
+  }
+  EXPECT_TRUE(phases.count("step/layer.23/attention"));
+  EXPECT_TRUE(phases.count("step/layer.0/ffn/ffn.decode"));
+  EXPECT_TRUE(phases.count("step/head"));
+  bool overhead = false;
+  for (const auto& [k, v] : out.metrics) overhead = overhead || (k == "profile_overhead_pct" && std::isfinite(v));
+  EXPECT_TRUE(overhead);
+}
+
+}  // namespace
+}  // namespace moc
