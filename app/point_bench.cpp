@@ -170,7 +170,8 @@ void profile_pass(Ops& ops, Recorder& rec, prof::Tracer& tracer, const PointSpec
   const MemSnapshot live = mem.live();
   for (std::size_t c = 0; c < kMemCategories; ++c)
     alloc.live_at_start.emplace_back(std::string(category_name(static_cast<MemCategory>(c))), live.by_category[c]);
-  const std::size_t events_before = mem.events().size();
+  out.memory_events = mem.events();  // the timed repetition's timeline; the profiled steps' go to the profile
+  const std::size_t events_before = out.memory_events.size();
   mem.set_record_events(true);
   rec.phase = Recorder::Phase::profiled;
   for (int i = 0; i < std::max(1, spec.profile_steps); ++i) sample();
@@ -186,7 +187,7 @@ void profile_pass(Ops& ops, Recorder& rec, prof::Tracer& tracer, const PointSpec
 
   const double steps = std::max(1, trace.steps);
   const double untraced_ms = median_of(untraced) * 1e3, traced_ms = median_of(traced) * 1e3;
-  auto& m = out.metrics;
+  auto& m = out.profile_metrics;
   m.push_back({"profile_steps", static_cast<double>(trace.steps)});
   m.push_back({"profile_kernels", static_cast<double>(trace.kernels.size()) / steps});
   m.push_back({"profile_gpu_busy_ms", static_cast<double>(prof::busy_ns(trace)) / 1e6 / steps});
@@ -490,7 +491,8 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
   m.push_back({"up_down_ms", updown});
   m.push_back({"topk_ms", topk});
   for (const auto& [name, ms] : phase) m.push_back({"phase_" + name + "_ms", ms});
-  out.memory_events = ops.memory().events();
+  if (!out.profile) out.memory_events = ops.memory().events();
+  m.insert(m.end(), out.profile_metrics.begin(), out.profile_metrics.end());  // after the point's own metrics
   return out;
 }
 

@@ -52,6 +52,7 @@ struct PointOutcome {
   std::vector<HostRangeTimer::Event> ranges;  // of the first measured repetition
   std::optional<prof::ProfileTrace> profile;  // the profiled steps, when profiling was on and possible
   std::string profile_note;                   // why a requested profile is missing (e.g. CUPTI is busy)
+  std::vector<std::pair<std::string, double>> profile_metrics;  // profile_*: appended to metrics at the end
 };
 
 std::vector<std::string> point_modes();

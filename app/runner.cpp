@@ -95,7 +95,7 @@ std::string axes_text(const ScenarioPoint& p) {
   return t;
 }
 
-PointSpec to_spec(const ScenarioPoint& p) {
+PointSpec to_spec(const ScenarioPoint& p, bool no_profile) {
   PointSpec s;
   s.mode = p.mode;
   s.model = p.model;
@@ -110,6 +110,8 @@ PointSpec to_spec(const ScenarioPoint& p) {
   s.measure.time_bound_s = p.measure.time_bound_s;
   s.measure.target_noise = p.measure.target_noise;
   s.stop = &g_stop;
+  s.profile = p.profile_kernels && !no_profile;
+  s.profile_steps = p.profile_steps;
   if (p.precision == "bf16" || p.precision == "bf16-fp32master") s.model.param_dtype = s.model.act_dtype = DType::bf16;
   if (p.precision == "fp32") s.model.param_dtype = s.model.act_dtype = DType::f32;
   s.fp32_master = p.precision == "bf16-fp32master";
@@ -209,6 +211,13 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
   run.started_unix_ms = unix_ms();
   const std::int64_t run_id = store.begin_run(run);
   store.add_device(run_id, {backend, run.device_name, run.machine_json});
+#ifdef MOCBENCH_HAVE_CUDA
+  if (backend == "cuda")
+    for (const auto& g : cuda::list_gpus())
+      store.add_gpu_info(run_id, {g.index, g.name, g.cc_major, g.cc_minor, g.sm_count,
+                                  static_cast<std::int64_t>(g.l2_bytes), static_cast<std::int64_t>(g.total_mem_bytes),
+                                  g.sm_clock_khz, g.mem_clock_khz, g.mem_bus_bits});
+#endif
 
   g_stop.store(false);
   auto previous = std::signal(SIGINT, on_sigint);
@@ -229,6 +238,7 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     db::PointRecord rec;
     rec.run_id = run_id;
     rec.index = p.index;  // the sweep position, also when --only runs a subset
+    rec.mode = p.mode;
     rec.axes = p.axes;
     PointOutcome out;
     try {
@@ -237,7 +247,7 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
       if (backend == "cuda") ops = cuda::make_cuda_ops(0);
 #endif
       if (!ops) ops = make_cpu_ops(opt.cpu_memory_limit_bytes);
-      PointSpec spec = to_spec(p);
+      PointSpec spec = to_spec(p, opt.no_profile);
 #ifdef MOCBENCH_HAVE_CUDA
       if (backend == "cuda") spec.peak_flops = dense_bf16_peak_flops(cuda::list_gpus().at(0));
 #endif
@@ -259,15 +269,13 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     }
     std::vector<db::RangeRecord> ranges;
     for (const auto& r : out.ranges) ranges.push_back({r.name, r.start_ns, r.end_ns, r.depth});
-    std::vector<db::OpRecord> ops_rec;  // host phases: the CPU backend's op records
-    for (const auto& r : out.ranges)
-      if (r.name.rfind("ffn.", 0) == 0 || r.name == "attention" || r.name == "head" || r.name == "optimizer")
-        ops_rec.push_back({"cpu_op", r.name, r.start_ns, r.end_ns, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, r.name});
     std::vector<db::MemEventRecord> mem;
     for (const auto& e : out.memory_events)
       mem.push_back({e.t_ns, std::string(category_name(e.tag.category)), std::string(module_name(e.tag.module)),
                      e.tag.layer, e.bytes});
-    store.add_point(rec, ops_rec, ranges, mem);
+    if (!out.profile_note.empty())
+      std::fprintf(stderr, "\nmocbench: point %d not profiled: %s\n", p.index, out.profile_note.c_str());
+    store.add_point(rec, ranges, mem, out.profile ? &*out.profile : nullptr);
     if (json) {
       std::printf("{\"index\":%zu,\"mode\":\"%s\",\"status\":\"%s\"", i, p.mode.c_str(), rec.status.c_str());
       for (const auto& [k, v] : p.axes) std::printf(",\"%s\":\"%s\"", json_escape(k).c_str(), json_escape(v).c_str());

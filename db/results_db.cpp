@@ -122,11 +122,206 @@ CREATE INDEX devices_run ON devices(run_id);
 INSERT INTO devices (run_id, kind, name, properties_json)
   SELECT id, device_kind, device_name, '{}' FROM runs WHERE device_kind <> '' ORDER BY id;
 )sql",
+    // 2 -> 3: a point's profile (prof::ProfileTrace) in tables named after Nsight Systems' SQLite export
+    // (`nsys export --type sqlite`), the point's mode, each run's GPUs; the ops table moves into them.
+    R"sql(
+ALTER TABLE points ADD COLUMN mode TEXT NOT NULL DEFAULT '';
+UPDATE points SET mode = (SELECT a.value FROM point_axes a WHERE a.point_id = points.id AND a.name = 'mode')
+  WHERE EXISTS (SELECT 1 FROM point_axes a WHERE a.point_id = points.id AND a.name = 'mode');
+CREATE TABLE StringIds (
+  id INTEGER PRIMARY KEY,
+  value TEXT NOT NULL UNIQUE
+);
+CREATE TABLE profiles (
+  point_id INTEGER PRIMARY KEY REFERENCES points(id) ON DELETE CASCADE,
+  source TEXT NOT NULL,
+  steps INTEGER NOT NULL,
+  start INTEGER NOT NULL,
+  end INTEGER NOT NULL,
+  droppedRecords INTEGER NOT NULL
+);
+CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (
+  id INTEGER PRIMARY KEY,
+  point_id INTEGER NOT NULL REFERENCES points(id) ON DELETE CASCADE,
+  start INTEGER NOT NULL,
+  end INTEGER NOT NULL,
+  deviceId INTEGER NOT NULL,
+  contextId INTEGER NOT NULL,
+  streamId INTEGER NOT NULL,
+  correlationId INTEGER NOT NULL,
+  demangledName INTEGER NOT NULL REFERENCES StringIds(id),
+  shortName INTEGER NOT NULL REFERENCES StringIds(id),
+  gridX INTEGER NOT NULL,
+  gridY INTEGER NOT NULL,
+  gridZ INTEGER NOT NULL,
+  blockX INTEGER NOT NULL,
+  blockY INTEGER NOT NULL,
+  blockZ INTEGER NOT NULL,
+  registersPerThread INTEGER NOT NULL,
+  staticSharedMemory INTEGER NOT NULL,
+  dynamicSharedMemory INTEGER NOT NULL,
+  graphId INTEGER NOT NULL,
+  graphNodeId INTEGER NOT NULL,
+  rangeId INTEGER NOT NULL,
+  step INTEGER NOT NULL
+);
+CREATE INDEX CUPTI_ACTIVITY_KIND_KERNEL_point ON CUPTI_ACTIVITY_KIND_KERNEL(point_id);
+CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (
+  id INTEGER PRIMARY KEY,
+  point_id INTEGER NOT NULL REFERENCES points(id) ON DELETE CASCADE,
+  start INTEGER NOT NULL,
+  end INTEGER NOT NULL,
+  deviceId INTEGER NOT NULL,
+  contextId INTEGER NOT NULL,
+  streamId INTEGER NOT NULL,
+  correlationId INTEGER NOT NULL,
+  bytes INTEGER NOT NULL,
+  copyKind TEXT NOT NULL,
+  srcKind TEXT NOT NULL,
+  dstKind TEXT NOT NULL,
+  graphId INTEGER NOT NULL,
+  graphNodeId INTEGER NOT NULL,
+  rangeId INTEGER NOT NULL,
+  step INTEGER NOT NULL
+);
+CREATE INDEX CUPTI_ACTIVITY_KIND_MEMCPY_point ON CUPTI_ACTIVITY_KIND_MEMCPY(point_id);
+CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (
+  id INTEGER PRIMARY KEY,
+  point_id INTEGER NOT NULL REFERENCES points(id) ON DELETE CASCADE,
+  start INTEGER NOT NULL,
+  end INTEGER NOT NULL,
+  deviceId INTEGER NOT NULL,
+  contextId INTEGER NOT NULL,
+  streamId INTEGER NOT NULL,
+  correlationId INTEGER NOT NULL,
+  bytes INTEGER NOT NULL,
+  value INTEGER NOT NULL,
+  memKind TEXT NOT NULL,
+  graphId INTEGER NOT NULL,
+  graphNodeId INTEGER NOT NULL,
+  rangeId INTEGER NOT NULL,
+  step INTEGER NOT NULL
+);
+CREATE INDEX CUPTI_ACTIVITY_KIND_MEMSET_point ON CUPTI_ACTIVITY_KIND_MEMSET(point_id);
+CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (
+  id INTEGER PRIMARY KEY,
+  point_id INTEGER NOT NULL REFERENCES points(id) ON DELETE CASCADE,
+  start INTEGER NOT NULL,
+  end INTEGER NOT NULL,
+  nameId INTEGER NOT NULL REFERENCES StringIds(id),
+  domain TEXT NOT NULL CHECK (domain IN ('runtime', 'driver')),
+  correlationId INTEGER NOT NULL,
+  globalTid INTEGER NOT NULL,
+  returnValue INTEGER NOT NULL
+);
+CREATE INDEX CUPTI_ACTIVITY_KIND_RUNTIME_point ON CUPTI_ACTIVITY_KIND_RUNTIME(point_id);
+CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS (
+  id INTEGER PRIMARY KEY,
+  point_id INTEGER NOT NULL REFERENCES points(id) ON DELETE CASCADE,
+  start INTEGER NOT NULL,
+  deviceId INTEGER NOT NULL,
+  contextId INTEGER NOT NULL,
+  streamId INTEGER NOT NULL,
+  correlationId INTEGER NOT NULL,
+  address INTEGER NOT NULL,
+  bytes INTEGER NOT NULL,
+  memoryOperationType TEXT NOT NULL CHECK (memoryOperationType IN ('alloc', 'free')),
+  memKind TEXT NOT NULL
+);
+CREATE INDEX CUDA_GPU_MEMORY_USAGE_EVENTS_point ON CUDA_GPU_MEMORY_USAGE_EVENTS(point_id);
+CREATE TABLE NVTX_EVENTS (
+  id INTEGER PRIMARY KEY,
+  point_id INTEGER NOT NULL REFERENCES points(id) ON DELETE CASCADE,
+  start INTEGER NOT NULL,
+  end INTEGER NOT NULL,
+  eventType INTEGER NOT NULL,
+  rangeId INTEGER NOT NULL,
+  text TEXT NOT NULL,
+  textId INTEGER,
+  globalTid INTEGER NOT NULL,
+  domainId INTEGER NOT NULL,
+  parentId INTEGER NOT NULL,
+  depth INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  projStart INTEGER NOT NULL,
+  projEnd INTEGER NOT NULL,
+  numGpuOps INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX NVTX_EVENTS_point ON NVTX_EVENTS(point_id, rangeId);
+CREATE TABLE ALLOCATOR_EVENTS (
+  id INTEGER PRIMARY KEY,
+  point_id INTEGER NOT NULL REFERENCES points(id) ON DELETE CASCADE,
+  start INTEGER NOT NULL,
+  category TEXT NOT NULL,
+  module TEXT NOT NULL,
+  layer INTEGER NOT NULL,
+  bytes INTEGER NOT NULL,
+  categoryLiveBytes INTEGER NOT NULL
+);
+CREATE INDEX ALLOCATOR_EVENTS_point ON ALLOCATOR_EVENTS(point_id);
+CREATE TABLE TARGET_INFO_GPU (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  id INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  computeMajor INTEGER NOT NULL,
+  computeMinor INTEGER NOT NULL,
+  smCount INTEGER NOT NULL,
+  l2CacheSize INTEGER NOT NULL,
+  totalMemory INTEGER NOT NULL,
+  clockRate INTEGER NOT NULL,
+  memoryClockRate INTEGER NOT NULL,
+  busWidth INTEGER NOT NULL,
+  PRIMARY KEY (run_id, id)
+);
+-- The ops of version 2 move into the profile tables. Each (point, non-empty range name) becomes a root
+-- NVTX range spanning its ops (rangeId 0, 1, ... by first op), so no op loses its range.
+INSERT INTO NVTX_EVENTS (point_id, start, end, eventType, rangeId, text, textId, globalTid, domainId, parentId,
+                         depth, step, projStart, projEnd, numGpuOps)
+  SELECT point_id, min(start_ns), max(end_ns), 59, row_number() OVER (PARTITION BY point_id ORDER BY min(id)) - 1,
+         range_name, NULL, 0, 0, -1, 0, 0, min(start_ns), max(end_ns), count(*)
+  FROM ops WHERE range_name <> '' GROUP BY point_id, range_name ORDER BY point_id, min(id);
+INSERT INTO StringIds (value)
+  SELECT name FROM ops WHERE kind NOT IN ('memcpy', 'memset') GROUP BY name ORDER BY min(id);
+INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (point_id, start, end, deviceId, contextId, streamId, correlationId,
+    demangledName, shortName, gridX, gridY, gridZ, blockX, blockY, blockZ, registersPerThread, staticSharedMemory,
+    dynamicSharedMemory, graphId, graphNodeId, rangeId, step)
+  SELECT o.point_id, o.start_ns, o.end_ns, CASE WHEN o.kind = 'cpu_op' THEN -1 ELSE o.device_id END, 0, o.stream_id,
+         0, s.id, s.id, o.grid_x, o.grid_y, o.grid_z, o.block_x, o.block_y, o.block_z, o.registers_per_thread,
+         o.static_shared_bytes, o.dynamic_shared_bytes, 0, 0, coalesce(n.rangeId, -1), 0
+  FROM ops o JOIN StringIds s ON s.value = o.name
+       LEFT JOIN NVTX_EVENTS n ON n.point_id = o.point_id AND n.text = o.range_name
+  WHERE o.kind NOT IN ('memcpy', 'memset') ORDER BY o.id;
+-- Version 2 named a copy, not its kind: the kind is read from the name (nsys names copies
+-- "[CUDA memcpy Host-to-Device]", CUPTI HtoD, ...).
+INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (point_id, start, end, deviceId, contextId, streamId, correlationId, bytes,
+    copyKind, srcKind, dstKind, graphId, graphNodeId, rangeId, step)
+  SELECT o.point_id, o.start_ns, o.end_ns, o.device_id, 0, o.stream_id, 0, 0,
+         CASE WHEN o.name LIKE '%HtoD%' OR o.name LIKE '%Host-to-Device%' THEN 'HtoD'
+              WHEN o.name LIKE '%DtoH%' OR o.name LIKE '%Device-to-Host%' THEN 'DtoH'
+              WHEN o.name LIKE '%DtoD%' OR o.name LIKE '%Device-to-Device%' THEN 'DtoD'
+              WHEN o.name LIKE '%HtoH%' OR o.name LIKE '%Host-to-Host%' THEN 'HtoH'
+              WHEN o.name LIKE '%PtoP%' OR o.name LIKE '%Peer-to-Peer%' THEN 'PtoP'
+              ELSE 'unknown' END,
+         'unknown', 'unknown', 0, 0, coalesce(n.rangeId, -1), 0
+  FROM ops o LEFT JOIN NVTX_EVENTS n ON n.point_id = o.point_id AND n.text = o.range_name
+  WHERE o.kind = 'memcpy' ORDER BY o.id;
+INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET (point_id, start, end, deviceId, contextId, streamId, correlationId, bytes,
+    value, memKind, graphId, graphNodeId, rangeId, step)
+  SELECT o.point_id, o.start_ns, o.end_ns, o.device_id, 0, o.stream_id, 0, 0, 0, 'unknown', 0, 0,
+         coalesce(n.rangeId, -1), 0
+  FROM ops o LEFT JOIN NVTX_EVENTS n ON n.point_id = o.point_id AND n.text = o.range_name
+  WHERE o.kind = 'memset' ORDER BY o.id;
+INSERT INTO profiles (point_id, source, steps, start, end, droppedRecords)
+  SELECT point_id, 'v2-ops', 1, min(start_ns), max(end_ns), 0 FROM ops GROUP BY point_id ORDER BY point_id;
+DROP TABLE ops;
+)sql",
 };
 
 // The tables a file of the current version must have.
-constexpr std::array<std::string_view, 8> kTables = {"runs",  "points", "point_axes",    "metrics",
-                                                     "ops",   "ranges", "memory_events", "devices"};
+constexpr std::array<std::string_view, 17> kTables = {
+    "runs", "points", "point_axes", "metrics", "ranges", "memory_events", "devices", "TARGET_INFO_GPU", "StringIds",
+    "profiles", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_RUNTIME", "CUDA_GPU_MEMORY_USAGE_EVENTS", "NVTX_EVENTS", "ALLOCATOR_EVENTS"};
 
 std::string in_quotes(const std::string& path) { return "'" + path + "'"; }
 
@@ -177,6 +372,18 @@ class Stmt {
   void exec(std::string_view item = {}) {
     while (step(item)) {
     }
+    reset();
+  }
+  // exec() for one of many rows: the message (built only on failure) says "<noun> <index>".
+  void exec_row(const char* noun, std::size_t index) {
+    int rc;
+    while ((rc = sqlite3_step(s_)) == SQLITE_ROW) {
+    }
+    if (rc != SQLITE_DONE) fail(db_, path_, what_ + " (" + noun + " " + std::to_string(index) + ")");
+    reset();
+  }
+  // Readies a statement stepped part-way (or to the end) for new bindings.
+  void reset() {
     if (sqlite3_reset(s_) != SQLITE_OK) fail(db_, path_, what_);
   }
 
@@ -205,6 +412,13 @@ class Stmt {
   std::string what_;
   sqlite3_stmt* s_ = nullptr;
 };
+
+// SQLite integers are signed 64-bit: unsigned CUPTI ids are stored as their int64 value (uint64 ids above
+// 2^63 as negative numbers) and read back by the inverse conversion, so they round-trip exactly.
+std::int64_t u32(std::uint32_t v) { return static_cast<std::int64_t>(v); }
+std::int64_t u64(std::uint64_t v) { return static_cast<std::int64_t>(v); }
+std::uint32_t to_u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
+std::uint64_t to_u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
 
 // BEGIN ... COMMIT, rolled back when left without commit() (an exception).
 class Transaction {
@@ -402,6 +616,177 @@ RunRecord read_run(const Stmt& q) {
   return r;
 }
 
+// StringIds while a point is written: each distinct name is looked up (or inserted) once per point, then
+// served from memory (kernel names repeat millions of times). Keys view the caller's strings, which outlive
+// it. Per point on purpose: a point rolled back takes its new StringIds rows with it.
+class StringIdWriter {
+ public:
+  StringIdWriter(sqlite3* db, const std::string& path, const std::string& of)
+      : db_(db),
+        find_(db, path, "SELECT id FROM StringIds WHERE value = ?", "add_point: looking up a name" + of),
+        insert_(db, path, "INSERT INTO StringIds (value) VALUES (?)", "add_point: recording a name" + of) {}
+  std::int64_t id(const std::string& value) {
+    if (const auto it = ids_.find(value); it != ids_.end()) return it->second;
+    find_.bind(1, value);
+    std::int64_t id = 0;
+    if (find_.step(value)) {
+      id = find_.i64(0);
+      find_.reset();
+    } else {
+      find_.reset();
+      insert_.bind(1, value).exec(value);
+      id = sqlite3_last_insert_rowid(db_);
+    }
+    ids_.emplace(std::string_view(value), id);
+    return id;
+  }
+
+ private:
+  sqlite3* db_;
+  Stmt find_, insert_;
+  std::unordered_map<std::string_view, std::int64_t> ids_;
+};
+
+// StringIds while a profile is read: each id is read once.
+class StringIdReader {
+ public:
+  StringIdReader(sqlite3* db, const std::string& path, const std::string& of)
+      : path_(path),
+        q_(db, path, "SELECT value FROM StringIds WHERE id = ?", "profile: reading a name" + of),
+        of_(of) {}
+  const std::string& value(std::int64_t id) {
+    if (const auto it = values_.find(id); it != values_.end()) return it->second;
+    q_.bind(1, id);
+    if (!q_.step())
+      throw DbError(in_quotes(path_) + ": profile: a record" + of_ + " names string id " + std::to_string(id) +
+                    ", which StringIds does not have");
+    std::string v = q_.text(0);
+    q_.reset();
+    return values_.emplace(id, std::move(v)).first->second;
+  }
+
+ private:
+  const std::string& path_;
+  Stmt q_;
+  std::string of_;
+  std::unordered_map<std::int64_t, std::string> values_;
+};
+
+// nsys's NVTX_EVENTS.eventType of a push/pop range (NvtxPushPopRange).
+constexpr int kNvtxPushPopRange = 59;
+
+void write_trace(sqlite3* db, const std::string& path, std::int64_t point_id, const prof::ProfileTrace& t,
+                 const std::string& of) {
+  Stmt(db, path, "INSERT INTO profiles (point_id, source, steps, start, end, droppedRecords) VALUES (?, ?, ?, ?, ?, ?)",
+       "add_point: recording the profile" + of)
+      .bind(1, point_id)
+      .bind(2, t.source)
+      .bind(3, t.steps)
+      .bind(4, t.start_ns)
+      .bind(5, t.end_ns)
+      .bind(6, u64(t.dropped_records))
+      .exec();
+  StringIdWriter names(db, path, of);
+  {
+    Stmt q(db, path,
+           "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (point_id, start, end, deviceId, contextId, streamId, "
+           "correlationId, "
+           "demangledName, shortName, gridX, gridY, gridZ, blockX, blockY, blockZ, registersPerThread, "
+           "staticSharedMemory, dynamicSharedMemory, graphId, graphNodeId, rangeId, step) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+           "add_point: recording the kernels" + of);
+    for (std::size_t i = 0; i < t.kernels.size(); ++i) {
+      const auto& k = t.kernels[i];
+      const std::int64_t name = names.id(k.name), short_name = names.id(k.short_name);
+      q.bind(1, point_id).bind(2, k.start_ns).bind(3, k.end_ns).bind(4, k.device_id).bind(5, u32(k.context_id));
+      q.bind(6, u32(k.stream_id)).bind(7, u32(k.correlation_id)).bind(8, name).bind(9, short_name);
+      q.bind(10, k.grid_x).bind(11, k.grid_y).bind(12, k.grid_z).bind(13, k.block_x).bind(14, k.block_y);
+      q.bind(15, k.block_z).bind(16, k.registers_per_thread).bind(17, k.static_shared_bytes);
+      q.bind(18, k.dynamic_shared_bytes).bind(19, u32(k.graph_id)).bind(20, u64(k.graph_node_id));
+      q.bind(21, k.range_id).bind(22, k.step).exec_row("kernel", i);
+    }
+  }
+  {
+    Stmt q(db, path,
+           "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (point_id, start, end, deviceId, contextId, streamId, "
+           "correlationId, "
+           "bytes, copyKind, srcKind, dstKind, graphId, graphNodeId, rangeId, step) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+           "add_point: recording the memcpys" + of);
+    for (std::size_t i = 0; i < t.memcpys.size(); ++i) {
+      const auto& m = t.memcpys[i];
+      q.bind(1, point_id).bind(2, m.start_ns).bind(3, m.end_ns).bind(4, m.device_id).bind(5, u32(m.context_id));
+      q.bind(6, u32(m.stream_id)).bind(7, u32(m.correlation_id)).bind(8, m.bytes).bind(9, m.copy_kind);
+      q.bind(10, m.src_kind).bind(11, m.dst_kind).bind(12, u32(m.graph_id)).bind(13, u64(m.graph_node_id));
+      q.bind(14, m.range_id).bind(15, m.step).exec_row("memcpy", i);
+    }
+  }
+  {
+    Stmt q(db, path,
+           "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET (point_id, start, end, deviceId, contextId, streamId, "
+           "correlationId, "
+           "bytes, value, memKind, graphId, graphNodeId, rangeId, step) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+           "add_point: recording the memsets" + of);
+    for (std::size_t i = 0; i < t.memsets.size(); ++i) {
+      const auto& m = t.memsets[i];
+      q.bind(1, point_id).bind(2, m.start_ns).bind(3, m.end_ns).bind(4, m.device_id).bind(5, u32(m.context_id));
+      q.bind(6, u32(m.stream_id)).bind(7, u32(m.correlation_id)).bind(8, m.bytes).bind(9, m.value);
+      q.bind(10, m.mem_kind).bind(11, u32(m.graph_id)).bind(12, u64(m.graph_node_id)).bind(13, m.range_id);
+      q.bind(14, m.step).exec_row("memset", i);
+    }
+  }
+  {
+    Stmt q(db, path,
+           "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (point_id, start, end, nameId, domain, correlationId, globalTid, "
+           "returnValue) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+           "add_point: recording the CUDA API calls" + of);
+    for (std::size_t i = 0; i < t.api.size(); ++i) {
+      const auto& a = t.api[i];
+      const std::int64_t name = names.id(a.name);
+      q.bind(1, point_id).bind(2, a.start_ns).bind(3, a.end_ns).bind(4, name).bind(5, a.domain);
+      q.bind(6, u32(a.correlation_id)).bind(7, u32(a.thread_id)).bind(8, a.return_value).exec_row("API call", i);
+    }
+  }
+  {
+    Stmt q(db, path,
+           "INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS (point_id, start, deviceId, contextId, streamId, correlationId, "
+           "address, bytes, memoryOperationType, memKind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+           "add_point: recording the device memory events" + of);
+    const std::string alloc = "alloc", free = "free";
+    for (std::size_t i = 0; i < t.device_memory.size(); ++i) {
+      const auto& m = t.device_memory[i];
+      q.bind(1, point_id).bind(2, m.t_ns).bind(3, m.device_id).bind(4, u32(m.context_id)).bind(5, u32(m.stream_id));
+      q.bind(6, u32(m.correlation_id)).bind(7, u64(m.address)).bind(8, m.bytes).bind(9, m.is_alloc ? alloc : free);
+      q.bind(10, m.mem_kind).exec_row("device memory event", i);
+    }
+  }
+  {
+    Stmt q(db, path,
+           "INSERT INTO NVTX_EVENTS (point_id, start, end, eventType, rangeId, text, textId, globalTid, domainId, "
+           "parentId, depth, step, projStart, projEnd, numGpuOps) "
+           "VALUES (?, ?, ?, ?, ?, ?, NULL, 0, 0, ?, ?, ?, ?, ?, ?)",
+           "add_point: recording the phase ranges" + of);
+    for (std::size_t i = 0; i < t.ranges.size(); ++i) {
+      const auto& r = t.ranges[i];
+      q.bind(1, point_id).bind(2, r.host_start_ns).bind(3, r.host_end_ns).bind(4, kNvtxPushPopRange).bind(5, r.id);
+      q.bind(6, r.name).bind(7, r.parent_id).bind(8, r.depth).bind(9, r.step).bind(10, r.start_ns).bind(11, r.end_ns);
+      q.bind(12, r.ops).exec_row("phase range", i);
+    }
+  }
+  {
+    Stmt q(db, path,
+           "INSERT INTO ALLOCATOR_EVENTS (point_id, start, category, module, layer, bytes, categoryLiveBytes) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?)",
+           "add_point: recording the allocator events" + of);
+    for (std::size_t i = 0; i < t.allocator.size(); ++i) {
+      const auto& e = t.allocator[i];
+      q.bind(1, point_id).bind(2, e.t_ns).bind(3, e.category).bind(4, e.module).bind(5, e.layer).bind(6, e.bytes);
+      q.bind(7, e.category_live_bytes).exec_row("allocator event", i);
+    }
+  }
+}
+
 }  // namespace
 
 void ResultsDb::Closer::operator()(sqlite3* db) const noexcept {
@@ -432,7 +817,10 @@ ResultsDb ResultsDb::open(const std::string& path, OpenMode mode) {
   }
 
   sqlite3* raw = nullptr;
-  const int flags = writing ? (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) : SQLITE_OPEN_READONLY;
+  // NOMUTEX: a ResultsDb is used from one thread at a time (results_db.h), so SQLite need not lock the
+  // connection around every call (a million-kernel profile makes tens of millions of them).
+  const int flags =
+      (writing ? (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) : SQLITE_OPEN_READONLY) | SQLITE_OPEN_NOMUTEX;
   const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
   std::unique_ptr<sqlite3, Closer> db(raw);  // closed on every path out, failure included
   if (rc != SQLITE_OK)
@@ -513,8 +901,19 @@ void ResultsDb::add_device(std::int64_t run_id, const DeviceRecord& d) {
   q.bind(1, run_id).bind(2, d.kind).bind(3, d.name).bind(4, d.properties_json).exec();
 }
 
-std::int64_t ResultsDb::add_point(const PointRecord& p, const std::vector<OpRecord>& ops,
-                                  const std::vector<RangeRecord>& ranges, const std::vector<MemEventRecord>& mem) {
+void ResultsDb::add_gpu_info(std::int64_t run_id, const GpuInfoRecord& g) {
+  require_writable("add_gpu_info");
+  Stmt q(db_.get(), path_,
+         "INSERT INTO TARGET_INFO_GPU (run_id, id, name, computeMajor, computeMinor, smCount, l2CacheSize, "
+         "totalMemory, clockRate, memoryClockRate, busWidth) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         "add_gpu_info: recording GPU " + std::to_string(g.id) + " '" + g.name + "' of run " + std::to_string(run_id));
+  q.bind(1, run_id).bind(2, g.id).bind(3, g.name).bind(4, g.compute_major).bind(5, g.compute_minor);
+  q.bind(6, g.sm_count).bind(7, g.l2_cache_size).bind(8, g.total_memory).bind(9, g.clock_rate_khz);
+  q.bind(10, g.memory_clock_rate_khz).bind(11, g.bus_width_bits).exec();
+}
+
+std::int64_t ResultsDb::add_point(const PointRecord& p, const std::vector<RangeRecord>& ranges,
+                                  const std::vector<MemEventRecord>& mem, const prof::ProfileTrace* trace) {
   require_writable("add_point");
   check_one_of(path_, p.status, {"ok", "oom", "interrupted", "failed"}, "add_point: point status");
   sqlite3* db = db_.get();
@@ -522,12 +921,13 @@ std::int64_t ResultsDb::add_point(const PointRecord& p, const std::vector<OpReco
   const std::string of = " of " + point;
   Transaction tx(db, path_, "BEGIN IMMEDIATE", "add_point: " + point);
 
-  Stmt(db, path_, "INSERT INTO points (run_id, sweep_index, status, error) VALUES (?, ?, ?, ?)",
+  Stmt(db, path_, "INSERT INTO points (run_id, sweep_index, mode, status, error) VALUES (?, ?, ?, ?, ?)",
        "add_point: recording " + point)
       .bind(1, p.run_id)
       .bind(2, p.index)
-      .bind(3, p.status)
-      .bind(4, p.error)
+      .bind(3, p.mode)
+      .bind(4, p.status)
+      .bind(5, p.error)
       .exec();
   const std::int64_t id = sqlite3_last_insert_rowid(db);
 
@@ -536,19 +936,6 @@ std::int64_t ResultsDb::add_point(const PointRecord& p, const std::vector<OpReco
            "add_point: recording the axes" + of);
     for (std::size_t i = 0; i < p.axes.size(); ++i)
       q.bind(1, id).bind(2, static_cast<int>(i)).bind(3, p.axes[i].first).bind(4, p.axes[i].second).exec("axis '" + p.axes[i].first + "'");
-  }
-  {
-    Stmt q(db, path_,
-           "INSERT INTO ops (point_id, kind, name, start_ns, end_ns, device_id, stream_id, grid_x, grid_y, grid_z, "
-           "block_x, block_y, block_z, registers_per_thread, static_shared_bytes, dynamic_shared_bytes, range_name) "
-           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-           "add_point: recording the ops" + of);
-    for (const auto& o : ops) {
-      q.bind(1, id).bind(2, o.kind).bind(3, o.name).bind(4, o.start_ns).bind(5, o.end_ns).bind(6, o.device_id);
-      q.bind(7, o.stream).bind(8, o.grid_x).bind(9, o.grid_y).bind(10, o.grid_z).bind(11, o.block_x);
-      q.bind(12, o.block_y).bind(13, o.block_z).bind(14, o.registers_per_thread).bind(15, o.static_shared_bytes);
-      q.bind(16, o.dynamic_shared_bytes).bind(17, o.range).exec();
-    }
   }
   {
     Stmt q(db, path_, "INSERT INTO ranges (point_id, name, start_ns, end_ns, depth) VALUES (?, ?, ?, ?, ?)",
@@ -562,6 +949,8 @@ std::int64_t ResultsDb::add_point(const PointRecord& p, const std::vector<OpReco
     for (const auto& e : mem)
       q.bind(1, id).bind(2, e.t_ns).bind(3, e.category).bind(4, e.module).bind(5, e.layer).bind(6, e.bytes).exec();
   }
+  if (trace != nullptr) write_trace(db, path_, id, *trace, of);
+  // The metrics last: a failure among them (a duplicated name) undoes everything written before.
   {
     Stmt q(db, path_, "INSERT INTO metrics (point_id, name, value) VALUES (?, ?, ?)",
            "add_point: recording the metrics" + of);
@@ -596,7 +985,8 @@ std::vector<PointRecord> ResultsDb::points(std::int64_t run_id) const {
   std::vector<PointRecord> out;
   std::unordered_map<std::int64_t, std::size_t> slot;
   {
-    Stmt q(db, path_, "SELECT id, sweep_index, status, error FROM points WHERE run_id = ? ORDER BY sweep_index",
+    Stmt q(db, path_,
+           "SELECT id, sweep_index, mode, status, error FROM points WHERE run_id = ? ORDER BY sweep_index",
            "points: reading the points" + of);
     q.bind(1, run_id);
     while (q.step()) {
@@ -604,8 +994,9 @@ std::vector<PointRecord> ResultsDb::points(std::int64_t run_id) const {
       p.id = q.i64(0);
       p.run_id = run_id;
       p.index = q.i32(1);
-      p.status = q.text(2);
-      p.error = q.text(3);
+      p.mode = q.text(2);
+      p.status = q.text(3);
+      p.error = q.text(4);
       slot.emplace(p.id, out.size());
       out.push_back(std::move(p));
     }
@@ -630,35 +1021,182 @@ std::vector<PointRecord> ResultsDb::points(std::int64_t run_id) const {
   return out;
 }
 
-std::vector<OpRecord> ResultsDb::ops(std::int64_t point_id) const {
-  Stmt q(db_.get(), path_,
-         "SELECT kind, name, start_ns, end_ns, device_id, stream_id, grid_x, grid_y, grid_z, block_x, block_y, "
-         "block_z, registers_per_thread, static_shared_bytes, dynamic_shared_bytes, range_name "
-         "FROM ops WHERE point_id = ? ORDER BY id",
-         "ops: reading the ops of point id " + std::to_string(point_id));
-  q.bind(1, point_id);
-  std::vector<OpRecord> out;
-  while (q.step()) {
-    OpRecord o;
-    o.kind = q.text(0);
-    o.name = q.text(1);
-    o.start_ns = q.i64(2);
-    o.end_ns = q.i64(3);
-    o.device_id = q.i32(4);
-    o.stream = q.i32(5);
-    o.grid_x = q.i32(6);
-    o.grid_y = q.i32(7);
-    o.grid_z = q.i32(8);
-    o.block_x = q.i32(9);
-    o.block_y = q.i32(10);
-    o.block_z = q.i32(11);
-    o.registers_per_thread = q.i32(12);
-    o.static_shared_bytes = q.i32(13);
-    o.dynamic_shared_bytes = q.i32(14);
-    o.range = q.text(15);
-    out.push_back(std::move(o));
+std::optional<prof::ProfileTrace> ResultsDb::profile(std::int64_t point_id) const {
+  sqlite3* db = db_.get();
+  const std::string of = " of point id " + std::to_string(point_id);
+  // One snapshot for every table, as points() does.
+  Transaction tx(db, path_, "BEGIN", "profile: reading the profile" + of);
+  prof::ProfileTrace t;
+  bool profiled = false;
+  {
+    Stmt q(db, path_, "SELECT source, steps, start, end, droppedRecords FROM profiles WHERE point_id = ?",
+           "profile: reading the profile" + of);
+    q.bind(1, point_id);
+    if (q.step()) {
+      profiled = true;
+      t.source = q.text(0);
+      t.steps = q.i32(1);
+      t.start_ns = q.i64(2);
+      t.end_ns = q.i64(3);
+      t.dropped_records = to_u64(q.i64(4));
+    }
   }
-  return out;
+  if (!profiled) {
+    tx.commit();
+    return std::nullopt;
+  }
+  StringIdReader names(db, path_, of);
+  {
+    Stmt q(db, path_,
+           "SELECT start, end, deviceId, contextId, streamId, correlationId, demangledName, shortName, gridX, gridY, "
+           "gridZ, blockX, blockY, blockZ, registersPerThread, staticSharedMemory, dynamicSharedMemory, graphId, "
+           "graphNodeId, rangeId, step FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE point_id = ? ORDER BY id",
+           "profile: reading the kernels" + of);
+    q.bind(1, point_id);
+    while (q.step()) {
+      prof::KernelRecord k;
+      k.start_ns = q.i64(0);
+      k.end_ns = q.i64(1);
+      k.device_id = q.i32(2);
+      k.context_id = to_u32(q.i64(3));
+      k.stream_id = to_u32(q.i64(4));
+      k.correlation_id = to_u32(q.i64(5));
+      k.name = names.value(q.i64(6));
+      k.short_name = names.value(q.i64(7));
+      k.grid_x = q.i32(8);
+      k.grid_y = q.i32(9);
+      k.grid_z = q.i32(10);
+      k.block_x = q.i32(11);
+      k.block_y = q.i32(12);
+      k.block_z = q.i32(13);
+      k.registers_per_thread = q.i32(14);
+      k.static_shared_bytes = q.i32(15);
+      k.dynamic_shared_bytes = q.i32(16);
+      k.graph_id = to_u32(q.i64(17));
+      k.graph_node_id = to_u64(q.i64(18));
+      k.range_id = q.i64(19);
+      k.step = q.i32(20);
+      t.kernels.push_back(std::move(k));
+    }
+  }
+  {
+    Stmt q(db, path_,
+           "SELECT start, end, deviceId, contextId, streamId, correlationId, bytes, copyKind, srcKind, dstKind, "
+           "graphId, graphNodeId, rangeId, step FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE point_id = ? ORDER BY id",
+           "profile: reading the memcpys" + of);
+    q.bind(1, point_id);
+    while (q.step()) {
+      prof::MemcpyRecord m;
+      m.start_ns = q.i64(0);
+      m.end_ns = q.i64(1);
+      m.device_id = q.i32(2);
+      m.context_id = to_u32(q.i64(3));
+      m.stream_id = to_u32(q.i64(4));
+      m.correlation_id = to_u32(q.i64(5));
+      m.bytes = q.i64(6);
+      m.copy_kind = q.text(7);
+      m.src_kind = q.text(8);
+      m.dst_kind = q.text(9);
+      m.graph_id = to_u32(q.i64(10));
+      m.graph_node_id = to_u64(q.i64(11));
+      m.range_id = q.i64(12);
+      m.step = q.i32(13);
+      t.memcpys.push_back(std::move(m));
+    }
+  }
+  {
+    Stmt q(db, path_,
+           "SELECT start, end, deviceId, contextId, streamId, correlationId, bytes, value, memKind, graphId, "
+           "graphNodeId, rangeId, step FROM CUPTI_ACTIVITY_KIND_MEMSET WHERE point_id = ? ORDER BY id",
+           "profile: reading the memsets" + of);
+    q.bind(1, point_id);
+    while (q.step()) {
+      prof::MemsetRecord m;
+      m.start_ns = q.i64(0);
+      m.end_ns = q.i64(1);
+      m.device_id = q.i32(2);
+      m.context_id = to_u32(q.i64(3));
+      m.stream_id = to_u32(q.i64(4));
+      m.correlation_id = to_u32(q.i64(5));
+      m.bytes = q.i64(6);
+      m.value = q.i32(7);
+      m.mem_kind = q.text(8);
+      m.graph_id = to_u32(q.i64(9));
+      m.graph_node_id = to_u64(q.i64(10));
+      m.range_id = q.i64(11);
+      m.step = q.i32(12);
+      t.memsets.push_back(std::move(m));
+    }
+  }
+  {
+    Stmt q(db, path_,
+           "SELECT start, end, nameId, domain, correlationId, globalTid, returnValue FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+           "WHERE point_id = ? ORDER BY id",
+           "profile: reading the CUDA API calls" + of);
+    q.bind(1, point_id);
+    while (q.step()) {
+      prof::ApiRecord a;
+      a.start_ns = q.i64(0);
+      a.end_ns = q.i64(1);
+      a.name = names.value(q.i64(2));
+      a.domain = q.text(3);
+      a.correlation_id = to_u32(q.i64(4));
+      a.thread_id = to_u32(q.i64(5));
+      a.return_value = q.i32(6);
+      t.api.push_back(std::move(a));
+    }
+  }
+  {
+    Stmt q(db, path_,
+           "SELECT start, deviceId, contextId, streamId, correlationId, address, bytes, memoryOperationType, memKind "
+           "FROM CUDA_GPU_MEMORY_USAGE_EVENTS WHERE point_id = ? ORDER BY id",
+           "profile: reading the device memory events" + of);
+    q.bind(1, point_id);
+    while (q.step()) {
+      prof::DeviceMemoryRecord m;
+      m.t_ns = q.i64(0);
+      m.device_id = q.i32(1);
+      m.context_id = to_u32(q.i64(2));
+      m.stream_id = to_u32(q.i64(3));
+      m.correlation_id = to_u32(q.i64(4));
+      m.address = to_u64(q.i64(5));
+      m.bytes = q.i64(6);
+      m.is_alloc = q.text(7) == "alloc";
+      m.mem_kind = q.text(8);
+      t.device_memory.push_back(std::move(m));
+    }
+  }
+  {
+    Stmt q(db, path_,
+           "SELECT rangeId, parentId, text, depth, step, projStart, projEnd, start, end, numGpuOps FROM NVTX_EVENTS "
+           "WHERE point_id = ? ORDER BY id",
+           "profile: reading the phase ranges" + of);
+    q.bind(1, point_id);
+    while (q.step()) {
+      prof::PhaseRange r;
+      r.id = q.i64(0);
+      r.parent_id = q.i64(1);
+      r.name = q.text(2);
+      r.depth = q.i32(3);
+      r.step = q.i32(4);
+      r.start_ns = q.i64(5);
+      r.end_ns = q.i64(6);
+      r.host_start_ns = q.i64(7);
+      r.host_end_ns = q.i64(8);
+      r.ops = q.i32(9);
+      t.ranges.push_back(std::move(r));
+    }
+  }
+  {
+    Stmt q(db, path_,
+           "SELECT start, category, module, layer, bytes, categoryLiveBytes FROM ALLOCATOR_EVENTS WHERE point_id = ? "
+           "ORDER BY id",
+           "profile: reading the allocator events" + of);
+    q.bind(1, point_id);
+    while (q.step()) t.allocator.push_back({q.i64(0), q.text(1), q.text(2), q.i32(3), q.i64(4), q.i64(5)});
+  }
+  tx.commit();
+  return t;
 }
 
 std::vector<RangeRecord> ResultsDb::ranges(std::int64_t point_id) const {
@@ -686,6 +1224,30 @@ std::vector<DeviceRecord> ResultsDb::devices(std::int64_t run_id) const {
   q.bind(1, run_id);
   std::vector<DeviceRecord> out;
   while (q.step()) out.push_back({q.text(0), q.text(1), q.text(2)});
+  return out;
+}
+
+std::vector<GpuInfoRecord> ResultsDb::gpu_info(std::int64_t run_id) const {
+  Stmt q(db_.get(), path_,
+         "SELECT id, name, computeMajor, computeMinor, smCount, l2CacheSize, totalMemory, clockRate, memoryClockRate, "
+         "busWidth FROM TARGET_INFO_GPU WHERE run_id = ? ORDER BY id",
+         "gpu_info: reading the GPUs of run " + std::to_string(run_id));
+  q.bind(1, run_id);
+  std::vector<GpuInfoRecord> out;
+  while (q.step()) {
+    GpuInfoRecord g;
+    g.id = q.i32(0);
+    g.name = q.text(1);
+    g.compute_major = q.i32(2);
+    g.compute_minor = q.i32(3);
+    g.sm_count = q.i32(4);
+    g.l2_cache_size = q.i64(5);
+    g.total_memory = q.i64(6);
+    g.clock_rate_khz = q.i32(7);
+    g.memory_clock_rate_khz = q.i32(8);
+    g.bus_width_bits = q.i32(9);
+    out.push_back(std::move(g));
+  }
   return out;
 }
 

@@ -1,6 +1,7 @@
 // The results database: one SQLite file holding runs, their sweep points (axis values and metrics) and
-// what was recorded at each point (kernel / CPU-op records, named ranges, memory events), plus the devices
-// of each run. The schema is documented in db/README.md.
+// what was recorded at each point (named ranges, memory events and, for a profiled point, its profile: a
+// prof::ProfileTrace stored in tables named after Nsight Systems' SQLite export), plus the devices of each
+// run. The schema is documented in db/README.md.
 //
 // Durability model: the file is in WAL mode and every point is written in its own transaction, so a
 // reader (the dashboard, `mocbench` queries) can open the file while a run writes it, and a run whose
@@ -17,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "profiling/trace.h"
+
 struct sqlite3;
 
 namespace moc::db {
@@ -28,7 +31,7 @@ class DbError : public std::runtime_error {
 
 // The schema this build writes and reads. Older files are migrated forward when opened for writing;
 // newer files are refused (nothing is changed).
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 // PRAGMA application_id of every mocbench results file: "MOCB" in ASCII.
 inline constexpr std::int32_t kApplicationId = 0x4D4F4342;
 
@@ -52,24 +55,13 @@ struct RunRecord {
 struct PointRecord {
   std::int64_t id = 0, run_id = 0;
   int index = 0;       // position in the sweep, unique within a run
+  std::string mode;    // "train" | "decode" | "ffn-train" | "ffn-decode" | "topk" ("" in files migrated without one)
   std::string status;  // "ok" | "oom" | "interrupted" | "failed"
   std::string error;   // message for non-ok points
   std::vector<std::pair<std::string, std::string>> axes;  // ordered axis name -> value text
   // name -> value (median_us, tokens_per_s, ...); order is kept. NaN round-trips (stored as NULL).
   std::vector<std::pair<std::string, double>> metrics;
   bool operator==(const PointRecord&) const = default;  // NaN metrics compare unequal, as doubles do
-};
-
-// One kernel, CPU op, memcpy or memset.
-struct OpRecord {
-  std::string kind;  // "kernel" | "cpu_op" | "memcpy" | "memset"
-  std::string name;
-  std::int64_t start_ns = 0, end_ns = 0;
-  int device_id = -1, stream = 0;
-  int grid_x = 0, grid_y = 0, grid_z = 0, block_x = 0, block_y = 0, block_z = 0;
-  int registers_per_thread = 0, static_shared_bytes = 0, dynamic_shared_bytes = 0;
-  std::string range;  // innermost enclosing range name, may be empty
-  bool operator==(const OpRecord&) const = default;
 };
 
 struct RangeRecord {
@@ -90,6 +82,20 @@ struct MemEventRecord {
 struct DeviceRecord {
   std::string kind, name, properties_json;
   bool operator==(const DeviceRecord&) const = default;
+};
+
+// One GPU of a run (TARGET_INFO_GPU, as in Nsight Systems' export): cudaDeviceProp's identity and limits.
+struct GpuInfoRecord {
+  int id = 0;  // the device ordinal
+  std::string name;
+  int compute_major = 0, compute_minor = 0;
+  int sm_count = 0;
+  std::int64_t l2_cache_size = 0;  // bytes
+  std::int64_t total_memory = 0;   // bytes
+  int clock_rate_khz = 0;          // SM clock
+  int memory_clock_rate_khz = 0;
+  int bus_width_bits = 0;  // memory bus width
+  bool operator==(const GpuInfoRecord&) const = default;
 };
 
 class ResultsDb {
@@ -115,17 +121,22 @@ class ResultsDb {
   // status: "ok" | "interrupted" | "failed".
   void finish_run(std::int64_t run_id, const std::string& status, std::int64_t finished_unix_ms);
   void add_device(std::int64_t run_id, const DeviceRecord& d);
-  // Everything of one point in one transaction (all or nothing); p.id is ignored. Returns the point id.
-  std::int64_t add_point(const PointRecord& p, const std::vector<OpRecord>& ops,
-                         const std::vector<RangeRecord>& ranges, const std::vector<MemEventRecord>& mem);
+  // One GPU of the run; (run_id, g.id) is unique.
+  void add_gpu_info(std::int64_t run_id, const GpuInfoRecord& g);
+  // Everything of one point in one transaction (all or nothing); trace, when given, is the point's profile.
+  // p.id is ignored. Returns the point id.
+  std::int64_t add_point(const PointRecord& p, const std::vector<RangeRecord>& ranges,
+                         const std::vector<MemEventRecord>& mem, const prof::ProfileTrace* trace = nullptr);
 
   std::vector<RunRecord> runs() const;  // newest first
   std::optional<RunRecord> run(std::int64_t id) const;
   std::vector<PointRecord> points(std::int64_t run_id) const;  // by index, with axes and metrics
-  std::vector<OpRecord> ops(std::int64_t point_id) const;      // in the order they were added
+  // The point's profile, or nullopt when it was not profiled. Records come back in the order stored.
+  std::optional<prof::ProfileTrace> profile(std::int64_t point_id) const;
   std::vector<RangeRecord> ranges(std::int64_t point_id) const;
   std::vector<MemEventRecord> memory_events(std::int64_t point_id) const;
   std::vector<DeviceRecord> devices(std::int64_t run_id) const;
+  std::vector<GpuInfoRecord> gpu_info(std::int64_t run_id) const;  // by device ordinal
 
  private:
   struct Closer {

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "profiling/tracer.h"
 
@@ -37,6 +39,22 @@ constexpr std::size_t kBufferBytes = std::size_t{8} << 20;
 constexpr std::array<CUpti_ActivityKind, 6> kKinds = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
     CUPTI_ACTIVITY_KIND_RUNTIME,           CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_MEMORY2};
+
+// MOCBENCH_CUPTI_KINDS=kernel,memcpy,memset,runtime,driver,memory (a subset; default all) limits what is
+// traced, to see what each kind costs. The kernel kind is always on.
+std::vector<CUpti_ActivityKind> kinds() {
+  const char* env = std::getenv("MOCBENCH_CUPTI_KINDS");
+  if (env == nullptr || *env == '\0') return {kKinds.begin(), kKinds.end()};
+  const std::string list = std::string(",") + env + ",";
+  const std::pair<const char*, CUpti_ActivityKind> names[] = {
+      {"memcpy", CUPTI_ACTIVITY_KIND_MEMCPY},   {"memset", CUPTI_ACTIVITY_KIND_MEMSET},
+      {"runtime", CUPTI_ACTIVITY_KIND_RUNTIME}, {"driver", CUPTI_ACTIVITY_KIND_DRIVER},
+      {"memory", CUPTI_ACTIVITY_KIND_MEMORY2}};
+  std::vector<CUpti_ActivityKind> out = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL};
+  for (const auto& [name, kind] : names)
+    if (list.find(std::string(",") + name + ",") != std::string::npos) out.push_back(kind);
+  return out;
+}
 
 std::string demangle(const char* name) {
   if (name == nullptr) return "<unnamed>";
@@ -171,7 +189,7 @@ class CuptiTracer final : public Tracer {
   void enable() override {
     if (enabled_) return;
     calibrate();
-    for (auto k : kKinds) {
+    for (auto k : kinds()) {
       const CUptiResult r = cuptiActivityEnable(k);
       if (r == CUPTI_SUCCESS) {
         enabled_kinds_.push_back(k);

@@ -213,7 +213,7 @@ class AttnPathEnv {
   bool had_ = false;
 };
 
-bool cudnn_sdpa_in_build() {
+[[maybe_unused]] bool cudnn_sdpa_in_build() {
 #ifdef MOCBENCH_HAVE_CUDA
   return cuda::cudnn_sdpa_built();
 #else

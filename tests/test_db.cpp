@@ -1,11 +1,13 @@
-// The results database: round trips, WAL and concurrent readers, all-or-nothing points, a writer killed
-// mid-run, migration of a hand-made version 1 file, and refusal (file untouched) of what is not ours.
+// The results database: round trips (profiles included), WAL and concurrent readers, all-or-nothing points,
+// a writer killed mid-run, migration of hand-made version 1 and 2 files, and refusal (file untouched) of
+// what is not ours.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -22,13 +24,14 @@ namespace {
 namespace fs = std::filesystem;
 using moc::db::DbError;
 using moc::db::DeviceRecord;
+using moc::db::GpuInfoRecord;
 using moc::db::MemEventRecord;
 using moc::db::OpenMode;
-using moc::db::OpRecord;
 using moc::db::PointRecord;
 using moc::db::RangeRecord;
 using moc::db::ResultsDb;
 using moc::db::RunRecord;
+using moc::prof::ProfileTrace;
 
 std::string read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -126,6 +129,7 @@ PointRecord sample_point(std::int64_t run_id, int index) {
   PointRecord p;
   p.run_id = run_id;
   p.index = index;
+  p.mode = index % 2 == 0 ? "decode" : "ffn-train";
   p.status = "ok";
   // Deliberately not alphabetical: the order is the sweep's, and must come back as it went in.
   p.axes = {{"seq", std::to_string(128 * (index + 1))}, {"batch", std::to_string(index + 1)}, {"ffn", "moc"}};
@@ -133,22 +137,61 @@ PointRecord sample_point(std::int64_t run_id, int index) {
   return p;
 }
 
-std::vector<OpRecord> sample_ops(int n = 2) {
-  std::vector<OpRecord> ops;
+// A profile with every field of every record set, none at its default: n kernels over 7 distinct names
+// (beyond 32 bits, unsigned ids at their extremes), and one or more of every other record.
+ProfileTrace sample_trace(int n = 3) {
+  ProfileTrace t;
+  t.source = "cupti";
+  t.steps = 2;
+  t.start_ns = 5'000'000'000'000;  // beyond 32 bits on purpose
+  t.end_ns = t.start_ns + 1'000'000;
+  t.dropped_records = 0xFFFF'FFFF'FFFF'FFF0ull;  // beyond int64: stored as its two's complement
+  static const char* const kNames[] = {"void moc::topk_kernel<__nv_bfloat16, 128>(const __nv_bfloat16*, int*)",
+                                       "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn",
+                                       "void moc::rmsnorm<float>(float*)",
+                                       "flash_fwd_kernel",
+                                       "void at::native::elementwise_kernel<128, 2>()",
+                                       "softmax \xc3\xa9",  // not ASCII
+                                       "cpu: matmul"};
+  static const char* const kShort[] = {"topk_kernel", "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn",
+                                       "rmsnorm", "flash_fwd_kernel", "elementwise_kernel", "softmax \xc3\xa9",
+                                       "cpu: matmul"};
   for (int i = 0; i < n; ++i) {
-    OpRecord o;
-    o.kind = i % 2 == 0 ? "kernel" : "memcpy";
-    o.name = "moc_topk_kernel<bf16, 128>#" + std::to_string(i);
-    o.start_ns = 5'000'000'000'000 + 1000 * i;  // beyond 32 bits on purpose
-    o.end_ns = o.start_ns + 750;
-    o.device_id = 0;
-    o.stream = 7;
-    o.grid_x = 132, o.grid_y = 2, o.grid_z = 1, o.block_x = 256, o.block_y = 1, o.block_z = 1;
-    o.registers_per_thread = 96, o.static_shared_bytes = 1024, o.dynamic_shared_bytes = 49152;
-    o.range = i % 2 == 0 ? "ffn.topk" : "";
-    ops.push_back(o);
+    moc::prof::KernelRecord k;
+    k.name = kNames[i % 7];
+    k.short_name = kShort[i % 7];
+    k.start_ns = t.start_ns + 1000 * i;
+    k.end_ns = k.start_ns + 750 + i % 13;
+    k.device_id = i % 7 == 6 ? -1 : i % 2;
+    k.context_id = 1 + i % 3;
+    k.stream_id = 7 + i % 2;
+    k.correlation_id = 0xFFFF'FF00u + static_cast<std::uint32_t>(i % 200);
+    k.grid_x = 132 + i % 5, k.grid_y = 2, k.grid_z = 3, k.block_x = 256, k.block_y = 4, k.block_z = 5;
+    k.registers_per_thread = 96, k.static_shared_bytes = 1024, k.dynamic_shared_bytes = 49152 + i % 3;
+    k.graph_id = i % 4 == 0 ? 0 : 0xFFFF'FFFEu;
+    k.graph_node_id = i % 4 == 0 ? 0 : 0x8000'0000'0000'0001ull + static_cast<std::uint64_t>(i);
+    k.range_id = i % 5 == 4 ? -1 : i % 3;
+    k.step = i % 2;
+    t.kernels.push_back(k);
   }
-  return ops;
+  t.memcpys.push_back({t.start_ns + 10, t.start_ns + 90, 0, 1, 7, 0xFFFF'FFFFu, 1 << 20, "HtoD", "pinned", "device",
+                       3, 0xFFFF'FFFF'FFFF'FFFFull, 0, 0});
+  t.memcpys.push_back({t.start_ns + 100, t.start_ns + 190, 1, 2, 8, 17, 4096, "DtoD", "device", "device", 0, 0, -1, 1});
+  t.memsets.push_back({t.start_ns + 200, t.start_ns + 210, 0, 1, 7, 18, 8192, 255, "device", 4, 99, 1, 1});
+  t.api.push_back({"cudaLaunchKernel", "runtime", t.start_ns - 50, t.start_ns - 20, 0xFFFF'FF00u, 4242, 0});
+  t.api.push_back({"cuLaunchKernelEx", "driver", t.start_ns - 10, t.start_ns - 5, 0xFFFF'FF01u, 4242, 700});
+  t.api.push_back({"cudaLaunchKernel", "runtime", t.start_ns + 5, t.start_ns + 9, 19, 4243, 0});
+  t.device_memory.push_back({t.start_ns + 1, 0, 1, 7, 20, 0x7F00'0000'0000ull, 1 << 30, true, "device"});
+  t.device_memory.push_back({t.start_ns + 2, 1, 2, 0, 21, 0xFFFF'0000'0000'0000ull, 1 << 30, false, "managed"});
+  // Ranges: a root, a child, a grandchild, and a graph replay (host times 0).
+  t.ranges.push_back({0, -1, "step", 0, 0, t.start_ns, t.end_ns, t.start_ns - 100, t.end_ns + 100, n + 3});
+  t.ranges.push_back({1, 0, "layer.0", 1, 0, t.start_ns + 10, t.start_ns + 500, t.start_ns, t.start_ns + 400, n});
+  t.ranges.push_back({2, 1, "ffn.topk", 2, 1, t.start_ns + 20, t.start_ns + 30, t.start_ns + 15, t.start_ns + 25, 1});
+  t.ranges.push_back({7, 1, "ffn.topk", 2, 1, t.start_ns + 40, t.start_ns + 50, 0, 0, 2});
+  t.allocator.push_back({t.start_ns, "activations", "ffn", 0, 0, 4096});
+  t.allocator.push_back({t.start_ns + 3, "workspace", "none", -1, 1 << 20, (1 << 20) + 8});
+  t.allocator.push_back({t.start_ns + 4, "activations", "ffn", 0, -4096, 0});
+  return t;
 }
 
 std::vector<RangeRecord> sample_ranges() {
@@ -202,8 +245,9 @@ TEST_F(ResultsDbStore, RoundTripKeepsARunWithTwoPointsAndEverythingRecordedAtThe
     run_id = db.begin_run(run_in);
     for (const auto& d : devices_in) db.add_device(run_id, d);
     p0.run_id = p1.run_id = run_id;
-    p0.id = db.add_point(p0, sample_ops(), sample_ranges(), sample_mem());
-    p1.id = db.add_point(p1, {}, {}, {});
+    const auto trace = sample_trace();
+    p0.id = db.add_point(p0, sample_ranges(), sample_mem(), &trace);
+    p1.id = db.add_point(p1, {}, {});
     db.finish_run(run_id, "ok", run_in.started_unix_ms + 4321);
   }
 
@@ -223,10 +267,13 @@ TEST_F(ResultsDbStore, RoundTripKeepsARunWithTwoPointsAndEverythingRecordedAtThe
   EXPECT_EQ(points[0], p0);
   EXPECT_EQ(points[1], p1);
   EXPECT_EQ(points[0].axes[0].first, "seq") << "axes keep the sweep's order";
-  EXPECT_EQ(db.ops(p0.id), sample_ops());
+  EXPECT_EQ(points[0].mode, "decode");
+  EXPECT_EQ(points[1].mode, "ffn-train");
+  EXPECT_EQ(db.profile(p0.id), sample_trace());
   EXPECT_EQ(db.ranges(p0.id), sample_ranges());
   EXPECT_EQ(db.memory_events(p0.id), sample_mem());
-  EXPECT_TRUE(db.ops(p1.id).empty());
+  EXPECT_FALSE(db.profile(p1.id).has_value()) << "a point without a profile";
+  EXPECT_FALSE(db.profile(p1.id + 100).has_value()) << "no such point";
   EXPECT_TRUE(db.ranges(p1.id).empty());
   EXPECT_TRUE(db.memory_events(p1.id).empty());
 }
@@ -250,7 +297,7 @@ TEST_F(ResultsDbStore, NanAndInfiniteMetricsRoundTrip) {
   p.metrics = {{"loss", std::numeric_limits<double>::quiet_NaN()},
                {"ratio", std::numeric_limits<double>::infinity()},
                {"neg", -std::numeric_limits<double>::infinity()}};
-  db.add_point(p, {}, {}, {});
+  db.add_point(p, {}, {});
   const auto m = db.points(run).at(0).metrics;
   ASSERT_EQ(m.size(), 3u);
   EXPECT_TRUE(std::isnan(m[0].second));
@@ -271,17 +318,18 @@ TEST_F(ResultsDbStore, ReaderSeesCommittedPointsWhileAWriterHoldsTheFileOpen) {
   const auto path = file("results.db");
   auto writer = ResultsDb::open(path, OpenMode::read_write);
   const auto run = writer.begin_run(sample_run());
-  writer.add_point(sample_point(run, 0), sample_ops(), sample_ranges(), sample_mem());
-  writer.add_point(sample_point(run, 1), sample_ops(), sample_ranges(), sample_mem());
+  const auto trace = sample_trace();
+  writer.add_point(sample_point(run, 0), sample_ranges(), sample_mem(), &trace);
+  writer.add_point(sample_point(run, 1), sample_ranges(), sample_mem(), &trace);
 
   const auto reader = ResultsDb::open(path, OpenMode::read_only);
   EXPECT_EQ(reader.run(run)->status, "running");
   EXPECT_EQ(reader.points(run).size(), 2u);
 
-  writer.add_point(sample_point(run, 2), sample_ops(), sample_ranges(), sample_mem());
+  writer.add_point(sample_point(run, 2), sample_ranges(), sample_mem(), &trace);
   const auto points = reader.points(run);
   ASSERT_EQ(points.size(), 3u);
-  EXPECT_EQ(reader.ops(points[2].id), sample_ops());
+  EXPECT_EQ(reader.profile(points[2].id), trace);
   writer.finish_run(run, "ok", 1);
   EXPECT_EQ(reader.run(run)->status, "ok");
 }
@@ -290,7 +338,10 @@ TEST_F(ResultsDbStore, ReaderSeesCommittedPointsWhileAWriterHoldsTheFileOpen) {
 std::vector<std::int64_t> row_counts(const std::string& path) {
   RawDb raw(path);
   std::vector<std::int64_t> n;
-  for (const char* t : {"runs", "points", "point_axes", "metrics", "ops", "ranges", "memory_events", "devices"})
+  for (const char* t : {"runs", "points", "point_axes", "metrics", "ranges", "memory_events", "devices", "StringIds",
+                        "profiles", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                        "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUDA_GPU_MEMORY_USAGE_EVENTS",
+                        "NVTX_EVENTS", "ALLOCATOR_EVENTS", "TARGET_INFO_GPU"})
     n.push_back(raw.integer(std::string("SELECT count(*) FROM ") + t));
   return n;
 }
@@ -300,13 +351,16 @@ TEST_F(ResultsDbStore, AddPointWithADuplicateIndexLeavesNoPartialRows) {
   auto db = ResultsDb::open(path, OpenMode::read_write);
   const auto run = db.begin_run(sample_run());
   const auto first = sample_point(run, 0);
-  db.add_point(first, sample_ops(), sample_ranges(), sample_mem());
+  const auto trace = sample_trace();
+  db.add_point(first, sample_ranges(), sample_mem(), &trace);
   const auto before = row_counts(path);
 
   auto dup = sample_point(run, 0);
   dup.axes = {{"other", "1"}};
+  auto other_trace = sample_trace(5);
+  other_trace.kernels[0].name = "a name no point had before";
   try {
-    db.add_point(dup, sample_ops(5), sample_ranges(), sample_mem());
+    db.add_point(dup, sample_ranges(), sample_mem(), &other_trace);
     FAIL() << "a second point 0 was accepted";
   } catch (const DbError& e) {
     EXPECT_NE(std::string(e.what()).find("UNIQUE"), std::string::npos) << e.what();
@@ -315,10 +369,11 @@ TEST_F(ResultsDbStore, AddPointWithADuplicateIndexLeavesNoPartialRows) {
   EXPECT_EQ(row_counts(path), before);
   auto kept = db.points(run);
   ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(db.profile(kept[0].id), trace);
   kept[0].id = 0;
   EXPECT_EQ(kept[0], first);
   // The connection is usable again: no transaction was left open.
-  EXPECT_NO_THROW(db.add_point(sample_point(run, 1), {}, {}, {}));
+  EXPECT_NO_THROW(db.add_point(sample_point(run, 1), {}, {}));
 }
 
 TEST_F(ResultsDbStore, AddPointFailingAfterPartialWritesRollsBackEverything) {
@@ -327,11 +382,12 @@ TEST_F(ResultsDbStore, AddPointFailingAfterPartialWritesRollsBackEverything) {
   const auto run = db.begin_run(sample_run());
   const auto before = row_counts(path);
 
-  // The metrics are written last: the point, its axes, ops, ranges and memory events are in by then.
+  // The metrics are written last: the point, its axes, ranges, memory events and profile are in by then.
   auto p = sample_point(run, 0);
   p.metrics.emplace_back("median_us", 13.0);
+  const auto trace = sample_trace(50);
   try {
-    db.add_point(p, sample_ops(50), sample_ranges(), sample_mem());
+    db.add_point(p, sample_ranges(), sample_mem(), &trace);
     FAIL() << "a duplicated metric was accepted";
   } catch (const DbError& e) {
     EXPECT_NE(std::string(e.what()).find("metric 'median_us'"), std::string::npos) << e.what();
@@ -340,14 +396,139 @@ TEST_F(ResultsDbStore, AddPointFailingAfterPartialWritesRollsBackEverything) {
   EXPECT_EQ(row_counts(path), before);
   EXPECT_TRUE(db.points(run).empty());
   p.metrics.pop_back();
-  EXPECT_NO_THROW(db.add_point(p, sample_ops(50), sample_ranges(), sample_mem()));
-  EXPECT_EQ(db.points(run).size(), 1u);
+  EXPECT_NO_THROW(db.add_point(p, sample_ranges(), sample_mem(), &trace));
+  ASSERT_EQ(db.points(run).size(), 1u);
+  EXPECT_EQ(db.profile(db.points(run)[0].id), trace);
+}
+
+TEST_F(ResultsDbStore, AddPointFailingInsideItsProfileRollsBackEverything) {
+  const auto path = file("results.db");
+  auto db = ResultsDb::open(path, OpenMode::read_write);
+  const auto run = db.begin_run(sample_run());
+  const auto before = row_counts(path);
+
+  // Kernels (with new StringIds), memcpys and memsets are in when the second API call fails.
+  auto bad_domain = sample_trace(50);
+  bad_domain.api[1].domain = "kernel";
+  try {
+    db.add_point(sample_point(run, 0), sample_ranges(), sample_mem(), &bad_domain);
+    FAIL() << "an API call of domain 'kernel' was accepted";
+  } catch (const DbError& e) {
+    EXPECT_NE(std::string(e.what()).find("API call 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CHECK"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(row_counts(path), before);
+
+  // Two phase ranges with one id: the second one is refused, and nothing of the point stays.
+  auto dup_range = sample_trace(50);
+  dup_range.ranges[3].id = dup_range.ranges[1].id;
+  try {
+    db.add_point(sample_point(run, 0), sample_ranges(), sample_mem(), &dup_range);
+    FAIL() << "two ranges with one id were accepted";
+  } catch (const DbError& e) {
+    EXPECT_NE(std::string(e.what()).find("phase range 3"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(row_counts(path), before);
+  EXPECT_TRUE(db.points(run).empty());
+}
+
+TEST_F(ResultsDbStore, StringIdsAreSharedByThePointsOfAFile) {
+  const auto path = file("results.db");
+  auto db = ResultsDb::open(path, OpenMode::read_write);
+  const auto run = db.begin_run(sample_run());
+  const auto trace = sample_trace(100);
+  const auto a = db.add_point(sample_point(run, 0), {}, {}, &trace);
+  {
+    auto db2 = ResultsDb::open(path, OpenMode::read_write);  // another connection: nothing cached
+    db2.add_point(sample_point(run, 1), {}, {}, &trace);
+  }
+  const auto b = db.add_point(sample_point(run, 2), {}, {}, &trace);
+  // 7 kernel names, 3 more short names (the other 4 kernels are their own short names), 2 API names.
+  RawDb raw(path);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM StringIds"), 7 + 3 + 2);
+  EXPECT_EQ(raw.integer("SELECT count(DISTINCT value) FROM StringIds"), 7 + 3 + 2);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"), 300);
+  EXPECT_EQ(db.profile(a), trace);
+  EXPECT_EQ(db.profile(b), trace);
+}
+
+TEST_F(ResultsDbStore, HundredThousandKernelsRoundTrip) {
+  const auto path = file("results.db");
+  auto db = ResultsDb::open(path, OpenMode::read_write);
+  const auto run = db.begin_run(sample_run());
+  const auto trace = sample_trace(100'000);
+  const auto id = db.add_point(sample_point(run, 0), sample_ranges(), sample_mem(), &trace);
+  const auto back = db.profile(id);
+  ASSERT_TRUE(back.has_value());
+  ASSERT_EQ(back->kernels.size(), 100'000u);
+  EXPECT_TRUE(*back == trace);  // not EXPECT_EQ: a failure would print 100k records
+}
+
+TEST_F(ResultsDbStore, ProfileTablesKeepNsightSystemsNamesAndMeanings) {
+  const auto path = file("results.db");
+  auto db = ResultsDb::open(path, OpenMode::read_write);
+  const auto run = db.begin_run(sample_run());
+  const auto trace = sample_trace(7);
+  const auto id = db.add_point(sample_point(run, 0), {}, {}, &trace);
+  RawDb raw(path);
+  const std::string of = " WHERE point_id = " + std::to_string(id);
+  // nsys-style SQL: names through StringIds, kernels joined to their NVTX range.
+  EXPECT_EQ(raw.column("SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName" + of +
+                       " ORDER BY k.id LIMIT 1"),
+            std::vector<std::string>{"topk_kernel"});
+  EXPECT_EQ(raw.column("SELECT n.text FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN NVTX_EVENTS n ON n.point_id = k.point_id "
+                       "AND n.rangeId = k.rangeId WHERE k.point_id = " +
+                       std::to_string(id) + " ORDER BY k.id LIMIT 3"),
+            (std::vector<std::string>{"step", "layer.0", "ffn.topk"}));
+  EXPECT_EQ(raw.column("SELECT DISTINCT eventType FROM NVTX_EVENTS" + of), std::vector<std::string>{"59"});
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM NVTX_EVENTS" + of +
+                        " AND textId IS NULL AND globalTid = 0 AND domainId = 0"),
+            4);
+  EXPECT_EQ(raw.column("SELECT s.value || ':' || r.domain FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON "
+                       "s.id = r.nameId ORDER BY r.id"),
+            (std::vector<std::string>{"cudaLaunchKernel:runtime", "cuLaunchKernelEx:driver",
+                                      "cudaLaunchKernel:runtime"}));
+  EXPECT_EQ(raw.column("SELECT memoryOperationType FROM CUDA_GPU_MEMORY_USAGE_EVENTS ORDER BY id"),
+            (std::vector<std::string>{"alloc", "free"}));
+  EXPECT_EQ(raw.column("SELECT copyKind FROM CUPTI_ACTIVITY_KIND_MEMCPY ORDER BY id"),
+            (std::vector<std::string>{"HtoD", "DtoD"}));
+  EXPECT_EQ(raw.column("SELECT source || ' ' || steps FROM profiles"), std::vector<std::string>{"cupti 2"});
+  // Deleting the point deletes its profile (ON DELETE CASCADE); StringIds stay.
+  raw.exec("PRAGMA foreign_keys = ON; DELETE FROM points WHERE id = " + std::to_string(id));
+  for (const char* t : {"profiles", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                        "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUDA_GPU_MEMORY_USAGE_EVENTS",
+                        "NVTX_EVENTS", "ALLOCATOR_EVENTS"})
+    EXPECT_EQ(raw.integer(std::string("SELECT count(*) FROM ") + t), 0) << t;
+  EXPECT_GT(raw.integer("SELECT count(*) FROM StringIds"), 0);
+}
+
+TEST_F(ResultsDbStore, GpuInfoRoundTrips) {
+  const auto path = file("results.db");
+  auto db = ResultsDb::open(path, OpenMode::read_write);
+  const auto run = db.begin_run(sample_run());
+  const auto other = db.begin_run(sample_run("other", 2));
+  const GpuInfoRecord g1{1, "NVIDIA H200", 9, 0, 132, 52'428'800, 150'012'000'256, 1'980'000, 3'201'000, 6144};
+  const GpuInfoRecord g0{0, "NVIDIA H100 80GB HBM3", 9, 0, 132, 52'428'800, 85'028'896'768, 1'980'000, 2'619'000, 5120};
+  db.add_gpu_info(run, g1);  // out of order: read back by ordinal
+  db.add_gpu_info(run, g0);
+  db.add_gpu_info(other, g0);
+  EXPECT_EQ(db.gpu_info(run), (std::vector<GpuInfoRecord>{g0, g1}));
+  EXPECT_EQ(db.gpu_info(other), (std::vector<GpuInfoRecord>{g0}));
+  EXPECT_TRUE(db.gpu_info(other + 1).empty());
+  try {
+    db.add_gpu_info(run, g0);
+    FAIL() << "GPU 0 of the run was recorded twice";
+  } catch (const DbError& e) {
+    EXPECT_NE(std::string(e.what()).find("add_gpu_info"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(db.add_gpu_info(other + 1, g0), DbError);  // no such run
+  EXPECT_THROW(ResultsDb::open(path, OpenMode::read_only).add_gpu_info(run, g0), DbError);
 }
 
 TEST_F(ResultsDbStore, PointOfAnUnknownRunIsRefusedByTheForeignKey) {
   auto db = ResultsDb::open(file("results.db"), OpenMode::read_write);
   try {
-    db.add_point(sample_point(42, 0), {}, {}, {});
+    db.add_point(sample_point(42, 0), {}, {});
     FAIL() << "a point of run 42 was accepted";
   } catch (const DbError& e) {
     EXPECT_NE(std::string(e.what()).find("FOREIGN KEY"), std::string::npos) << e.what();
@@ -367,7 +548,7 @@ TEST_F(ResultsDbStore, UnknownStatusesAndRunsAreRefusedWithTheAllowedValues) {
   auto p = sample_point(run, 0);
   p.status = "fine";
   try {
-    db.add_point(p, {}, {}, {});
+    db.add_point(p, {}, {});
     FAIL();
   } catch (const DbError& e) {
     EXPECT_NE(std::string(e.what()).find("ok, oom, interrupted, failed"), std::string::npos) << e.what();
@@ -391,7 +572,7 @@ TEST_F(ResultsDbStore, ReadOnlyHandleRefusesWrites) {
   } catch (const DbError& e) {
     EXPECT_NE(std::string(e.what()).find("read_write"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(db.add_point(sample_point(1, 0), {}, {}, {}), DbError);
+  EXPECT_THROW(db.add_point(sample_point(1, 0), {}, {}), DbError);
   EXPECT_THROW(db.finish_run(1, "ok", 1), DbError);
   EXPECT_THROW(db.add_device(1, {}), DbError);
 }
@@ -417,8 +598,9 @@ TEST_F(ResultsDbStore, WriterKilledMidRunLeavesTheRunReadableWithItsCommittedPoi
     try {
       auto db = ResultsDb::open(path, OpenMode::read_write);
       const auto run = db.begin_run(sample_run());
+      const auto trace = sample_trace(20);
       for (int i = 0;; ++i) {
-        db.add_point(sample_point(run, i), sample_ops(20), sample_ranges(), sample_mem());
+        db.add_point(sample_point(run, i), sample_ranges(), sample_mem(), &trace);
         const char byte = 'p';
         if (::write(fds[1], &byte, 1) != 1) break;
       }
@@ -451,7 +633,7 @@ TEST_F(ResultsDbStore, WriterKilledMidRunLeavesTheRunReadableWithItsCommittedPoi
       auto expected = sample_point(runs[0].id, static_cast<int>(i));
       expected.id = points[i].id;
       EXPECT_EQ(points[i], expected);
-      EXPECT_EQ(db.ops(points[i].id), sample_ops(20));
+      EXPECT_EQ(db.profile(points[i].id), sample_trace(20));
       EXPECT_EQ(db.ranges(points[i].id), sample_ranges());
       EXPECT_EQ(db.memory_events(points[i].id), sample_mem());
     }
@@ -587,14 +769,20 @@ void make_version1_file(const std::string& path) {
            "COMMIT;");
 }
 
-TEST_F(ResultsDbMigration, Version1FileIsMigratedToVersion2KeepingItsRun) {
+// A migrated file has exactly the shape of a new one.
+void expect_shape_of_a_new_file(const std::string& migrated, const std::string& fresh) {
+  ResultsDb::open(fresh, OpenMode::read_write);
+  EXPECT_EQ(schema_shape(migrated), schema_shape(fresh));
+}
+
+TEST_F(ResultsDbMigration, Version1FileIsMigratedToTheCurrentVersionKeepingItsRun) {
   const auto path = file("v1.db");
   make_version1_file(path);
   {
     auto db = ResultsDb::open(path, OpenMode::read_write);
-    EXPECT_EQ(db.schema_version(), 2);
+    EXPECT_EQ(db.schema_version(), moc::db::kSchemaVersion);
   }
-  EXPECT_EQ(RawDb(path).integer("PRAGMA user_version"), 2);
+  EXPECT_EQ(RawDb(path).integer("PRAGMA user_version"), moc::db::kSchemaVersion);
 
   const auto db = ResultsDb::open(path, OpenMode::read_only);
   const auto runs = db.runs();
@@ -607,33 +795,159 @@ TEST_F(ResultsDbMigration, Version1FileIsMigratedToVersion2KeepingItsRun) {
   const auto points = db.points(7);
   ASSERT_EQ(points.size(), 1u);
   EXPECT_EQ(points[0].id, 70);
+  EXPECT_EQ(points[0].mode, "") << "the point had no mode axis";
   EXPECT_EQ(points[0].axes, (std::vector<std::pair<std::string, std::string>>{{"batch", "4"}, {"seq", "256"}}));
   EXPECT_EQ(points[0].metrics, (std::vector<std::pair<std::string, double>>{{"median_us", 42.5}}));
-  ASSERT_EQ(db.ops(70).size(), 1u);
-  EXPECT_EQ(db.ops(70)[0].name, "gemm");
-  EXPECT_EQ(db.ops(70)[0].range, "ffn.up");
+  // Version 3 moved the op into the point's profile, its range name into an NVTX range.
+  const auto profile = db.profile(70);
+  ASSERT_TRUE(profile.has_value());
+  ASSERT_EQ(profile->kernels.size(), 1u);
+  EXPECT_EQ(profile->kernels[0].name, "gemm");
+  ASSERT_EQ(profile->ranges.size(), 1u);
+  EXPECT_EQ(profile->ranges[0].name, "ffn.up");
+  EXPECT_EQ(profile->kernels[0].range_id, profile->ranges[0].id);
   EXPECT_EQ(db.ranges(70), (std::vector<RangeRecord>{{"step", 5, 25, 0}}));
   EXPECT_EQ(db.memory_events(70), (std::vector<MemEventRecord>{{3, "weights", "none", -1, 1024}}));
   // Version 2's devices table is back-filled from the device the version 1 run named.
   EXPECT_EQ(db.devices(7), (std::vector<DeviceRecord>{{"cuda", "NVIDIA H200", "{}"}}));
+  EXPECT_TRUE(db.gpu_info(7).empty());
 
-  // A migrated file has exactly the shape of a new one.
-  const auto fresh = file("fresh.db");
-  ResultsDb::open(fresh, OpenMode::read_write);
-  EXPECT_EQ(schema_shape(path), schema_shape(fresh));
+  expect_shape_of_a_new_file(path, file("fresh.db"));
+}
+
+// Version 2 added the devices table to version 1; frozen here as shipped.
+constexpr const char* kVersion2Addition = R"sql(
+CREATE TABLE devices (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  kind TEXT NOT NULL, name TEXT NOT NULL, properties_json TEXT NOT NULL
+);
+CREATE INDEX devices_run ON devices(run_id);
+)sql";
+
+// A file as mocbench with schema version 2 left it: two runs; points with and without a mode axis, with
+// and without ops of every kind (kernel, cpu_op, memcpy, memset), in ranges and outside any.
+void make_version2_file(const std::string& path) {
+  RawDb raw(path);
+  raw.exec("PRAGMA journal_mode = WAL");
+  raw.exec(std::string("BEGIN;") + kVersion1Schema + kVersion2Addition +
+           "INSERT INTO runs VALUES (7, 'v2_scenario', 's.toml', 'text', 'h', '{}', '{}', '{}', 'cuda', 'NVIDIA H200', "
+           "'v0.1.0', 1000, 2000, 'ok');"
+           "INSERT INTO runs VALUES (8, 'v2_cpu', 's.toml', 'text', 'h', '{}', '{}', '{}', 'cpu', 'host', "
+           "'v0.1.0', 3000, NULL, 'running');"
+           "INSERT INTO devices VALUES (1, 7, 'cuda', 'NVIDIA H200', '{\"sm\":\"9.0\"}');"
+           "INSERT INTO points VALUES (70, 7, 0, 'ok', ''), (71, 7, 1, 'oom', 'out of memory'), (80, 8, 0, 'ok', '');"
+           "INSERT INTO point_axes VALUES (70, 0, 'mode', 'decode'), (70, 1, 'batch', '4'), (71, 0, 'batch', '8'),"
+           " (80, 0, 'batch', '1'), (80, 1, 'mode', 'ffn-train');"
+           "INSERT INTO metrics (point_id, name, value) VALUES (70, 'median_us', 42.5);"
+           // id, point, kind, name, start, end, device, stream, grid xyz, block xyz, regs, static, dynamic, range
+           "INSERT INTO ops VALUES"
+           " (1, 70, 'kernel', 'gemm', 10, 20, 0, 1, 8, 2, 1, 128, 1, 1, 64, 512, 1024, 'ffn.up'),"
+           " (2, 70, 'memcpy', '[CUDA memcpy Host-to-Device]', 1, 4, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, ''),"
+           " (3, 70, 'kernel', 'softmax', 31, 35, 0, 1, 4, 1, 1, 256, 1, 1, 32, 0, 0, 'attention'),"
+           " (4, 70, 'kernel', 'gemm', 22, 30, 0, 1, 16, 1, 1, 128, 1, 1, 64, 512, 2048, 'ffn.up'),"
+           " (5, 70, 'memset', 'Memset', 5, 6, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 'ffn.up'),"
+           " (6, 70, 'kernel', 'bias', 36, 37, 0, 2, 1, 1, 1, 32, 1, 1, 8, 0, 0, ''),"
+           " (7, 80, 'cpu_op', 'ffn.gate', 100, 200, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 'ffn.gate'),"
+           " (8, 80, 'cpu_op', 'gemm', 210, 300, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 'ffn.up');"
+           "INSERT INTO ranges VALUES (1, 70, 'step', 0, 40, 0), (2, 80, 'step', 90, 310, 0);"
+           "INSERT INTO memory_events VALUES (1, 70, 3, 'weights', 'none', -1, 1024);"
+           "PRAGMA application_id = 1297040194;"
+           "PRAGMA user_version = 2;"
+           "COMMIT;");
+}
+
+// What the migration makes of a version 2 file's ops: a kernel (deviceId -1 for a CPU op, no context,
+// correlation or graph: version 2 did not record them).
+moc::prof::KernelRecord migrated_kernel(const std::string& name, std::int64_t start, std::int64_t end, int device,
+                                        std::uint32_t stream, std::array<int, 6> launch, std::array<int, 3> regs_smem,
+                                        std::int64_t range) {
+  moc::prof::KernelRecord k;
+  k.name = k.short_name = name;
+  k.start_ns = start, k.end_ns = end, k.device_id = device, k.stream_id = stream;
+  k.grid_x = launch[0], k.grid_y = launch[1], k.grid_z = launch[2];
+  k.block_x = launch[3], k.block_y = launch[4], k.block_z = launch[5];
+  k.registers_per_thread = regs_smem[0], k.static_shared_bytes = regs_smem[1], k.dynamic_shared_bytes = regs_smem[2];
+  k.range_id = range;
+  return k;
+}
+
+TEST_F(ResultsDbMigration, Version2FileWithOpsIsMigratedIntoProfiles) {
+  const auto path = file("v2.db");
+  make_version2_file(path);
+  {
+    auto db = ResultsDb::open(path, OpenMode::read_write);
+    EXPECT_EQ(db.schema_version(), 3);
+  }
+  RawDb raw(path);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), 3);
+  EXPECT_TRUE(raw.column("SELECT name FROM sqlite_master WHERE name LIKE 'ops%'").empty()) << "ops is dropped";
+
+  const auto db = ResultsDb::open(path, OpenMode::read_only);
+  const auto points = db.points(7);
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_EQ(points[0].mode, "decode") << "from the point's mode axis";
+  EXPECT_EQ(points[0].axes, (std::vector<std::pair<std::string, std::string>>{{"mode", "decode"}, {"batch", "4"}}));
+  EXPECT_EQ(points[1].mode, "");
+  EXPECT_EQ(points[1].status, "oom");
+  EXPECT_EQ(db.points(8).at(0).mode, "ffn-train");
+  EXPECT_EQ(db.devices(7), (std::vector<DeviceRecord>{{"cuda", "NVIDIA H200", "{\"sm\":\"9.0\"}"}}));
+  EXPECT_EQ(db.ranges(70), (std::vector<RangeRecord>{{"step", 0, 40, 0}}));
+  EXPECT_EQ(db.memory_events(70), (std::vector<MemEventRecord>{{3, "weights", "none", -1, 1024}}));
+
+  // Point 70: its range names become root ranges numbered by their first op (ffn.up 0, attention 1), each
+  // spanning its ops (host times = device projection), every op keeps name, times, device, stream, launch.
+  ProfileTrace want;
+  want.source = "v2-ops";
+  want.steps = 1;
+  want.start_ns = 1;
+  want.end_ns = 37;
+  want.kernels = {migrated_kernel("gemm", 10, 20, 0, 1, {8, 2, 1, 128, 1, 1}, {64, 512, 1024}, 0),
+                  migrated_kernel("softmax", 31, 35, 0, 1, {4, 1, 1, 256, 1, 1}, {32, 0, 0}, 1),
+                  migrated_kernel("gemm", 22, 30, 0, 1, {16, 1, 1, 128, 1, 1}, {64, 512, 2048}, 0),
+                  migrated_kernel("bias", 36, 37, 0, 2, {1, 1, 1, 32, 1, 1}, {8, 0, 0}, -1)};
+  want.memcpys = {{1, 4, 0, 0, 3, 0, 0, "HtoD", "unknown", "unknown", 0, 0, -1, 0}};
+  want.memsets = {{5, 6, 0, 0, 1, 0, 0, 0, "unknown", 0, 0, 0, 0}};
+  want.ranges = {{0, -1, "ffn.up", 0, 0, 5, 30, 5, 30, 3}, {1, -1, "attention", 0, 0, 31, 35, 31, 35, 1}};
+  EXPECT_EQ(db.profile(70), want);
+  EXPECT_FALSE(db.profile(71).has_value()) << "a point without ops has no profile";
+
+  // Point 80 (another run, CPU ops): its range ids start again at 0; "gemm" is one StringIds row.
+  ProfileTrace cpu;
+  cpu.source = "v2-ops";
+  cpu.steps = 1;
+  cpu.start_ns = 100;
+  cpu.end_ns = 300;
+  cpu.kernels = {migrated_kernel("ffn.gate", 100, 200, -1, 0, {0, 0, 0, 0, 0, 0}, {0, 0, 0}, 0),
+                 migrated_kernel("gemm", 210, 300, -1, 0, {0, 0, 0, 0, 0, 0}, {0, 0, 0}, 1)};
+  cpu.ranges = {{0, -1, "ffn.gate", 0, 0, 100, 200, 100, 200, 1}, {1, -1, "ffn.up", 0, 0, 210, 300, 210, 300, 1}};
+  EXPECT_EQ(db.profile(80), cpu);
+  EXPECT_EQ(raw.column("SELECT value FROM StringIds ORDER BY id"),
+            (std::vector<std::string>{"gemm", "softmax", "bias", "ffn.gate"}));
+
+  expect_shape_of_a_new_file(path, file("fresh.db"));
 }
 
 TEST_F(ResultsDbMigration, MigratedFileTakesNewRunsAndPoints) {
-  const auto path = file("v1.db");
-  make_version1_file(path);
-  auto db = ResultsDb::open(path, OpenMode::read_write);
-  const auto run = db.begin_run(sample_run("after", 5000));
-  db.add_device(run, {"cpu", "host", "{}"});
-  db.add_point(sample_point(run, 0), sample_ops(), sample_ranges(), sample_mem());
-  EXPECT_EQ(db.runs().size(), 2u);
-  EXPECT_EQ(db.runs()[0].id, run);
-  EXPECT_EQ(db.points(run).size(), 1u);
-  EXPECT_EQ(db.devices(run).size(), 1u);
+  for (const bool v2 : {false, true}) {
+    SCOPED_TRACE(v2 ? "version 2" : "version 1");
+    const auto path = file(v2 ? "v2.db" : "v1.db");
+    if (v2)
+      make_version2_file(path);
+    else
+      make_version1_file(path);
+    auto db = ResultsDb::open(path, OpenMode::read_write);
+    const auto run = db.begin_run(sample_run("after", 5000));
+    db.add_device(run, {"cpu", "host", "{}"});
+    db.add_gpu_info(run, {0, "NVIDIA H200", 9, 0, 132, 1, 2, 3, 4, 5});
+    const auto trace = sample_trace(20);
+    const auto id = db.add_point(sample_point(run, 0), sample_ranges(), sample_mem(), &trace);
+    EXPECT_EQ(db.runs()[0].id, run);
+    EXPECT_EQ(db.points(run).size(), 1u);
+    EXPECT_EQ(db.devices(run).size(), 1u);
+    EXPECT_EQ(db.gpu_info(run).size(), 1u);
+    EXPECT_EQ(db.profile(id), trace);
+  }
 }
 
 TEST_F(ResultsDbMigration, ReadOnlyOpenOfAVersion1FileAsksForAWriterAndChangesNothing) {
@@ -657,8 +971,8 @@ TEST_F(ResultsDbRefusal, NewerSchemaIsRefusedNamingItsVersionAndFileIsUntouched)
     auto db = ResultsDb::open(path, OpenMode::read_write);
     db.begin_run(sample_run());
   }
-  RawDb(path).exec("PRAGMA user_version = 3");
-  expect_refused(path, "schema version 3");
+  RawDb(path).exec("PRAGMA user_version = " + std::to_string(moc::db::kSchemaVersion + 1));
+  expect_refused(path, "schema version " + std::to_string(moc::db::kSchemaVersion + 1));
   expect_refused(path, "Upgrade mocbench");
 }
 
@@ -699,7 +1013,8 @@ TEST_F(ResultsDbRefusal, TruncatedFileIsRefusedAndUntouched) {
   {
     auto db = ResultsDb::open(path, OpenMode::read_write);
     const auto run = db.begin_run(sample_run());
-    db.add_point(sample_point(run, 0), sample_ops(1000), sample_ranges(), sample_mem());
+    const auto trace = sample_trace(2000);
+    db.add_point(sample_point(run, 0), sample_ranges(), sample_mem(), &trace);
   }
   const std::string whole = read_bytes(path);
   const std::size_t page = 4096;
