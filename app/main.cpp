@@ -6,11 +6,16 @@
 #include <ctime>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "app/json_text.h"
+#include "app/perfetto_export.h"
+#include "app/profile_stats.h"
 #include "app/report.h"
 #include "app/runner.h"
 #include "db/results_db.h"
@@ -190,15 +195,19 @@ int cmd_show(const std::string& db_path, long long run_id) {
   std::printf("run %lld: %s (%s) on %s %s, status %s, mocbench %s\n", run_id, run->scenario_name.c_str(),
               run->scenario_path.c_str(), run->device_kind.c_str(), run->device_name.c_str(), run->status.c_str(),
               run->mocbench_version.c_str());
-  const char* shown[] = {"median_ms", "tokens_per_s", "latency_us", "achieved_GBps", "peak_bytes"};
+  // Metric and its column title: the main metrics, then the profile's kernels per step and GPU busy time.
+  const std::pair<const char*, const char*> shown[] = {
+      {"median_ms", "median_ms"},         {"tokens_per_s", "tokens_per_s"},   {"latency_us", "latency_us"},
+      {"achieved_GBps", "achieved_GBps"}, {"peak_bytes", "peak_bytes"},       {"profile_kernels", "kernels/step"},
+      {"profile_gpu_busy_ms", "gpu_busy_ms"}};
   std::printf("%-4s %-12s %-40s", "#", "status", "axes");
-  for (const char* m : shown) std::printf(" %14s", m);
+  for (const auto& m : shown) std::printf(" %14s", m.second);
   std::printf("\n");
   for (const auto& p : store.points(run_id)) {
     std::string axes;
     for (const auto& [k, v] : p.axes) axes += (axes.empty() ? "" : " ") + k + "=" + v;
     std::printf("%-4d %-12s %-40s", p.index, p.status.c_str(), axes.c_str());
-    for (const char* m : shown) {
+    for (const auto& [m, title] : shown) {
       auto it = std::find_if(p.metrics.begin(), p.metrics.end(), [&](const auto& kv) { return kv.first == m; });
       if (it == p.metrics.end()) std::printf(" %14s", "-");
       else std::printf(" %14.4g", it->second);
@@ -234,8 +243,143 @@ void write_output(const std::string& path, const std::string& text) {
   }
 }
 
+std::string axes_text(const db::PointRecord& p) {
+  std::string axes;
+  for (const auto& [k, v] : p.axes) axes += (axes.empty() ? "" : " ") + k + "=" + v;
+  return axes.empty() ? "(single point)" : axes;
+}
+
+std::string join_indices(const std::vector<int>& v) {
+  std::string s;
+  for (int i : v) s += (s.empty() ? "" : ", ") + std::to_string(i);
+  return s;
+}
+
+// Visits the profiled points of a run (only `point` when given), loading one profile at a time (a GPU
+// point's profile may hold a million kernels). Throws ConfigError (exit 2) for an unknown run or point and
+// for a run or point without a profile; nothing is visited then.
+void for_each_profile(const db::ResultsDb& store, const std::string& db_path, long long run_id,
+                      std::optional<int> point,
+                      const std::function<void(const db::PointRecord&, const prof::ProfileTrace&)>& visit) {
+  if (!store.run(run_id))
+    throw ConfigError("no run " + std::to_string(run_id) + " in " + db_path + " (see `mocbench list`)");
+  const auto points = store.points(run_id);
+  auto profiled_indices = [&] {
+    std::vector<int> v;
+    for (const auto& p : points)
+      if (store.profile(p.id)) v.push_back(p.index);
+    return v;
+  };
+  const std::string hint = "run the scenario with profiling on ([profile] kernels = true, the default, and no "
+                           "--no-profile)";
+  if (point) {
+    auto it = std::find_if(points.begin(), points.end(), [&](const auto& p) { return p.index == *point; });
+    if (it == points.end()) {
+      std::vector<int> all;
+      for (const auto& p : points) all.push_back(p.index);
+      throw ConfigError("run " + std::to_string(run_id) + " has no point " + std::to_string(*point) +
+                        (all.empty() ? std::string("; it has no points") : "; its points: " + join_indices(all)));
+    }
+    auto t = store.profile(it->id);
+    if (!t) {
+      const auto profiled = profiled_indices();
+      if (profiled.empty()) throw ConfigError("run " + std::to_string(run_id) + " has no profiled points: " + hint);
+      throw ConfigError("point " + std::to_string(*point) + " of run " + std::to_string(run_id) +
+                        " was not profiled; profiled points: " + join_indices(profiled));
+    }
+    visit(*it, *t);
+    return;
+  }
+  int visited = 0;
+  for (const auto& p : points)
+    if (auto t = store.profile(p.id)) {
+      visit(p, *t);
+      ++visited;
+    }
+  if (!visited) throw ConfigError("run " + std::to_string(run_id) + " has no profiled points: " + hint);
+}
+
+int cmd_stats(const std::string& db_path, long long run_id, std::optional<int> point, std::vector<std::string> reports,
+              const std::string& format) {
+  const auto& known = stats::report_names();
+  if (reports.empty()) reports = stats::default_reports();
+  for (const auto& r : reports)
+    if (std::find(known.begin(), known.end(), r) == known.end()) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw ConfigError("unknown report '" + r + "'; reports: " + list);
+    }
+  auto store = db::ResultsDb::open(db_path, db::OpenMode::read_only);
+  const auto run = store.run(run_id);
+  std::ostringstream o;
+  if (format == "json") o << "{\"run\": " << run_id << ", \"points\": [";
+  bool first_block = true;
+  std::size_t i = 0;
+  for_each_profile(store, db_path, run_id, point, [&](const db::PointRecord& p, const prof::ProfileTrace& trace) {
+    const std::string mode = point_mode(*run, p);
+    std::vector<stats::Table> tables;
+    for (const auto& r : reports)
+      for (auto& t : stats::run_report(r, trace, p.metrics, mode)) tables.push_back(std::move(t));
+    if (format == "table") {
+      char info[256];
+      std::snprintf(info, sizeof info, "%s profile, %d step(s), %.1f kernels per step", trace.source.c_str(),
+                    trace.steps, static_cast<double>(trace.kernels.size()) / std::max(1, trace.steps));
+      o << "point " << p.index << ": " << axes_text(p) << " (mode " << (mode.empty() ? "?" : mode) << "; " << info;
+      if (trace.dropped_records) o << "; " << trace.dropped_records << " records dropped";
+      o << ")\n\n";
+      for (const auto& t : tables) stats::print_text(t, o);
+    } else if (format == "csv") {
+      for (const auto& t : tables) {
+        if (!first_block) o << "\n";
+        first_block = false;
+        stats::print_csv(t, o, {{"point", std::to_string(p.index)}, {"report", t.id}});
+      }
+    } else {
+      o << (i ? ",\n " : "\n ") << "{\"point\": " << p.index << ", \"mode\": " << json_quote(mode) << ", \"axes\": {";
+      for (std::size_t a = 0; a < p.axes.size(); ++a)
+        o << (a ? ", " : "") << json_quote(p.axes[a].first) << ": " << json_quote(p.axes[a].second);
+      o << "}, \"source\": " << json_quote(trace.source) << ", \"steps\": " << trace.steps
+        << ", \"dropped_records\": " << trace.dropped_records << ", \"reports\": [";
+      for (std::size_t t = 0; t < tables.size(); ++t) {
+        o << (t ? ",\n  " : "\n  ");
+        stats::print_json(tables[t], o);
+      }
+      o << "]}";
+    }
+    ++i;
+  });
+  if (format == "json") o << "\n]}\n";
+  std::fwrite(o.str().data(), 1, o.str().size(), stdout);
+  return 0;
+}
+
+int cmd_export_perfetto(const std::string& db_path, const std::vector<long long>& ids, bool all,
+                        std::optional<int> point, const std::string& output) {
+  if (all || ids.size() != 1)
+    throw ConfigError("--format perfetto exports exactly one run: name it (see `mocbench list`)");
+  auto store = db::ResultsDb::open(db_path, db::OpenMode::read_only);
+  std::vector<prof::ProfileTrace> traces;
+  std::vector<db::PointRecord> points;
+  for_each_profile(store, db_path, ids[0], point, [&](const db::PointRecord& p, const prof::ProfileTrace& t) {
+    points.push_back(p);
+    traces.push_back(t);
+  });
+  std::vector<perfetto::PointProfile> pp;
+  for (std::size_t i = 0; i < points.size(); ++i)
+    pp.push_back({points[i].index, "point " + std::to_string(points[i].index) + ": " + axes_text(points[i]), &traces[i]});
+  std::ostringstream o;
+  perfetto::write_trace(pp, o);
+  write_output(output, o.str());
+  if (!output.empty() && output != "-")
+    std::fprintf(stderr, "exported %zu profiled point(s) of run %lld to %s (open it in ui.perfetto.dev)\n", pp.size(),
+                 ids[0], output.c_str());
+  return 0;
+}
+
 int cmd_export(const std::string& db_path, std::vector<long long> ids, bool all, const std::string& format,
-               const std::string& output) {
+               const std::string& output, std::optional<int> point) {
+  if (format == "perfetto") return cmd_export_perfetto(db_path, ids, all, point, output);
+  if (point) throw ConfigError("--point applies to --format perfetto only");
   const ExportFormat fmt = parse_format(format);
   auto store = db::ResultsDb::open(db_path, db::OpenMode::read_only);
   std::vector<std::int64_t> run_ids;
@@ -346,6 +490,7 @@ int main(int argc, char** argv) {
   run->add_flag("--json", run_json, "One JSON object per point on stdout")->excludes(q);
   run->add_option("--only", run_opt.only, "Run only the points with axis=value (repeatable, all must match)");
   run->add_option("--cpu-memory-limit-mib", run_mem_mib, "CPU backend memory limit (points beyond it are stored as oom)");
+  run->add_flag("--no-profile", run_opt.no_profile, "No profile pass, whatever the scenario's [profile] says");
 
   std::string db_path = "mocbench.db";
   auto* list = app.add_subcommand("list", "List the runs in a results database");
@@ -355,15 +500,34 @@ int main(int argc, char** argv) {
   show->add_option("RUN", show_run, "Run id (see list)")->required();
   show->add_option("--db", db_path, "Results database")->capture_default_str();
 
-  auto* exp = app.add_subcommand("export", "Write runs as CSV or JSON: one row per point (run, device, axes, metrics)");
+  auto* exp = app.add_subcommand("export", "Write runs as CSV or JSON (one row per point: run, device, mode, axes, "
+                                           "metrics), or a run's profiles as a Perfetto trace");
   std::vector<long long> exp_runs;
   bool exp_all = false;
   std::string exp_format = "csv", exp_out;
+  std::optional<int> exp_point;
   auto* exp_runs_opt = exp->add_option("RUN", exp_runs, "Run ids (see list)");
   exp->add_flag("--all", exp_all, "Every run in the database, oldest first")->excludes(exp_runs_opt);
-  exp->add_option("--format", exp_format, "csv | json")->capture_default_str()->check(CLI::IsMember({"csv", "json"}));
+  exp->add_option("--format", exp_format, "csv | json | perfetto (Chrome/Perfetto trace JSON of one run's profiles)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"csv", "json", "perfetto"}));
   exp->add_option("-o,--output", exp_out, "Output file (default: standard output)");
+  exp->add_option("--point", exp_point, "perfetto: only this point (its sweep index)");
   exp->add_option("--db", db_path, "Results database")->capture_default_str();
+
+  auto* st = app.add_subcommand("stats", "Reports over a run's profiles, as `nsys stats` prints them");
+  long long st_run = 0;
+  std::optional<int> st_point;
+  std::vector<std::string> st_reports;
+  std::string st_format = "table";
+  st->add_option("RUN", st_run, "Run id (see list)")->required();
+  st->add_option("--point", st_point, "Only this point (its sweep index; default: every profiled point)");
+  std::string report_help = "Report (repeatable): ";
+  for (const auto& r : stats::report_names()) report_help += r + " ";
+  report_help += "(default: cuda_gpu_kern_sum cuda_gpu_mem_time_sum nvtx_sum phase_sum)";
+  st->add_option("--report", st_reports, report_help);
+  st->add_option("--format", st_format, "table | csv | json")->capture_default_str()->check(CLI::IsMember({"table", "csv", "json"}));
+  st->add_option("--db", db_path, "Results database")->capture_default_str();
 
   auto* cmp = app.add_subcommand("compare", "Compare two runs of one scenario point by point (ratio = B / A)");
   std::string cmp_a, cmp_b, cmp_format;
@@ -393,7 +557,8 @@ int main(int argc, char** argv) {
     }
     if (*list) return cmd_list(db_path);
     if (*show) return cmd_show(db_path, show_run);
-    if (*exp) return cmd_export(db_path, exp_runs, exp_all, exp_format, exp_out);
+    if (*exp) return cmd_export(db_path, exp_runs, exp_all, exp_format, exp_out, exp_point);
+    if (*st) return cmd_stats(db_path, st_run, st_point, st_reports, st_format);
     if (*cmp) return cmd_compare(cmp_a, cmp_b, db_path, cmp_metrics, cmp_format, cmp_force);
   } catch (const moc::ConfigError& e) {
     std::fprintf(stderr, "mocbench: %s\n", e.what());

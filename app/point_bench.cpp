@@ -487,9 +487,14 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
     else if (e.name == "ffn.topk") topk += ms;
     if (!e.name.starts_with("layer.")) phase[e.name] += ms;
   }
-  m.push_back({"gate_ms", gate});
-  m.push_back({"up_down_ms", updown});
-  m.push_back({"topk_ms", topk});
+  // Ranges opened while a CUDA graph was captured (the GPU decode step) are not timed: no breakdown then.
+  const bool ffn_timed = std::any_of(out.ranges.begin(), out.ranges.end(),
+                                     [](const HostRangeTimer::Event& e) { return e.name.starts_with("ffn."); });
+  if (ffn_timed) {
+    m.push_back({"gate_ms", gate});
+    m.push_back({"up_down_ms", updown});
+    m.push_back({"topk_ms", topk});
+  }
   for (const auto& [name, ms] : phase) m.push_back({"phase_" + name + "_ms", ms});
   if (!out.profile) out.memory_events = ops.memory().events();
   m.insert(m.end(), out.profile_metrics.begin(), out.profile_metrics.end());  // after the point's own metrics

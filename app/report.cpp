@@ -55,6 +55,31 @@ std::string axes_key(const db::PointRecord& p) {
 }
 }  // namespace
 
+std::string point_mode(const db::RunRecord& run, const db::PointRecord& point) {
+  if (!point.mode.empty()) return point.mode;
+  if (const auto* v = find_kv(point.axes, std::string("mode"))) return *v;
+  // A run whose scenario fixes the mode: its top-level `mode = "..."` line.
+  std::size_t pos = 0;
+  const std::string& t = run.scenario_text;
+  while (pos < t.size()) {
+    std::size_t eol = t.find('\n', pos);
+    if (eol == std::string::npos) eol = t.size();
+    std::string line = t.substr(pos, eol - pos);
+    pos = eol + 1;
+    std::size_t i = line.find_first_not_of(" \t");
+    if (i != std::string::npos && line[i] == '[') break;  // top-level keys come before every table
+    if (i == std::string::npos || line.compare(i, 4, "mode") != 0) continue;
+    i = line.find_first_not_of(" \t", i + 4);
+    if (i == std::string::npos || line[i] != '=') continue;
+    i = line.find_first_not_of(" \t", i + 1);
+    if (i == std::string::npos || (line[i] != '"' && line[i] != '\'')) continue;
+    const std::size_t close = line.find(line[i], i + 1);
+    if (close == std::string::npos) continue;
+    return line.substr(i + 1, close - i - 1);
+  }
+  return "";
+}
+
 void write_export(const db::ResultsDb& store, const std::vector<std::int64_t>& run_ids, ExportFormat format,
                   std::ostream& out) {
   struct Item {
@@ -76,13 +101,18 @@ void write_export(const db::ResultsDb& store, const std::vector<std::int64_t>& r
       items.push_back({&r, std::move(p)});
     }
   const std::vector<std::string> fixed = {"run",     "scenario", "scenario_hash", "device_kind", "device_name",
-                                          "mocbench_version", "started", "point", "status", "error"};
+                                          "mocbench_version", "started", "point", "status", "mode", "error"};
   auto fixed_values = [](const Item& it) {
     const auto& r = *it.run;
     return std::vector<std::string>{std::to_string(r.id), r.scenario_name, r.scenario_hash, r.device_kind,
                                     r.device_name, r.mocbench_version, iso_utc(r.started_unix_ms),
-                                    std::to_string(it.point.index), it.point.status, it.point.error};
+                                    std::to_string(it.point.index), it.point.status, point_mode(r, it.point),
+                                    it.point.error};
   };
+  // The mode axis is the fixed mode column already: CSV does not repeat it (JSON keeps it in "axes").
+  std::vector<std::string> csv_axes;
+  for (const auto& a : axes)
+    if (a != "mode") csv_axes.push_back(a);
   if (format == ExportFormat::csv) {
     // Cells are appended one at a time (GCC 12 warns falsely on "," + std::string temporaries).
     auto cells = [&out](const std::vector<std::string>& v) {
@@ -94,12 +124,12 @@ void write_export(const db::ResultsDb& store, const std::vector<std::int64_t>& r
       out << line << "\n";
     };
     std::vector<std::string> header = fixed;
-    header.insert(header.end(), axes.begin(), axes.end());
+    header.insert(header.end(), csv_axes.begin(), csv_axes.end());
     header.insert(header.end(), metrics.begin(), metrics.end());
     cells(header);
     for (const auto& it : items) {
       std::vector<std::string> row = fixed_values(it);
-      for (const auto& a : axes) {
+      for (const auto& a : csv_axes) {
         const auto* v = find_kv(it.point.axes, a);
         row.push_back(v ? *v : std::string());
       }

@@ -16,8 +16,13 @@ enum class ExportFormat { csv, json };
 
 // Writes every point of the given runs. Columns: run, scenario, scenario_hash, device_kind, device_name
 // (the GPU's name on CUDA runs, the CPU model on CPU runs), mocbench_version, started (ISO 8601 UTC), point,
-// status, error, then every axis (union over the runs, in first-seen order), then every metric (likewise).
+// status, mode (point_mode), error, then every axis (union over the runs, in first-seen order; CSV leaves
+// out the mode axis, which the mode column carries), then every metric (likewise).
 // A cell a point lacks is empty (CSV) or absent (JSON); NaN metrics are empty / null.
+// A point's mode: PointRecord::mode; for points stored without one (older files), the `mode` axis, else the
+// `mode = "..."` line of the run's scenario text; "" when none says.
+std::string point_mode(const db::RunRecord& run, const db::PointRecord& point);
+
 void write_export(const db::ResultsDb& store, const std::vector<std::int64_t>& run_ids, ExportFormat format,
                   std::ostream& out);
 

@@ -10,6 +10,7 @@ debian_packages=(
   libcli11-dev         # command line
   libtomlplusplus-dev  # scenario files
   libsqlite3-dev       # results database
+  nlohmann-json3-dev   # tests: JSON parsed back (stats, Perfetto export)
 )
 
 missing=()

@@ -1,18 +1,24 @@
 // The command line end to end on the CPU, through the real executable: run -> list -> show -> export CSV
 // (parsed back) -> compare; an out-of-memory point is stored and the sweep goes on; Ctrl-C (a real SIGINT
-// to the child process) stores the current point as interrupted and keeps the earlier ones.
+// to the child process) stores the current point as interrupted and keeps the earlier ones; `stats` and
+// `export --format perfetto` over a database written through ResultsDb (profiles with known answers), the
+// export's mode column for new and old points, and their refusals (exit 2).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -139,6 +145,39 @@ TEST_F(Cli, RunListShowExportCompare) {
   EXPECT_EQ(json.out.rfind("[", 0), 0u);
   EXPECT_NE(json.out.find("\"metrics\": {\"step_ms\""), std::string::npos);
 
+  // The CPU points' profiles (the recording decorator): stats and a Perfetto trace whose tracks nest.
+  auto st = mocbench("stats 1 --db " + db);
+  ASSERT_EQ(st.code, 0) << st.out;
+  EXPECT_NE(st.out.find(" ** CPU Op Summary (cuda_gpu_kern_sum):"), std::string::npos) << st.out;
+  EXPECT_NE(st.out.find("point 9: "), std::string::npos) << "every point of smoke_cpu is profiled";
+  auto pf = mocbench("export 1 --format perfetto --db " + db);
+  ASSERT_EQ(pf.code, 0);
+  {
+    const auto doc = nlohmann::json::parse(pf.out);
+    std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> tracks;
+    std::size_t cpu_ops = 0;
+    std::map<std::pair<int, int>, std::string> names;
+    for (const auto& e : doc["traceEvents"]) {
+      if (e["ph"] == "M" && e["name"] == "thread_name") names[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"]["name"];
+      if (e["ph"] != "X") continue;
+      const double ts = e["ts"].get<double>() * 1000, dur = e["dur"].get<double>() * 1000;
+      tracks[{e["pid"].get<int>(), e["tid"].get<int>()}].emplace_back(std::round(ts), std::round(ts + dur));
+      if (e["cat"] == "cpu_op") ++cpu_ops;
+    }
+    EXPECT_GT(cpu_ops, 10u);
+    for (auto& [key, v] : tracks) {
+      std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first < b.first : a.second > b.second; });
+      std::vector<double> open;
+      for (const auto& [b, e] : v) {
+        while (!open.empty() && open.back() <= b) open.pop_back();
+        EXPECT_TRUE(open.empty() || e <= open.back()) << names[key] << " does not nest";
+        open.push_back(e);
+      }
+    }
+  }
+  ASSERT_EQ(mocbench("run " + kSmoke + " --quiet --no-profile --only mode=topk --db " + path("np.db")).code, 0);
+  EXPECT_EQ(mocbench("stats 1 --db " + path("np.db")).code, 2) << "--no-profile: nothing to report";
+
   auto cmp = mocbench("compare 1 2 --db " + db);
   ASSERT_EQ(cmp.code, 0) << cmp.out;
   EXPECT_NE(cmp.out.find("10 points matched"), std::string::npos) << cmp.out;
@@ -252,6 +291,270 @@ seq = [8]
   EXPECT_EQ(pts.back().status, "interrupted");
 }
 
+
+// ---- stats and the Perfetto export over a database written through ResultsDb
+
+prof::ProfileTrace small_trace(int steps) {
+  prof::ProfileTrace t;
+  t.source = "cupti";
+  t.steps = steps;
+  t.start_ns = 1'000'000;
+  t.end_ns = 1'100'000;
+  t.ranges = {{1, -1, "step", 0, 0, 1'001'000, 1'004'000, 1'000'500, 1'010'500, 3},
+              {2, 1, "layer.0", 1, 0, 1'001'000, 1'004'000, 1'000'600, 1'005'600, 3},
+              {3, 2, "ffn.gate", 2, 0, 1'001'000, 1'002'000, 1'000'700, 1'001'700, 1}};
+  auto k = [](const char* name, std::int64_t s, std::int64_t e, std::int64_t range, std::uint32_t corr) {
+    prof::KernelRecord r;
+    r.name = std::string("moc::") + name + "<bf16>(int)";
+    r.short_name = name;
+    r.start_ns = s, r.end_ns = e;
+    r.device_id = 0, r.stream_id = 7, r.correlation_id = corr;
+    r.grid_x = r.grid_y = r.grid_z = 1, r.block_x = 128, r.block_y = r.block_z = 1;
+    r.range_id = range;
+    return r;
+  };
+  // gemv 1000 ns (ffn.gate) and 2000 ns (layer.0); one memcpy of 500 ns outside every range.
+  t.kernels = {k("gemv", 1'001'000, 1'002'000, 3, 1), k("gemv", 1'002'000, 1'004'000, 2, 2)};
+  prof::MemcpyRecord m;
+  m.start_ns = 1'005'000, m.end_ns = 1'005'500, m.stream_id = 7, m.bytes = 64, m.copy_kind = "DtoH";
+  t.memcpys = {m};
+  t.api = {{"cudaLaunchKernel", "runtime", 1'000'800, 1'000'900, 1, 9, 0},
+           {"cudaLaunchKernel", "runtime", 1'000'950, 1'000'990, 2, 9, 0}};
+  t.allocator = {{1'000'000, "weights", "", -1, 0, 1 << 20}};
+  return t;
+}
+
+// Run 1: points 0 (train, profiled), 1 (decode, not profiled), 2 (ffn-decode, profiled); run 2: an old
+// run (no mode stored, the scenario's top-level mode line), no profiles; run 3: no mode stored, a mode axis.
+std::string write_profiled_db(const std::string& path) {
+  auto store = db::ResultsDb::open(path, db::OpenMode::read_write);
+  auto run = [&](const std::string& name, const std::string& text) {
+    db::RunRecord r;
+    r.scenario_name = name;
+    r.scenario_path = "scenarios/" + name + ".toml";
+    r.scenario_text = text;
+    r.scenario_hash = "sha256:" + name;
+    r.device_kind = "cuda";
+    r.device_name = "NVIDIA H100 80GB HBM3";
+    r.mocbench_version = "test";
+    r.started_unix_ms = 1'700'000'000'000;
+    return store.begin_run(r);
+  };
+  auto point = [](std::int64_t run_id, int index, const std::string& mode, std::vector<std::pair<std::string, std::string>> axes,
+                  std::vector<std::pair<std::string, double>> metrics) {
+    db::PointRecord p;
+    p.run_id = run_id;
+    p.index = index;
+    p.mode = mode;
+    p.status = "ok";
+    p.axes = std::move(axes);
+    p.metrics = std::move(metrics);
+    return p;
+  };
+  const auto r1 = run("profiled", "name = \"profiled\"\n[axes]\nmode = [\"train\", \"decode\", \"ffn-decode\"]\n");
+  const auto t0 = small_trace(1), t2 = small_trace(2);
+  store.add_point(point(r1, 0, "train", {{"mode", "train"}, {"batch", "2"}},
+                        {{"median_ms", 0.01}, {"gate_ms", 0.002}, {"up_down_ms", 0.0}, {"topk_ms", 0.0},
+                         {"profile_kernels", 2}, {"profile_gpu_busy_ms", 0.0035}}),
+                  {}, {}, &t0);
+  store.add_point(point(r1, 1, "decode", {{"mode", "decode"}, {"batch", "2"}}, {{"median_ms", 0.5}}), {}, {});
+  store.add_point(point(r1, 2, "ffn-decode", {{"mode", "ffn-decode"}, {"batch", "2"}},
+                        {{"median_ms", 0.004}, {"latency_us", 4}, {"gate_us", 1}, {"topk_us", 0.5}, {"up_down_us", 2},
+                         {"other_us", 0.5}, {"weight_copies", 1}, {"profile_kernels", 1}, {"profile_gpu_busy_ms", 0.00175}}),
+                  {}, {}, &t2);
+  store.finish_run(r1, "ok", 1'700'000'001'000);
+  const auto r2 = run("old", "name = \"old\"\nmode = \"topk\"   # fixed\n[model]\npreset = \"tiny\"\n[[include]]\nmode = \"train\"\n");
+  store.add_point(point(r2, 0, "", {{"batch", "1"}}, {{"median_ms", 1}}), {}, {});
+  store.finish_run(r2, "ok", 1'700'000'001'000);
+  const auto r3 = run("axis", "name = \"axis\"\n[axes]\nmode = [\"decode\"]\n");
+  store.add_point(point(r3, 0, "", {{"mode", "decode"}, {"batch", "1"}}, {{"median_ms", 1}}), {}, {});
+  store.finish_run(r3, "ok", 1'700'000'001'000);
+  return path;
+}
+
+TEST_F(Cli, StatsPrintsEveryReportOfEveryProfiledPoint) {
+  const std::string db = write_profiled_db(path("p.db"));
+  auto r = mocbench("stats 1 --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("point 0: mode=train batch=2 (mode train; cupti profile, 1 step(s), 2.0 kernels per step)"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("point 2: mode=ffn-decode batch=2 (mode ffn-decode; cupti profile, 2 step(s), 1.0 kernels per step)"),
+            std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("point 1:"), std::string::npos) << "point 1 has no profile";
+  for (const char* title : {" ** CUDA GPU Kernel Summary (cuda_gpu_kern_sum):", " ** CUDA GPU MemOps Summary (by Time) (cuda_gpu_mem_time_sum):",
+                            " ** NVTX Range Summary (nvtx_sum):", " ** Phase Summary (each op in its innermost range, layers merged) (phase_sum):",
+                            " ** Latency Breakdown (profiled vs timed) (phase_sum_breakdown):"})
+    EXPECT_NE(r.out.find(title), std::string::npos) << title << "\n" << r.out;
+  EXPECT_EQ(r.out.find("nvtx_gpu_proj_sum"), std::string::npos) << "on request only";
+  // gemv: 1000 + 2000 ns, all of the kernel time.
+  EXPECT_NE(r.out.find("    100.0            3,000          2   1,500.0   1,500.0     1,000     2,000        707.1  moc::gemv<bf16>(int)"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[CUDA memcpy Device-to-Host]"), std::string::npos);
+  // Point 0's phases per step: layer 0.002 ms, ffn.gate 0.001 ms, (none) 0.0005 ms of 3500 ns busy.
+  EXPECT_NE(r.out.find(" layer                  1.0                   0.002               57.1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" (none)                 0.0                   0.001               14.3"), std::string::npos) << r.out;
+
+  auto one = mocbench("stats 1 --point 2 --report nvtx_gpu_proj_sum --report cuda_gpu_kern_sum --db " + db);
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_EQ(one.out.find("point 0:"), std::string::npos);
+  EXPECT_LT(one.out.find("(nvtx_gpu_proj_sum)"), one.out.find("(cuda_gpu_kern_sum)")) << "reports in the order asked";
+  EXPECT_NE(one.out.find("Total Proj Time"), std::string::npos);
+}
+
+TEST_F(Cli, StatsCsvAndJson) {
+  const std::string db = write_profiled_db(path("p.db"));
+  auto csv = mocbench("stats 1 --point 0 --report cuda_gpu_kern_sum --report phase_sum --format csv --db " + db);
+  ASSERT_EQ(csv.code, 0) << csv.out;
+  const auto rows = parse_csv(csv.out);
+  // kern_sum: header + 1 row; blank line; phase_sum: header + 3 phases; blank; breakdown: header + 5 parts.
+  ASSERT_EQ(rows.size(), 2u + 1 + 4 + 1 + 6) << csv.out;
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"point", "report", "Time (%)", "Total Time (ns)", "Instances", "Avg (ns)",
+                                               "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)", "Name"}));
+  ASSERT_EQ(rows[1].size(), 11u);
+  EXPECT_EQ(rows[1][0], "0");
+  EXPECT_EQ(rows[1][1], "cuda_gpu_kern_sum");
+  EXPECT_EQ(rows[1][3], "3000");
+  EXPECT_EQ(rows[1][6], "1500");
+  EXPECT_EQ(rows[1][10], "moc::gemv<bf16>(int)");
+  EXPECT_EQ(rows[3], (std::vector<std::string>{"point", "report", "Phase", "Kernels per step", "GPU time per step (ms)",
+                                               "Share of step (%)"}));
+  EXPECT_EQ(rows[4][1], "phase_sum");
+  EXPECT_EQ(rows[4][2], "layer");
+  EXPECT_EQ(rows[4][4], "0.002");
+  EXPECT_EQ(rows[7], std::vector<std::string>{""}) << "a blank line between tables";
+  EXPECT_EQ(rows[8][2], "Part");
+  EXPECT_EQ(rows[9][1], "phase_sum_breakdown");
+  EXPECT_EQ(rows[9][2], "gate");
+  EXPECT_EQ(rows[9][3], "0.001");  // profiled: ffn.gate's 1000 ns
+  EXPECT_EQ(rows[9][4], "0.002");  // timed: gate_ms
+
+  auto js = mocbench("stats 1 --format json --db " + db);
+  ASSERT_EQ(js.code, 0) << js.out;
+  const auto doc = nlohmann::json::parse(js.out);
+  EXPECT_EQ(doc["run"], 1);
+  ASSERT_EQ(doc["points"].size(), 2u);
+  const auto& p2 = doc["points"][1];
+  EXPECT_EQ(p2["point"], 2);
+  EXPECT_EQ(p2["mode"], "ffn-decode");
+  EXPECT_EQ(p2["axes"]["batch"], "2");
+  EXPECT_EQ(p2["steps"], 2);
+  ASSERT_EQ(p2["reports"].size(), 5u) << "four default reports, phase_sum with two tables";
+  const auto& bd = p2["reports"][4];
+  EXPECT_EQ(bd["report"], "phase_sum_breakdown");
+  EXPECT_EQ(bd["rows"][0]["Part"], "gate");
+  EXPECT_DOUBLE_EQ(bd["rows"][0]["Profiled (us)"].get<double>(), 0.5) << "1000 ns over 2 steps x 1 copy";
+  EXPECT_DOUBLE_EQ(bd["rows"][0]["Timed (us)"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(bd["rows"][4]["Timed (us)"].get<double>(), 4.0);
+}
+
+TEST_F(Cli, StatsRefusesUnknownReportsRunsPointsAndUnprofiledRuns) {
+  const std::string db = write_profiled_db(path("p.db"));
+  auto bad = mocbench("stats 1 --report cuda_api_sum --db " + db);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("unknown report 'cuda_api_sum'; reports: cuda_gpu_kern_sum, cuda_gpu_mem_time_sum, nvtx_sum, "
+                         "nvtx_gpu_proj_sum, phase_sum"), std::string::npos) << bad.out;
+  auto run = mocbench("stats 9 --db " + db);
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.out.find("no run 9"), std::string::npos) << run.out;
+  auto pt = mocbench("stats 1 --point 7 --db " + db);
+  EXPECT_EQ(pt.code, 2);
+  EXPECT_NE(pt.out.find("run 1 has no point 7; its points: 0, 1, 2"), std::string::npos) << pt.out;
+  auto unprof = mocbench("stats 1 --point 1 --db " + db);
+  EXPECT_EQ(unprof.code, 2);
+  EXPECT_NE(unprof.out.find("point 1 of run 1 was not profiled; profiled points: 0, 2"), std::string::npos) << unprof.out;
+  auto none = mocbench("stats 2 --db " + db);
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.out.find("run 2 has no profiled points"), std::string::npos) << none.out;
+  EXPECT_NE(none.out.find("--no-profile"), std::string::npos) << "the hint says how to profile: " << none.out;
+  EXPECT_EQ(mocbench("stats 1 --format xml --db " + db).code, 2);
+  EXPECT_EQ(mocbench("stats --db " + db).code, 2);
+}
+
+TEST_F(Cli, ExportPerfettoWritesOneProcessPerProfiledPoint) {
+  const std::string db = write_profiled_db(path("p.db"));
+  const std::string out = path("trace.json");
+  auto r = mocbench("export 1 --format perfetto -o " + out + " --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::stringstream ss;
+  ss << std::ifstream(out).rdbuf();
+  const auto doc = nlohmann::json::parse(ss.str());
+  EXPECT_EQ(doc["displayTimeUnit"], "ns");
+  std::map<int, std::string> procs;
+  std::map<int, std::multiset<std::string>> threads;
+  int x = 0, flows = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") procs[e["pid"].get<int>()] = e["args"]["name"];
+    if (e["ph"] == "M" && e["name"] == "thread_name") threads[e["pid"].get<int>()].insert(e["args"]["name"].get<std::string>());
+    if (e["ph"] == "X") ++x;
+    if (e["ph"] == "s") ++flows;
+  }
+  EXPECT_EQ(procs, (std::map<int, std::string>{{1, "point 0: mode=train batch=2"}, {3, "point 2: mode=ffn-decode batch=2"}}));
+  EXPECT_EQ(threads[1], (std::multiset<std::string>{"Phases", "CUDA API", "GPU 0 stream 7"}));
+  EXPECT_EQ(x, 2 * (3 + 2 + 3)) << "per point: 3 ranges, 2 API calls, 2 kernels + 1 copy";
+  EXPECT_EQ(flows, 2 * 2);
+
+  auto one = mocbench("export 1 --format perfetto --point 2 --db " + db);  // to standard output
+  ASSERT_EQ(one.code, 0) << one.out;
+  const auto d1 = nlohmann::json::parse(one.out);
+  std::set<int> pids;
+  for (const auto& e : d1["traceEvents"]) pids.insert(e["pid"].get<int>());
+  EXPECT_EQ(pids, (std::set<int>{3}));
+
+  const std::string none = path("none.json");
+  EXPECT_EQ(mocbench("export 2 --format perfetto -o " + none + " --db " + db).code, 2) << "no profiles";
+  EXPECT_EQ(mocbench("export 1 2 --format perfetto -o " + none + " --db " + db).code, 2) << "one run only";
+  EXPECT_EQ(mocbench("export --all --format perfetto -o " + none + " --db " + db).code, 2);
+  EXPECT_EQ(mocbench("export 1 --format perfetto --point 1 -o " + none + " --db " + db).code, 2) << "not profiled";
+  EXPECT_EQ(mocbench("export 1 --format csv --point 0 -o " + none + " --db " + db).code, 2);
+  EXPECT_FALSE(fs::exists(none));
+  EXPECT_FALSE(fs::exists(none + ".tmp"));
+}
+
+TEST_F(Cli, ExportCarriesTheModeRightAfterTheStatus) {
+  const std::string db = write_profiled_db(path("p.db"));
+  auto r = mocbench("export 1 2 3 --format csv --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto rows = parse_csv(r.out);
+  ASSERT_EQ(rows.size(), 1u + 3 + 1 + 1);
+  const auto& h = rows[0];
+  const auto status = std::find(h.begin(), h.end(), "status") - h.begin();
+  ASSERT_LT(status + 1, static_cast<long>(h.size()));
+  EXPECT_EQ(h[static_cast<std::size_t>(status) + 1], "mode");
+  EXPECT_EQ(std::count(h.begin(), h.end(), "mode"), 1) << "the mode axis is not repeated";
+  std::vector<std::string> modes;
+  for (std::size_t i = 1; i < rows.size(); ++i) modes.push_back(rows[i][static_cast<std::size_t>(status) + 1]);
+  EXPECT_EQ(modes, (std::vector<std::string>{"train", "decode", "ffn-decode", "topk", "decode"}))
+      << "stored mode; an old run's top-level mode line (not its [[include]]); an old point's mode axis";
+  EXPECT_NE(std::find(h.begin(), h.end(), "profile_kernels"), h.end());
+
+  auto js = mocbench("export 2 3 --format json --db " + db);
+  ASSERT_EQ(js.code, 0) << js.out;
+  const auto doc = nlohmann::json::parse(js.out);
+  ASSERT_EQ(doc.size(), 2u);
+  EXPECT_EQ(doc[0]["mode"], "topk");
+  EXPECT_EQ(doc[1]["mode"], "decode");
+  EXPECT_EQ(doc[1]["axes"]["mode"], "decode");
+  // The mode key comes right after the status key.
+  const auto pos_status = js.out.find("\"status\": \"ok\""), pos_mode = js.out.find("\"mode\": \"topk\"");
+  ASSERT_NE(pos_status, std::string::npos);
+  EXPECT_EQ(pos_mode, pos_status + std::string("\"status\": \"ok\", ").size());
+}
+
+TEST_F(Cli, ShowHasKernelsPerStepAndGpuBusyColumns) {
+  const std::string db = write_profiled_db(path("p.db"));
+  auto r = mocbench("show 1 --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("kernels/step"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gpu_busy_ms"), std::string::npos) << r.out;
+  std::istringstream lines(r.out);
+  std::string line;
+  std::map<std::string, std::string> by_point;
+  while (std::getline(lines, line))
+    if (!line.empty() && line[0] >= '0' && line[0] <= '9') by_point[line.substr(0, line.find(' '))] = line;
+  ASSERT_EQ(by_point.size(), 3u) << r.out;
+  EXPECT_EQ(by_point["0"].substr(by_point["0"].size() - 30), "              2         0.0035");
+  EXPECT_EQ(by_point["1"].substr(by_point["1"].size() - 30), "              -              -");
+}
 }  // namespace
 }  // namespace moc
 #endif

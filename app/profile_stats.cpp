@@ -1,0 +1,686 @@
+#include "app/profile_stats.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <ostream>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "app/json_text.h"
+
+namespace moc::stats {
+
+namespace {
+
+const char* unit_suffix(Unit u) {
+  switch (u) {
+    case Unit::ns: return "ns";
+    case Unit::us: return "us";
+    case Unit::ms: return "ms";
+    case Unit::percent: return "%";
+    case Unit::none: break;
+  }
+  return "";
+}
+
+// Shortest text that reads back as v (integers without a point).
+std::string exact_num(double v) {
+  if (std::isnan(v) || std::isinf(v)) return "null";
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
+    return buf;
+  }
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+std::string csv_cell(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return o + "\"";
+}
+
+double metric(const Metrics& m, const std::string& name, bool* found) {
+  for (const auto& [k, v] : m)
+    if (k == name && !std::isnan(v)) {
+      *found = true;
+      return v;
+    }
+  *found = false;
+  return 0;
+}
+
+std::vector<Column> stat_columns(const std::string& count_name) {
+  return {{"Time", Unit::percent, false, 1},    {"Total Time", Unit::ns, false, 0}, {count_name, Unit::none, false, 0},
+          {"Avg", Unit::ns, false, 1},          {"Med", Unit::ns, false, 1},        {"Min", Unit::ns, false, 0},
+          {"Max", Unit::ns, false, 0},          {"StdDev", Unit::ns, false, 1}};
+}
+
+// Groups of durations by key, as rows sorted by total time descending (then by key).
+struct Group {
+  std::vector<std::int64_t> durations;
+  double extra = 0;  // nvtx_gpu_proj_sum: GPU ops
+};
+
+std::vector<std::pair<std::string, DurationStats>> summarize(std::map<std::string, Group>& groups, double* grand) {
+  std::vector<std::pair<std::string, DurationStats>> out;
+  *grand = 0;
+  for (auto& [k, g] : groups) {
+    out.emplace_back(k, duration_stats(g.durations));
+    *grand += out.back().second.total;
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.second.total > b.second.total; });
+  return out;
+}
+
+std::vector<Cell> stat_cells(const DurationStats& s, double grand) {
+  return {grand > 0 ? 100.0 * s.total / grand : 0.0, s.total, static_cast<double>(s.count), s.avg, s.med, s.min,
+          s.max, s.stddev};
+}
+
+std::string memcpy_operation(const std::string& kind) {
+  if (kind == "HtoD") return "[CUDA memcpy Host-to-Device]";
+  if (kind == "DtoH") return "[CUDA memcpy Device-to-Host]";
+  if (kind == "DtoD") return "[CUDA memcpy Device-to-Device]";
+  if (kind == "HtoH") return "[CUDA memcpy Host-to-Host]";
+  if (kind == "PtoP") return "[CUDA memcpy Peer-to-Peer]";
+  return "[CUDA memcpy Unknown]";
+}
+
+using RangeIndex = std::unordered_map<std::int64_t, const prof::PhaseRange*>;
+RangeIndex index_ranges(const prof::ProfileTrace& t) {
+  RangeIndex ix;
+  for (const auto& r : t.ranges) ix.emplace(r.id, &r);
+  return ix;
+}
+
+std::string merged_name(const std::string& name) {
+  return name.starts_with("layer.") ? std::string("layer") : name;
+}
+
+std::string phase_in(const RangeIndex& ix, std::int64_t range_id) {
+  auto it = ix.find(range_id);
+  if (range_id < 0 || it == ix.end()) return "(none)";
+  return merged_name(it->second->name);
+}
+
+// The paper's parts: the nearest enclosing ffn.gate / ffn.topk / ffn.up / ffn.down range decides.
+enum Part { kGate, kUpDown, kTopk, kOther, kParts };
+Part part_of(const RangeIndex& ix, std::int64_t range_id) {
+  for (int hops = 0; range_id >= 0 && hops < 1000; ++hops) {
+    auto it = ix.find(range_id);
+    if (it == ix.end()) break;
+    const std::string& n = it->second->name;
+    if (n == "ffn.gate") return kGate;
+    if (n == "ffn.topk") return kTopk;
+    if (n == "ffn.up" || n == "ffn.down") return kUpDown;
+    range_id = it->second->parent_id;
+  }
+  return kOther;
+}
+
+// Inside ffn.decode the fused decode kernels (kernels/cuda/ffn_decode.cu) have no finer ranges: their names
+// say which part they are -- k_gate the gate GEMV (with the a:b selection in its epilogue), k_select the row
+// top-K, k_updown the up and down projections over the kept channels; k_gen_* the generic fallback path.
+Part decode_kernel_part(const std::string& short_name) {
+  if (short_name == "k_gate" || short_name == "k_gen_gate") return kGate;
+  if (short_name == "k_select") return kTopk;
+  if (short_name == "k_updown" || short_name == "k_gen_z" || short_name == "k_gen_down") return kUpDown;
+  return kOther;
+}
+
+// The nearest enclosing range of that name (-1: none).
+std::int64_t ancestor_named(const RangeIndex& ix, std::int64_t range_id, const std::string& name) {
+  for (int hops = 0; range_id >= 0 && hops < 1000; ++hops) {
+    auto it = ix.find(range_id);
+    if (it == ix.end()) return -1;
+    if (it->second->name == name) return range_id;
+    range_id = it->second->parent_id;
+  }
+  return -1;
+}
+
+bool under(const RangeIndex& ix, std::int64_t range_id, const std::string& name) {
+  for (int hops = 0; range_id >= 0 && hops < 1000; ++hops) {
+    auto it = ix.find(range_id);
+    if (it == ix.end()) return false;
+    if (it->second->name == name) return true;
+    range_id = it->second->parent_id;
+  }
+  return false;
+}
+
+// Every kernel, memcpy and memset of the trace as (range, duration, is a kernel).
+struct Op {
+  std::int64_t range_id, dur;
+  bool kernel;
+  const std::string* short_name = nullptr;  // kernels only
+};
+std::vector<Op> device_ops(const prof::ProfileTrace& t) {
+  std::vector<Op> ops;
+  ops.reserve(t.kernels.size() + t.memcpys.size() + t.memsets.size());
+  for (const auto& k : t.kernels) ops.push_back({k.range_id, k.end_ns - k.start_ns, true, &k.short_name});
+  for (const auto& m : t.memcpys) ops.push_back({m.range_id, m.end_ns - m.start_ns, false, nullptr});
+  for (const auto& m : t.memsets) ops.push_back({m.range_id, m.end_ns - m.start_ns, false, nullptr});
+  return ops;
+}
+
+}  // namespace
+
+std::string Table::header(std::size_t col) const {
+  const Column& c = columns.at(col);
+  if (c.unit == Unit::none) return c.name;
+  return c.name + " (" + unit_suffix(c.unit) + ")";
+}
+
+const std::vector<std::string>& report_names() {
+  static const std::vector<std::string> names = {"cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "cuda_api_sum",
+                                                 "cuda_kern_exec_sum", "nvtx_sum", "nvtx_gpu_proj_sum", "phase_sum"};
+  return names;
+}
+
+const std::vector<std::string>& default_reports() {
+  static const std::vector<std::string> names = {"cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "nvtx_sum",
+                                                 "phase_sum"};
+  return names;
+}
+
+DurationStats duration_stats(std::vector<std::int64_t> d) {
+  DurationStats s;
+  s.count = d.size();
+  if (d.empty()) return s;
+  std::sort(d.begin(), d.end());
+  std::int64_t total = 0;
+  for (auto v : d) total += v;
+  const double n = static_cast<double>(d.size());
+  s.total = static_cast<double>(total);
+  s.avg = s.total / n;
+  const std::size_t mid = d.size() / 2;
+  s.med = d.size() % 2 ? static_cast<double>(d[mid]) : (static_cast<double>(d[mid - 1]) + static_cast<double>(d[mid])) / 2.0;
+  s.min = static_cast<double>(d.front());
+  s.max = static_cast<double>(d.back());
+  if (d.size() > 1) {
+    double ss = 0;
+    for (auto v : d) ss += (static_cast<double>(v) - s.avg) * (static_cast<double>(v) - s.avg);
+    s.stddev = std::sqrt(ss / (n - 1));
+  }
+  return s;
+}
+
+std::string phase_of(const prof::ProfileTrace& t, std::int64_t range_id) {
+  for (const auto& r : t.ranges)
+    if (r.id == range_id) return merged_name(r.name);
+  return "(none)";
+}
+
+Table cuda_gpu_kern_sum(const prof::ProfileTrace& t) {
+  Table tb;
+  tb.id = "cuda_gpu_kern_sum";
+  tb.title = t.source == "cpu" ? "CPU Op Summary" : "CUDA GPU Kernel Summary";
+  tb.columns = stat_columns("Instances");
+  tb.columns.push_back({"Name", Unit::none, true, 0});
+  std::map<std::string, Group> groups;
+  for (const auto& k : t.kernels) groups[k.name].durations.push_back(k.end_ns - k.start_ns);
+  double grand = 0;
+  for (const auto& [name, s] : summarize(groups, &grand)) {
+    auto row = stat_cells(s, grand);
+    row.emplace_back(name);
+    tb.rows.push_back(std::move(row));
+  }
+  if (tb.rows.empty()) tb.notes.push_back("no kernel records in this profile");
+  return tb;
+}
+
+Table cuda_api_sum(const prof::ProfileTrace& t) {
+  Table tb;
+  tb.id = "cuda_api_sum";
+  tb.title = "CUDA API Summary";
+  tb.columns = stat_columns("Num Calls");
+  tb.columns.push_back({"Name", Unit::none, true, 0});
+  std::map<std::string, Group> groups;
+  for (const auto& a : t.api) groups[a.name].durations.push_back(a.end_ns - a.start_ns);
+  double grand = 0;
+  for (const auto& [name, st] : summarize(groups, &grand)) {
+    auto row = stat_cells(st, grand);
+    row.emplace_back(name);
+    tb.rows.push_back(std::move(row));
+  }
+  if (tb.rows.empty()) tb.notes.push_back("no CUDA API records in this profile (the CPU backend has none)");
+  return tb;
+}
+
+Table cuda_kern_exec_sum(const prof::ProfileTrace& t) {
+  Table tb;
+  tb.id = "cuda_kern_exec_sum";
+  tb.title = "CUDA Kernel Launch & Exec Time Summary (eager launches)";
+  tb.columns = {{"Count", Unit::none, false, 0},    {"API Avg", Unit::ns, false, 1},
+                {"Launch-to-start Avg", Unit::ns, false, 1}, {"Launch-to-start Med", Unit::ns, false, 1},
+                {"Launch-to-start Min", Unit::ns, false, 0}, {"Launch-to-start Max", Unit::ns, false, 0},
+                {"Kernel Avg", Unit::ns, false, 1}, {"Name", Unit::none, true, 0}};
+  // The earliest API call of each correlation id: the launch (a runtime call and the driver call inside it
+  // share the id).
+  std::unordered_map<std::uint32_t, const prof::ApiRecord*> launch;
+  for (const auto& a : t.api) {
+    auto [it, fresh] = launch.emplace(a.correlation_id, &a);
+    if (!fresh && a.start_ns < it->second->start_ns) it->second = &a;
+  }
+  struct Acc {
+    std::vector<std::int64_t> api, latency, kernel;
+  };
+  std::map<std::string, Acc> acc;
+  std::size_t graph = 0, unmatched = 0;
+  for (const auto& k : t.kernels) {
+    if (k.graph_node_id != 0) {
+      ++graph;
+      continue;
+    }
+    auto it = launch.find(k.correlation_id);
+    if (it == launch.end()) {
+      ++unmatched;
+      continue;
+    }
+    auto& a = acc[k.name];
+    a.api.push_back(it->second->end_ns - it->second->start_ns);
+    a.latency.push_back(k.start_ns - it->second->start_ns);
+    a.kernel.push_back(k.end_ns - k.start_ns);
+  }
+  std::vector<std::pair<double, std::vector<Cell>>> rows;
+  for (auto& [name, a] : acc) {
+    const auto api = duration_stats(a.api), lat = duration_stats(a.latency), ker = duration_stats(a.kernel);
+    rows.push_back({ker.total, {static_cast<double>(lat.count), api.avg, lat.avg, lat.med, lat.min, lat.max, ker.avg,
+                                name}});
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  for (auto& r : rows) tb.rows.push_back(std::move(r.second));
+  tb.notes.push_back("launch-to-start = kernel start - start of its launch call (host and device on CUPTI's clock)");
+  if (graph) tb.notes.push_back(std::to_string(graph) + " kernels replayed from CUDA graphs are not listed (one "
+                                "graph launch starts them all)");
+  if (unmatched) tb.notes.push_back(std::to_string(unmatched) + " kernels without a launch record are not listed");
+  return tb;
+}
+
+Table cuda_gpu_mem_time_sum(const prof::ProfileTrace& t) {
+  Table tb;
+  tb.id = "cuda_gpu_mem_time_sum";
+  tb.title = "CUDA GPU MemOps Summary (by Time)";
+  tb.columns = stat_columns("Count");
+  tb.columns.push_back({"Operation", Unit::none, true, 0});
+  std::map<std::string, Group> groups;
+  for (const auto& m : t.memcpys) groups[memcpy_operation(m.copy_kind)].durations.push_back(m.end_ns - m.start_ns);
+  for (const auto& m : t.memsets) groups["[CUDA memset]"].durations.push_back(m.end_ns - m.start_ns);
+  double grand = 0;
+  for (const auto& [name, s] : summarize(groups, &grand)) {
+    auto row = stat_cells(s, grand);
+    row.emplace_back(name);
+    tb.rows.push_back(std::move(row));
+  }
+  if (tb.rows.empty()) tb.notes.push_back("no memcpy or memset records in this profile");
+  return tb;
+}
+
+Table nvtx_sum(const prof::ProfileTrace& t) {
+  Table tb;
+  tb.id = "nvtx_sum";
+  tb.title = "NVTX Range Summary";
+  tb.columns = stat_columns("Instances");
+  tb.columns.push_back({"Style", Unit::none, true, 0});
+  tb.columns.push_back({"Range", Unit::none, true, 0});
+  std::map<std::string, Group> groups;
+  std::size_t replays = 0;
+  for (const auto& r : t.ranges) {
+    if (r.host_start_ns == 0 && r.host_end_ns == 0) {
+      ++replays;
+      continue;
+    }
+    groups[r.name].durations.push_back(r.host_end_ns - r.host_start_ns);
+  }
+  double grand = 0;
+  for (const auto& [name, s] : summarize(groups, &grand)) {
+    auto row = stat_cells(s, grand);
+    row.emplace_back(std::string("PushPop"));
+    row.emplace_back(name);
+    tb.rows.push_back(std::move(row));
+  }
+  if (tb.rows.empty()) tb.notes.push_back("no host ranges in this profile");
+  if (replays)
+    tb.notes.push_back(std::to_string(replays) +
+                       " range(s) replayed inside CUDA graphs were not opened by the host and are left out "
+                       "(see nvtx_gpu_proj_sum)");
+  return tb;
+}
+
+Table nvtx_gpu_proj_sum(const prof::ProfileTrace& t) {
+  Table tb;
+  tb.id = "nvtx_gpu_proj_sum";
+  tb.title = "NVTX GPU Projection Summary";
+  tb.columns = stat_columns("Instances");
+  tb.columns[1].name = "Total Proj Time";
+  tb.columns.push_back({"Total GPU Ops", Unit::none, false, 0});
+  tb.columns.push_back({"Style", Unit::none, true, 0});
+  tb.columns.push_back({"Range", Unit::none, true, 0});
+  std::map<std::string, Group> groups;
+  for (const auto& r : t.ranges) {
+    if (r.ops <= 0) continue;
+    auto& g = groups[r.name];
+    g.durations.push_back(r.end_ns - r.start_ns);
+    g.extra += r.ops;
+  }
+  double grand = 0;
+  for (const auto& [name, s] : summarize(groups, &grand)) {
+    auto row = stat_cells(s, grand);
+    row.emplace_back(groups[name].extra);
+    row.emplace_back(std::string("PushPop"));
+    row.emplace_back(name);
+    tb.rows.push_back(std::move(row));
+  }
+  if (tb.rows.empty()) tb.notes.push_back("no range holds device work in this profile");
+  return tb;
+}
+
+std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics, const std::string& mode) {
+  const RangeIndex ix = index_ranges(t);
+  const auto ops = device_ops(t);
+  const double steps = std::max(1, t.steps);
+  const bool cpu = t.source == "cpu";
+  const std::string dev = cpu ? "CPU" : "GPU";
+
+  Table ph;
+  ph.id = "phase_sum";
+  ph.title = "Phase Summary (each op in its innermost range, layers merged)";
+  ph.columns = {{"Phase", Unit::none, true, 0},
+                {"Kernels per step", Unit::none, false, 1},
+                {dev + " time per step", Unit::ms, false, 3},
+                {"Share of step", Unit::percent, false, 1}};
+  struct Acc {
+    double kernels = 0;
+    std::int64_t ns = 0;
+  };
+  std::map<std::string, Acc> acc;
+  double parts[kParts] = {0, 0, 0, 0};
+  bool fused_decode = false, in_decode = false;
+  // The dense decode path has no gate kernel: its k_updown computes gate, up and down together, so only the
+  // ffn.decode ranges that ran a gate kernel are split by kernel name.
+  std::set<std::int64_t> split_decode;
+  for (const auto& o : ops)
+    if (o.short_name && decode_kernel_part(*o.short_name) == kGate)
+      if (const auto d = ancestor_named(ix, o.range_id, "ffn.decode"); d >= 0) split_decode.insert(d);
+  for (const auto& o : ops) {
+    auto& a = acc[phase_in(ix, o.range_id)];
+    a.kernels += o.kernel ? 1 : 0;
+    a.ns += o.dur;
+    Part p = part_of(ix, o.range_id);
+    if (p == kOther && under(ix, o.range_id, "ffn.decode")) {
+      in_decode = true;
+      if (o.short_name && split_decode.count(ancestor_named(ix, o.range_id, "ffn.decode")))
+        p = decode_kernel_part(*o.short_name);
+      if (p == kOther) fused_decode = true;
+    }
+    parts[p] += static_cast<double>(o.dur);
+  }
+  const double busy = static_cast<double>(prof::busy_ns(t));
+  std::vector<std::pair<std::string, Acc>> rows(acc.begin(), acc.end());
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+  for (const auto& [name, a] : rows)
+    ph.rows.push_back({name, a.kernels / steps, static_cast<double>(a.ns) / steps / 1e6,
+                       busy > 0 ? 100.0 * static_cast<double>(a.ns) / busy : 0.0});
+  {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%d profiled step(s); %s busy %.3f ms per step (union of kernel, memcpy and memset "
+                  "intervals); shares above 100%% in sum mean ops overlapped", t.steps, dev.c_str(), busy / steps / 1e6);
+    ph.notes.push_back(buf);
+  }
+  if (ops.empty()) ph.notes.push_back("no kernel, memcpy or memset records in this profile");
+
+  // The paper's breakdown: profiled (device time of the ops under each part's ranges) beside timed.
+  Table bd;
+  bd.id = "phase_sum_breakdown";
+  bd.title = "Latency Breakdown (profiled vs timed)";
+  const bool decode = mode == "ffn-decode";
+  const Unit u = decode ? Unit::us : Unit::ms;
+  bd.columns = {{"Part", Unit::none, true, 0},
+                {"Profiled", u, false, 3},
+                {"Timed", u, false, 3},
+                {"Profiled share", Unit::percent, false, 1},
+                {"Timed share", Unit::percent, false, 1}};
+  double per = steps * 1e6;  // ns per step -> ms
+  if (decode) {
+    bool found = false;
+    double copies = metric(metrics, "weight_copies", &found);
+    if (!found || copies <= 0) copies = 1;
+    per = steps * copies * 1e3;  // ns per call -> us
+  }
+  double prof_part[kParts];
+  double prof_total = 0;
+  for (int p = 0; p < kParts; ++p) {
+    prof_part[p] = parts[p] / per;
+    prof_total += prof_part[p];
+  }
+  const char* timed_names[kParts];
+  const char* timed_total_name;
+  if (decode) {
+    timed_names[kGate] = "gate_us";
+    timed_names[kUpDown] = "up_down_us";
+    timed_names[kTopk] = "topk_us";
+    timed_names[kOther] = "other_us";
+    timed_total_name = "latency_us";
+  } else {
+    timed_names[kGate] = "gate_ms";
+    timed_names[kUpDown] = "up_down_ms";
+    timed_names[kTopk] = "topk_ms";
+    timed_names[kOther] = nullptr;  // the step time minus the three parts
+    timed_total_name = "median_ms";
+  }
+  Cell timed_part[kParts];
+  bool total_found = false;
+  const double timed_total = metric(metrics, timed_total_name, &total_found);
+  bool all_parts = true;
+  double timed_sum = 0;
+  for (int p = 0; p < kParts; ++p) {
+    if (!timed_names[p]) continue;
+    bool f = false;
+    const double v = metric(metrics, timed_names[p], &f);
+    if (f) {
+      timed_part[p] = v;
+      timed_sum += v;
+    } else {
+      all_parts = false;
+    }
+  }
+  if (!decode && all_parts && total_found) timed_part[kOther] = timed_total - timed_sum;
+  const char* labels[kParts] = {"gate", "up & down", "top-K", "other"};
+  auto share = [](const Cell& v, double total, bool have_total) -> Cell {
+    if (!have_total || total <= 0 || !std::holds_alternative<double>(v)) return std::monostate{};
+    return 100.0 * std::get<double>(v) / total;
+  };
+  for (int p : {kGate, kUpDown, kTopk, kOther}) {
+    const Cell prof_cell = prof_part[p];
+    bd.rows.push_back({std::string(labels[p]), prof_cell, timed_part[p], share(prof_cell, prof_total, true),
+                       share(timed_part[p], timed_total, total_found)});
+  }
+  const Cell timed_total_cell = total_found ? Cell(timed_total) : Cell(std::monostate{});
+  bd.rows.push_back({std::string(decode ? "total (call)" : "total (step)"), prof_total, timed_total_cell,
+                     Cell(prof_total > 0 ? 100.0 : 0.0), total_found ? Cell(100.0) : Cell(std::monostate{})});
+  if (decode)
+    bd.notes.push_back("per ffn-decode call: the profiled step divided by its weight copies; timed: gate_us, "
+                       "up_down_us, topk_us, other_us, latency_us (each part timed alone)");
+  else
+    bd.notes.push_back("per step: profiled = device time of the ops under ffn.gate, ffn.up + ffn.down, ffn.topk "
+                       "and the rest; timed = gate_ms, up_down_ms, topk_ms and median_ms (other = the remainder)");
+  if (in_decode)
+    bd.notes.push_back("inside ffn.decode the fused decode kernels are split by name: k_gate = gate, k_select = "
+                       "top-K, k_updown = up & down");
+  if (fused_decode)
+    bd.notes.push_back("ops inside ffn.decode that no part can be told for (the CPU backend's one ffn_decode op, "
+                       "the dense decode path whose k_updown computes gate, up and down in one kernel, k_prep) "
+                       "are counted as other");
+  return {ph, bd};
+}
+
+std::vector<Table> run_report(const std::string& name, const prof::ProfileTrace& t, const Metrics& metrics,
+                              const std::string& mode) {
+  if (name == "cuda_gpu_kern_sum") return {cuda_gpu_kern_sum(t)};
+  if (name == "cuda_gpu_mem_time_sum") return {cuda_gpu_mem_time_sum(t)};
+  if (name == "cuda_api_sum") return {cuda_api_sum(t)};
+  if (name == "cuda_kern_exec_sum") return {cuda_kern_exec_sum(t)};
+  if (name == "nvtx_sum") return {nvtx_sum(t)};
+  if (name == "nvtx_gpu_proj_sum") return {nvtx_gpu_proj_sum(t)};
+  if (name == "phase_sum") return phase_sum(t, metrics, mode);
+  std::string known;
+  for (const auto& n : report_names()) known += (known.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("unknown report '" + name + "'; reports: " + known);
+}
+
+// ---- printers
+
+std::string group_thousands(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  std::string s = buf;
+  std::size_t begin = s[0] == '-' ? 1 : 0;
+  std::size_t end = s.find('.');
+  if (end == std::string::npos) end = s.size();
+  std::string out = s.substr(0, begin);
+  for (std::size_t i = begin; i < end; ++i) {
+    out.push_back(s[i]);
+    const std::size_t left = end - i - 1;
+    if (left > 0 && left % 3 == 0) out.push_back(',');
+  }
+  out += s.substr(end);
+  return out;
+}
+
+void print_text(const Table& tb, std::ostream& out) {
+  out << " ** " << tb.title << " (" << tb.id << "):\n\n";
+  if (tb.rows.empty()) {
+    for (const auto& n : tb.notes) out << " " << n << "\n";
+    out << "\n";
+    return;
+  }
+  // One readable unit for the table's ns columns, chosen from the median of their values.
+  std::vector<double> ns_values;
+  for (const auto& row : tb.rows)
+    for (std::size_t c = 0; c < tb.columns.size() && c < row.size(); ++c)
+      if (tb.columns[c].unit == Unit::ns && std::holds_alternative<double>(row[c]))
+        ns_values.push_back(std::get<double>(row[c]));
+  double scale = 1;
+  const char* scaled = "ns";
+  if (!ns_values.empty()) {
+    std::nth_element(ns_values.begin(), ns_values.begin() + static_cast<std::ptrdiff_t>(ns_values.size() / 2),
+                     ns_values.end());
+    const double med = ns_values[ns_values.size() / 2];
+    if (med >= 1e10) scale = 1e9, scaled = "s";
+    else if (med >= 1e7) scale = 1e6, scaled = "ms";
+    else if (med >= 1e4) scale = 1e3, scaled = "us";
+  }
+  const std::size_t nc = tb.columns.size();
+  std::vector<std::string> head(nc);
+  std::vector<std::vector<std::string>> cells;
+  for (std::size_t c = 0; c < nc; ++c) {
+    const Column& col = tb.columns[c];
+    head[c] = col.unit == Unit::ns ? col.name + " (" + scaled + ")" : tb.header(c);
+  }
+  for (const auto& row : tb.rows) {
+    std::vector<std::string> line(nc);
+    for (std::size_t c = 0; c < nc; ++c) {
+      const Column& col = tb.columns[c];
+      const Cell& v = c < row.size() ? row[c] : Cell{};
+      if (std::holds_alternative<std::string>(v)) {
+        line[c] = std::get<std::string>(v);
+      } else if (std::holds_alternative<double>(v)) {
+        const double x = std::get<double>(v);
+        if (col.unit == Unit::ns) line[c] = scale == 1 ? group_thousands(x, col.decimals) : group_thousands(x / scale, 3);
+        else line[c] = group_thousands(x, col.decimals);
+      } else {
+        line[c] = "-";
+      }
+    }
+    cells.push_back(std::move(line));
+  }
+  std::vector<std::size_t> w(nc);
+  for (std::size_t c = 0; c < nc; ++c) {
+    w[c] = head[c].size();
+    for (const auto& line : cells) w[c] = std::max(w[c], line[c].size());
+  }
+  auto emit = [&](const std::vector<std::string>& line) {
+    std::string s;
+    for (std::size_t c = 0; c < nc; ++c) {
+      s += c ? "  " : " ";
+      const std::size_t pad = w[c] - line[c].size();
+      const bool last = c + 1 == nc;
+      if (tb.columns[c].text) {
+        s += line[c];
+        if (!last) s.append(pad, ' ');
+      } else {
+        s.append(pad, ' ');
+        s += line[c];
+      }
+    }
+    out << s << "\n";
+  };
+  emit(head);
+  std::vector<std::string> dashes(nc);
+  for (std::size_t c = 0; c < nc; ++c) dashes[c] = std::string(w[c], '-');
+  emit(dashes);
+  for (const auto& line : cells) emit(line);
+  if (!tb.notes.empty()) out << "\n";
+  for (const auto& n : tb.notes) out << " " << n << "\n";
+  out << "\n";
+}
+
+void print_csv(const Table& tb, std::ostream& out, const std::vector<std::pair<std::string, std::string>>& prefix) {
+  auto line = [&out](const std::vector<std::string>& v) {
+    std::string s;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (i) s.push_back(',');
+      s.append(csv_cell(v[i]));
+    }
+    out << s << "\n";
+  };
+  std::vector<std::string> h;
+  for (const auto& p : prefix) h.push_back(p.first);
+  for (std::size_t c = 0; c < tb.columns.size(); ++c) h.push_back(tb.header(c));
+  line(h);
+  for (const auto& row : tb.rows) {
+    std::vector<std::string> v;
+    for (const auto& p : prefix) v.push_back(p.second);
+    for (std::size_t c = 0; c < tb.columns.size(); ++c) {
+      const Cell& x = c < row.size() ? row[c] : Cell{};
+      if (std::holds_alternative<std::string>(x)) v.push_back(std::get<std::string>(x));
+      else if (std::holds_alternative<double>(x)) v.push_back(exact_num(std::get<double>(x)));
+      else v.emplace_back();
+    }
+    line(v);
+  }
+}
+
+void print_json(const Table& tb, std::ostream& out) {
+  out << "{\"report\": " << json_quote(tb.id) << ", \"title\": " << json_quote(tb.title) << ", \"columns\": [";
+  for (std::size_t c = 0; c < tb.columns.size(); ++c)
+    out << (c ? ", " : "") << "{\"name\": " << json_quote(tb.header(c))
+        << ", \"unit\": " << json_quote(tb.columns[c].text ? "text" : unit_suffix(tb.columns[c].unit)) << "}";
+  out << "], \"rows\": [";
+  for (std::size_t r = 0; r < tb.rows.size(); ++r) {
+    out << (r ? ",\n    {" : "\n    {");
+    for (std::size_t c = 0; c < tb.columns.size(); ++c) {
+      const Cell& x = c < tb.rows[r].size() ? tb.rows[r][c] : Cell{};
+      out << (c ? ", " : "") << json_quote(tb.header(c)) << ": ";
+      if (std::holds_alternative<std::string>(x)) out << json_quote(std::get<std::string>(x));
+      else if (std::holds_alternative<double>(x)) out << exact_num(std::get<double>(x));
+      else out << "null";
+    }
+    out << "}";
+  }
+  out << (tb.rows.empty() ? "]" : "\n  ]") << ", \"notes\": [";
+  for (std::size_t i = 0; i < tb.notes.size(); ++i) out << (i ? ", " : "") << json_quote(tb.notes[i]);
+  out << "]}";
+}
+
+}  // namespace moc::stats

@@ -1,0 +1,105 @@
+// `mocbench stats`: reports over a point's profile (prof::ProfileTrace), modelled on `nsys stats`. Each
+// report is a pure function from the trace (and, for phase_sum, the point's stored metrics) to a small
+// table model; one printer set renders any table as an aligned text table (human time units, nsys-like
+// headers), CSV or JSON (one result model, several printers, as nvbench does).
+//
+// Reports:
+//   cuda_gpu_kern_sum      per kernel name (CPU ops on the CPU backend): Time (%), Total Time, Instances, Avg,
+//                          Med, Min, Max, StdDev, Name; by total time, descending
+//   cuda_gpu_mem_time_sum  the same per memory operation ([CUDA memcpy Host-to-Device], ..., [CUDA memset])
+//   cuda_api_sum           per CUDA runtime/driver API name, over call durations
+//   cuda_kern_exec_sum     per kernel name, eager launches only: API time, launch-to-start latency (kernel
+//                          start - launch call start), kernel time
+//   nvtx_sum               per phase range name over host durations (graph-replay copies, which the host
+//                          never opened, are skipped): ..., Style, Range
+//   nvtx_gpu_proj_sum      the same over the device projection (where the range's work ran), with GPU ops
+//   phase_sum              (ours) per phase (innermost range of each op, layer.N merged into layer, "(none)"
+//                          outside every range): kernels and device time per step, share of the busy time;
+//                          then the paper's latency breakdown (gate, up & down, top-K, other) from the
+//                          profile beside the point's timed breakdown metrics
+// Statistics: Med is the middle value (the mean of the two middle values for an even count); StdDev is the
+// sample standard deviation (n - 1; 0 for one instance), as nsys computes them.
+#pragma once
+#include <iosfwd>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "profiling/trace.h"
+
+namespace moc::stats {
+
+// What a column's numbers are. Time columns in ns are shown in a readable unit by the text printer
+// (ns, us, ms or s, one per table); CSV and JSON always carry the unit in the header / the column model.
+enum class Unit { none, ns, us, ms, percent };
+
+struct Column {
+  std::string name;  // without the unit: "Total Time"; printers append " (ns)", " (%)", ...
+  Unit unit = Unit::none;
+  bool text = false;  // a text column (left-aligned): Name, Range, Style, Operation, Phase, Part
+  int decimals = 0;   // digits after the point in the text printer for Unit::none / ns, percent, ms, us
+};
+
+// A cell: empty (a value the point lacks: '-' in text, empty in CSV, null in JSON), a number, or text.
+using Cell = std::variant<std::monostate, double, std::string>;
+
+struct Table {
+  std::string id;     // "cuda_gpu_kern_sum", "phase_sum", "phase_sum_breakdown", ...
+  std::string title;  // "CUDA GPU Kernel Summary"
+  std::vector<Column> columns;
+  std::vector<std::vector<Cell>> rows;
+  std::vector<std::string> notes;  // printed after the table (text) / carried in JSON
+  // Header of a column with its unit: "Total Time (ns)", "Time (%)", "Instances".
+  std::string header(std::size_t col) const;
+};
+
+// The report names `stats` accepts, and the ones it runs by default.
+const std::vector<std::string>& report_names();
+const std::vector<std::string>& default_reports();
+
+// A point's stored metrics (name -> value), as db::PointRecord::metrics.
+using Metrics = std::vector<std::pair<std::string, double>>;
+
+// Summary statistics of a set of durations (ns).
+struct DurationStats {
+  double total = 0, avg = 0, med = 0, min = 0, max = 0, stddev = 0;
+  std::size_t count = 0;
+};
+DurationStats duration_stats(std::vector<std::int64_t> durations);
+
+Table cuda_gpu_kern_sum(const prof::ProfileTrace& t);
+Table cuda_gpu_mem_time_sum(const prof::ProfileTrace& t);
+Table cuda_api_sum(const prof::ProfileTrace& t);
+Table cuda_kern_exec_sum(const prof::ProfileTrace& t);
+Table nvtx_sum(const prof::ProfileTrace& t);
+Table nvtx_gpu_proj_sum(const prof::ProfileTrace& t);
+// Two tables: phase_sum (per phase) and phase_sum_breakdown (profiled vs timed). mode: the point's mode
+// ("ffn-decode" compares per call in us with gate_us/topk_us/up_down_us/other_us/latency_us, dividing
+// the profiled step by the weight_copies metric; others per step in ms with gate_ms/topk_ms/up_down_ms and
+// median_ms).
+std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics, const std::string& mode);
+
+// The tables of one report by name; throws std::invalid_argument for an unknown name.
+std::vector<Table> run_report(const std::string& name, const prof::ProfileTrace& t, const Metrics& metrics,
+                              const std::string& mode);
+
+// The phase an op belongs to: the name of its innermost range with "layer.N" merged into "layer";
+// "(none)" for range_id -1 or an id the trace does not hold.
+std::string phase_of(const prof::ProfileTrace& t, std::int64_t range_id);
+
+// ---- printers
+// Aligned text: " ** Title (id):", a blank line, headers, dashes, rows, notes.
+void print_text(const Table& table, std::ostream& out);
+// RFC 4180: a header row then the rows, raw units (ns exact); prefix columns (name, value) come first on
+// every line (the CLI puts point and report there).
+void print_csv(const Table& table, std::ostream& out,
+               const std::vector<std::pair<std::string, std::string>>& prefix = {});
+// {"report": id, "title": ..., "columns": [{"name": header, "unit": "ns"}...], "rows": [{header: value}...],
+//  "notes": [...]}; empty cells are null.
+void print_json(const Table& table, std::ostream& out);
+
+// A number as the text printer shows it: thousands separators, `decimals` digits after the point.
+std::string group_thousands(double v, int decimals);
+
+}  // namespace moc::stats
