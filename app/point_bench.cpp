@@ -102,6 +102,18 @@ class MarkRangeTimer final : public RangeSink {
   std::vector<Closed> closed_;
 };
 
+// Forwards ranges to a sink that may come later (the GPU's tracer exists only for the profile pass).
+struct LateRangeSink final : RangeSink {
+  explicit LateRangeSink(RangeSink* t) : target(t) {}
+  void push(std::string_view name) override {
+    if (target) target->push(name);
+  }
+  void pop() override {
+    if (target) target->pop();
+  }
+  RangeSink* target;
+};
+
 // Wraps a repetition: while timing, memory events and ranges are recorded for the first measured one only;
 // in the profile pass (after the timed repetitions) each repetition is either untraced or traced for the
 // overhead metric, or a profiled step that the tracer keeps.
@@ -148,17 +160,25 @@ double copy_bandwidth_GBps(Ops& ops) {
   return 2.0 * static_cast<double>(a.nbytes()) / median_of(t) / 1e9;
 }
 // The profile pass of a point, after its timed repetitions: `sample` runs one repetition through the
-// Recorder (as the measuring loop does). First the same work untraced and traced, a few repetitions each
-// (the tracing overhead; the traced ones' records are dropped), then spec.profile_steps profiled steps whose
-// records, ranges and allocator events make the point's profile.
-void profile_pass(Ops& ops, Recorder& rec, prof::Tracer& tracer, const PointSpec& spec, double median_s,
-                  const std::function<double()>& sample, PointOutcome& out) {
+// Recorder (as the measuring loop does). First the same work untraced, then `start` brings the tracer up
+// (on the GPU: subscribes to CUPTI and re-captures the point's graphs, so that their nodes map to ranges)
+// and the work runs traced (the tracing overhead; those records are dropped), then spec.profile_steps
+// profiled steps whose records, ranges and allocator events make the point's profile.
+void profile_pass(Ops& ops, Recorder& rec, const std::function<prof::Tracer*()>& start, const PointSpec& spec,
+                  double median_s, const std::function<double()>& sample, PointOutcome& out) {
   // About a second of each (a quarter on the slow CPU backend), 3 to 20 repetitions.
   const double budget_s = ops.device() == DeviceKind::cuda ? 1.0 : 0.25;
   const int reps = std::clamp(static_cast<int>(budget_s / std::max(median_s, 1e-9)), 3, 20);
   std::vector<double> untraced, traced;
   rec.phase = Recorder::Phase::untraced;
   for (int i = 0; i < reps; ++i) untraced.push_back(sample());
+  prof::Tracer* t = start();
+  if (t == nullptr) {
+    rec.phase = Recorder::Phase::timing;
+    return;
+  }
+  prof::Tracer& tracer = *t;
+  rec.tracer = t;
   tracer.enable();
   rec.phase = Recorder::Phase::traced;
   sample();  // CUPTI's first traced launches set up its buffers: not part of the overhead
@@ -206,18 +226,15 @@ std::vector<std::string> point_modes() { return {"train", "decode", "ffn-train",
 
 PointOutcome run_point(Ops& backend, const PointSpec& spec) {
   PointOutcome out;
-  // The profiler exists from the start: graph nodes captured before the profile pass must find their
-  // ranges. On the CPU backend every op goes through the recording decorator (a branch when not tracing).
+  // On the CPU backend every op goes through the recording decorator (a branch when not tracing). On the GPU
+  // the CUPTI tracer exists only during the profile pass: while a process is subscribed to CUPTI, graphs
+  // instantiated then carry its instrumentation, which measured 4-12% on the decode study's timed numbers.
   std::unique_ptr<prof::Tracer> tracer;
   std::unique_ptr<prof::RecordingOps> recording;
-  if (spec.profile) {
-    if (backend.device() == DeviceKind::cuda) {
-      tracer = prof::make_cupti_tracer(&out.profile_note);
-    } else {
-      auto cpu = std::make_unique<prof::CpuTracer>();
-      recording = std::make_unique<prof::RecordingOps>(backend, *cpu);
-      tracer = std::move(cpu);
-    }
+  if (spec.profile && backend.device() != DeviceKind::cuda) {
+    auto cpu = std::make_unique<prof::CpuTracer>();
+    recording = std::make_unique<prof::RecordingOps>(backend, *cpu);
+    tracer = std::move(cpu);
   }
   Ops& ops = recording ? static_cast<Ops&>(*recording) : backend;
   ModelConfig cfg = spec.model;
@@ -229,12 +246,29 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
   MarkRangeTimer timer(ops);
   // On the GPU the same ranges also go to NVTX (Nsight Systems).
   NvtxRangeSink nvtx;
-  TeeRangeSink tee({&timer, ops.device() == DeviceKind::cuda ? &nvtx : nullptr, tracer.get()});
+  LateRangeSink to_tracer(tracer.get());
+  TeeRangeSink tee({&timer, ops.device() == DeviceKind::cuda ? &nvtx : nullptr, &to_tracer});
   RangeSink* sink = &tee;
   Recorder rec{ops, timer, spec.measure.warmup, &out.memory_baseline_bytes, spec.stop, tracer.get()};
-  // After a mode's timed repetitions: its profile, from the same repetition function.
-  auto profile = [&](const std::function<double()>& sample) {
-    if (tracer) profile_pass(ops, rec, *tracer, spec, out.stats.median_s, sample, out);
+  // After a mode's timed repetitions: its profile, from the same repetition function. recapture re-records
+  // the point's CUDA graphs once the tracer is up (it must see their nodes created inside the ranges).
+  auto profile = [&](const std::function<double()>& sample, const std::function<void()>& recapture = {}) {
+    if (!spec.profile) return;
+    auto start = [&]() -> prof::Tracer* {
+      if (!tracer) {
+        tracer = prof::make_cupti_tracer(&out.profile_note);
+        if (!tracer) return nullptr;
+        to_tracer.target = tracer.get();
+        if (recapture) recapture();
+      }
+      return tracer.get();
+    };
+    profile_pass(ops, rec, start, spec, out.stats.median_s, sample, out);
+    if (ops.device() == DeviceKind::cuda) {  // unsubscribe before anything else is captured or timed
+      to_tracer.target = nullptr;
+      rec.tracer = nullptr;
+      tracer.reset();
+    }
   };
   std::mt19937 rng(static_cast<std::uint32_t>(cfg.seed));
   auto& m = out.metrics;
@@ -310,7 +344,7 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
       return t;
     };
     out.stats = measure(spec.measure, sample);
-    profile(sample);
+    profile(sample, [&] { graph = dec.capture_step(); });
     m.push_back({"ms_per_token", out.stats.median_s * 1e3});
     m.push_back({"tokens_per_s", b / out.stats.median_s});
     m.push_back({"prefill_ms", median_of(prefill_s) * 1e3});
@@ -384,7 +418,7 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
         }) / copies;
       };
       out.stats = measure(spec.measure, sample);
-      profile(sample);
+      profile(sample, [&] { full = graph_of(kFfnAll, nullptr); });
       // The paper's breakdown, each part timed alone the same way: gate projection, top-K (gate + selection
       // minus gate), up & down projection (on a fixed selection), other (the rest of the whole call).
       MeasureSettings part = spec.measure;

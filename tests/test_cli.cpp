@@ -449,10 +449,11 @@ TEST_F(Cli, StatsCsvAndJson) {
 
 TEST_F(Cli, StatsRefusesUnknownReportsRunsPointsAndUnprofiledRuns) {
   const std::string db = write_profiled_db(path("p.db"));
-  auto bad = mocbench("stats 1 --report cuda_api_sum --db " + db);
+  auto bad = mocbench("stats 1 --report cuda_gpu_trace --db " + db);
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.out.find("unknown report 'cuda_api_sum'; reports: cuda_gpu_kern_sum, cuda_gpu_mem_time_sum, nvtx_sum, "
-                         "nvtx_gpu_proj_sum, phase_sum"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("unknown report 'cuda_gpu_trace'; reports: cuda_gpu_kern_sum, cuda_gpu_mem_time_sum, "
+                         "cuda_api_sum, cuda_kern_exec_sum, nvtx_sum, nvtx_gpu_proj_sum, phase_sum"),
+            std::string::npos) << bad.out;
   auto run = mocbench("stats 9 --db " + db);
   EXPECT_EQ(run.code, 2);
   EXPECT_NE(run.out.find("no run 9"), std::string::npos) << run.out;
@@ -540,7 +541,7 @@ TEST_F(Cli, ExportCarriesTheModeRightAfterTheStatus) {
   EXPECT_EQ(pos_mode, pos_status + std::string("\"status\": \"ok\", ").size());
 }
 
-TEST_F(Cli, ShowHasKernelsPerStepAndGpuBusyColumns) {
+TEST_F(Cli, ShowHasKernelsPerStepAndBusyTimeColumns) {
   const std::string db = write_profiled_db(path("p.db"));
   auto r = mocbench("show 1 --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;

@@ -502,7 +502,7 @@ TEST_F(ResultsDbStore, ProfileTablesKeepNsightSystemsNamesAndMeanings) {
   EXPECT_GT(raw.integer("SELECT count(*) FROM StringIds"), 0);
 }
 
-TEST_F(ResultsDbStore, GpuInfoRoundTrips) {
+TEST_F(ResultsDbStore, TargetInfoRoundTrips) {
   const auto path = file("results.db");
   auto db = ResultsDb::open(path, OpenMode::read_write);
   const auto run = db.begin_run(sample_run());

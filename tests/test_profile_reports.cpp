@@ -331,7 +331,7 @@ TEST(ProfileStats, NvtxSumOverHostTimesSkipsGraphReplays) {
   EXPECT_NE(tb.notes[0].find("1 range(s) replayed inside CUDA graphs"), std::string::npos) << tb.notes[0];
 }
 
-TEST(ProfileStats, NvtxGpuProjectionIncludesReplays) {
+TEST(ProfileStats, NvtxDeviceProjectionIncludesReplays) {
   const auto seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
@@ -454,7 +454,7 @@ TEST(ProfileStats, FusedDecodeOpsAreOtherWithANote) {
   EXPECT_EQ(stats::cuda_gpu_kern_sum(t).title, "CPU Op Summary");
 }
 
-TEST(ProfileStats, FusedGpuDecodeKernelsAreSplitByName) {
+TEST(ProfileStats, FusedCudaDecodeKernelsAreSplitByName) {
   ProfileTrace t;
   t.source = "cupti";
   t.steps = 1;
@@ -671,7 +671,7 @@ TEST(Perfetto, UsText) {
   EXPECT_EQ(perfetto::us_text(-1500), "-1.500");
 }
 
-TEST(Perfetto, GpuTraceTracksEventsCountersAndFlows) {
+TEST(Perfetto, CudaTraceTracksEventsCountersAndFlows) {
   const auto seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
