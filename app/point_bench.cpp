@@ -166,8 +166,8 @@ double copy_bandwidth_GBps(Ops& ops) {
 // profiled steps whose records, ranges and allocator events make the point's profile.
 void profile_pass(Ops& ops, Recorder& rec, const std::function<prof::Tracer*()>& start, const PointSpec& spec,
                   double median_s, const std::function<double()>& sample, PointOutcome& out) {
-  // About a second of each (a quarter on the slow CPU backend), 3 to 20 repetitions.
-  const double budget_s = ops.device() == DeviceKind::cuda ? 1.0 : 0.25;
+  // About a second of each on the GPU, a tenth on the slow CPU backend; 3 to 20 repetitions.
+  const double budget_s = ops.device() == DeviceKind::cuda ? 1.0 : 0.1;
   const int reps = std::clamp(static_cast<int>(budget_s / std::max(median_s, 1e-9)), 3, 20);
   std::vector<double> untraced, traced;
   rec.phase = Recorder::Phase::untraced;
