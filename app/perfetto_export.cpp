@@ -65,15 +65,6 @@ std::string dim3(int x, int y, int z) {
   return "\"(" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) + ")\"";
 }
 
-std::string memcpy_name(const std::string& kind) {
-  if (kind == "HtoD") return "[CUDA memcpy Host-to-Device]";
-  if (kind == "DtoH") return "[CUDA memcpy Device-to-Host]";
-  if (kind == "DtoD") return "[CUDA memcpy Device-to-Device]";
-  if (kind == "HtoH") return "[CUDA memcpy Host-to-Host]";
-  if (kind == "PtoP") return "[CUDA memcpy Peer-to-Peer]";
-  return "[CUDA memcpy Unknown]";
-}
-
 // Assigns every slice of the track to the first lane where it nests (within the innermost open slice, or
 // after every open slice ended); lane 0 is the base thread, lane K "NAME (overlap K)".
 void place(Track& tr, int& next_tid, std::vector<Thread>& threads) {
@@ -228,7 +219,7 @@ void write_trace(const std::vector<PointProfile>& points, std::ostream& out) {
       a.num("stream", m.stream_id).num("graph_id", m.graph_id).num("graph_node_id", static_cast<long long>(m.graph_node_id));
       a.str("phase", path(m.range_id)).num("step", m.step);
       stream_of(m.device_id, m.device_id < 0 ? 0u : m.stream_id)
-          .slices.push_back({m.start_ns, std::max(m.start_ns, m.end_ns), 0, memcpy_name(m.copy_kind), "memcpy",
+          .slices.push_back({m.start_ns, std::max(m.start_ns, m.end_ns), 0, prof::memcpy_operation(m.copy_kind), "memcpy",
                              a.text(), m.correlation_id, false, 0});
     }
     for (const auto& m : t.memsets) {

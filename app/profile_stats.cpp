@@ -86,15 +86,6 @@ std::vector<Cell> stat_cells(const DurationStats& s, double grand) {
           s.max, s.stddev};
 }
 
-std::string memcpy_operation(const std::string& kind) {
-  if (kind == "HtoD") return "[CUDA memcpy Host-to-Device]";
-  if (kind == "DtoH") return "[CUDA memcpy Device-to-Host]";
-  if (kind == "DtoD") return "[CUDA memcpy Device-to-Device]";
-  if (kind == "HtoH") return "[CUDA memcpy Host-to-Host]";
-  if (kind == "PtoP") return "[CUDA memcpy Peer-to-Peer]";
-  return "[CUDA memcpy Unknown]";
-}
-
 using RangeIndex = std::unordered_map<std::int64_t, const prof::PhaseRange*>;
 RangeIndex index_ranges(const prof::ProfileTrace& t) {
   RangeIndex ix;
@@ -221,40 +212,40 @@ std::string phase_of(const prof::ProfileTrace& t, std::int64_t range_id) {
   return "(none)";
 }
 
-Table cuda_gpu_kern_sum(const prof::ProfileTrace& t) {
+// A table of duration statistics per name (nsys's *_sum reports): one row per group, by total time, with
+// `extra` text columns before the name column.
+Table duration_summary(std::string id, std::string title, const std::string& count_name,
+                       const std::vector<std::pair<std::string, std::string>>& extra, const std::string& name_column,
+                       std::map<std::string, Group>& groups, const std::string& empty_note) {
   Table tb;
-  tb.id = "cuda_gpu_kern_sum";
-  tb.title = t.source == "cpu" ? "CPU Op Summary" : "CUDA GPU Kernel Summary";
-  tb.columns = stat_columns("Instances");
-  tb.columns.push_back({"Name", Unit::none, true, 0});
-  std::map<std::string, Group> groups;
-  for (const auto& k : t.kernels) groups[k.name].durations.push_back(k.end_ns - k.start_ns);
-  double grand = 0;
-  for (const auto& [name, s] : summarize(groups, &grand)) {
-    auto row = stat_cells(s, grand);
-    row.emplace_back(name);
-    tb.rows.push_back(std::move(row));
-  }
-  if (tb.rows.empty()) tb.notes.push_back("no kernel records in this profile");
-  return tb;
-}
-
-Table cuda_api_sum(const prof::ProfileTrace& t) {
-  Table tb;
-  tb.id = "cuda_api_sum";
-  tb.title = "CUDA API Summary";
-  tb.columns = stat_columns("Num Calls");
-  tb.columns.push_back({"Name", Unit::none, true, 0});
-  std::map<std::string, Group> groups;
-  for (const auto& a : t.api) groups[a.name].durations.push_back(a.end_ns - a.start_ns);
+  tb.id = std::move(id);
+  tb.title = std::move(title);
+  tb.columns = stat_columns(count_name);
+  for (const auto& [column, value] : extra) tb.columns.push_back({column, Unit::none, true, 0});
+  tb.columns.push_back({name_column, Unit::none, true, 0});
   double grand = 0;
   for (const auto& [name, st] : summarize(groups, &grand)) {
     auto row = stat_cells(st, grand);
+    for (const auto& [column, value] : extra) row.emplace_back(value);
     row.emplace_back(name);
     tb.rows.push_back(std::move(row));
   }
-  if (tb.rows.empty()) tb.notes.push_back("no CUDA API records in this profile (the CPU backend has none)");
+  if (tb.rows.empty()) tb.notes.push_back(empty_note);
   return tb;
+}
+
+Table cuda_gpu_kern_sum(const prof::ProfileTrace& t) {
+  std::map<std::string, Group> groups;
+  for (const auto& k : t.kernels) groups[k.name].durations.push_back(k.end_ns - k.start_ns);
+  return duration_summary("cuda_gpu_kern_sum", t.source == "cpu" ? "CPU Op Summary" : "CUDA GPU Kernel Summary",
+                          "Instances", {}, "Name", groups, "no kernel records in this profile");
+}
+
+Table cuda_api_sum(const prof::ProfileTrace& t) {
+  std::map<std::string, Group> groups;
+  for (const auto& a : t.api) groups[a.name].durations.push_back(a.end_ns - a.start_ns);
+  return duration_summary("cuda_api_sum", "CUDA API Summary", "Num Calls", {}, "Name", groups,
+                          "no CUDA API records in this profile (the CPU backend has none)");
 }
 
 Table cuda_kern_exec_sum(const prof::ProfileTrace& t) {
@@ -308,31 +299,14 @@ Table cuda_kern_exec_sum(const prof::ProfileTrace& t) {
 }
 
 Table cuda_gpu_mem_time_sum(const prof::ProfileTrace& t) {
-  Table tb;
-  tb.id = "cuda_gpu_mem_time_sum";
-  tb.title = "CUDA GPU MemOps Summary (by Time)";
-  tb.columns = stat_columns("Count");
-  tb.columns.push_back({"Operation", Unit::none, true, 0});
   std::map<std::string, Group> groups;
-  for (const auto& m : t.memcpys) groups[memcpy_operation(m.copy_kind)].durations.push_back(m.end_ns - m.start_ns);
+  for (const auto& m : t.memcpys) groups[prof::memcpy_operation(m.copy_kind)].durations.push_back(m.end_ns - m.start_ns);
   for (const auto& m : t.memsets) groups["[CUDA memset]"].durations.push_back(m.end_ns - m.start_ns);
-  double grand = 0;
-  for (const auto& [name, s] : summarize(groups, &grand)) {
-    auto row = stat_cells(s, grand);
-    row.emplace_back(name);
-    tb.rows.push_back(std::move(row));
-  }
-  if (tb.rows.empty()) tb.notes.push_back("no memcpy or memset records in this profile");
-  return tb;
+  return duration_summary("cuda_gpu_mem_time_sum", "CUDA GPU MemOps Summary (by Time)", "Count", {}, "Operation",
+                          groups, "no memcpy or memset records in this profile");
 }
 
 Table nvtx_sum(const prof::ProfileTrace& t) {
-  Table tb;
-  tb.id = "nvtx_sum";
-  tb.title = "NVTX Range Summary";
-  tb.columns = stat_columns("Instances");
-  tb.columns.push_back({"Style", Unit::none, true, 0});
-  tb.columns.push_back({"Range", Unit::none, true, 0});
   std::map<std::string, Group> groups;
   std::size_t replays = 0;
   for (const auto& r : t.ranges) {
@@ -342,14 +316,8 @@ Table nvtx_sum(const prof::ProfileTrace& t) {
     }
     groups[r.name].durations.push_back(r.host_end_ns - r.host_start_ns);
   }
-  double grand = 0;
-  for (const auto& [name, s] : summarize(groups, &grand)) {
-    auto row = stat_cells(s, grand);
-    row.emplace_back(std::string("PushPop"));
-    row.emplace_back(name);
-    tb.rows.push_back(std::move(row));
-  }
-  if (tb.rows.empty()) tb.notes.push_back("no host ranges in this profile");
+  Table tb = duration_summary("nvtx_sum", "NVTX Range Summary", "Instances", {{"Style", "PushPop"}}, "Range", groups,
+                              "no host ranges in this profile");
   if (replays)
     tb.notes.push_back(std::to_string(replays) +
                        " range(s) replayed inside CUDA graphs were not opened by the host and are left out "

@@ -5,6 +5,15 @@
 
 namespace moc::prof {
 
+std::string memcpy_operation(const std::string& kind) {
+  if (kind == "HtoD") return "[CUDA memcpy Host-to-Device]";
+  if (kind == "DtoH") return "[CUDA memcpy Device-to-Host]";
+  if (kind == "DtoD") return "[CUDA memcpy Device-to-Device]";
+  if (kind == "HtoH") return "[CUDA memcpy Host-to-Host]";
+  if (kind == "PtoP") return "[CUDA memcpy Peer-to-Peer]";
+  return "[CUDA memcpy Unknown]";
+}
+
 std::int64_t busy_ns(const ProfileTrace& t) {
   std::vector<std::pair<std::int64_t, std::int64_t>> iv;
   iv.reserve(t.kernels.size() + t.memcpys.size() + t.memsets.size());

@@ -128,6 +128,9 @@ struct ProfileTrace {
   bool operator==(const ProfileTrace&) const = default;
 };
 
+// nsys's name of a copy kind: "HtoD" -> "[CUDA memcpy Host-to-Device]" (stats and the Perfetto export).
+std::string memcpy_operation(const std::string& copy_kind);
+
 // Busy time of the device(s): the length of the union of every kernel, memcpy and memset interval.
 std::int64_t busy_ns(const ProfileTrace& t);
 
