@@ -40,13 +40,6 @@ std::string exact_num(double v) {
   return std::string(buf, r.ptr);
 }
 
-std::string csv_cell(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string o = "\"";
-  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return o + "\"";
-}
-
 double metric(const Metrics& m, const std::string& name, bool* found) {
   for (const auto& [k, v] : m)
     if (k == name && !std::isnan(v)) {
@@ -604,14 +597,7 @@ void print_text(const Table& tb, std::ostream& out) {
 }
 
 void print_csv(const Table& tb, std::ostream& out, const std::vector<std::pair<std::string, std::string>>& prefix) {
-  auto line = [&out](const std::vector<std::string>& v) {
-    std::string s;
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      if (i) s.push_back(',');
-      s.append(csv_cell(v[i]));
-    }
-    out << s << "\n";
-  };
+  auto line = [&out](const std::vector<std::string>& v) { out << csv_line(v); };
   std::vector<std::string> h;
   for (const auto& p : prefix) h.push_back(p.first);
   for (std::size_t c = 0; c < tb.columns.size(); ++c) h.push_back(tb.header(c));

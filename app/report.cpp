@@ -13,13 +13,6 @@
 namespace moc {
 
 namespace {
-std::string csv_cell(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string o = "\"";
-  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return o + "\"";
-}
-
 std::string json_str(const std::string& s) { return json_quote(s); }
 
 std::string num(double v) {
@@ -114,15 +107,7 @@ void write_export(const db::ResultsDb& store, const std::vector<std::int64_t>& r
   for (const auto& a : axes)
     if (a != "mode") csv_axes.push_back(a);
   if (format == ExportFormat::csv) {
-    // Cells are appended one at a time (GCC 12 warns falsely on "," + std::string temporaries).
-    auto cells = [&out](const std::vector<std::string>& v) {
-      std::string line;
-      for (std::size_t i = 0; i < v.size(); ++i) {
-        if (i) line.push_back(',');
-        line.append(csv_cell(v[i]));
-      }
-      out << line << "\n";
-    };
+    auto cells = [&out](const std::vector<std::string>& v) { out << csv_line(v); };
     std::vector<std::string> header = fixed;
     header.insert(header.end(), csv_axes.begin(), csv_axes.end());
     header.insert(header.end(), metrics.begin(), metrics.end());
