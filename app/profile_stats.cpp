@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "app/json_text.h"
+#include "profiling/phases.h"
 
 namespace moc::stats {
 
@@ -79,68 +80,12 @@ std::vector<Cell> stat_cells(const DurationStats& s, double grand) {
           s.max, s.stddev};
 }
 
-using RangeIndex = std::unordered_map<std::int64_t, const prof::PhaseRange*>;
-RangeIndex index_ranges(const prof::ProfileTrace& t) {
-  RangeIndex ix;
-  for (const auto& r : t.ranges) ix.emplace(r.id, &r);
-  return ix;
-}
-
 std::string merged_name(const std::string& name) {
   return name.starts_with("layer.") ? std::string("layer") : name;
 }
 
-std::string phase_in(const RangeIndex& ix, std::int64_t range_id) {
-  auto it = ix.find(range_id);
-  if (range_id < 0 || it == ix.end()) return "(none)";
-  return merged_name(it->second->name);
-}
-
-// The paper's parts: the nearest enclosing ffn.gate / ffn.topk / ffn.up / ffn.down range decides.
+// The paper's parts, indexed as prof::PaperPart.
 enum Part { kGate, kUpDown, kTopk, kOther, kParts };
-Part part_of(const RangeIndex& ix, std::int64_t range_id) {
-  for (int hops = 0; range_id >= 0 && hops < 1000; ++hops) {
-    auto it = ix.find(range_id);
-    if (it == ix.end()) break;
-    const std::string& n = it->second->name;
-    if (n == "ffn.gate") return kGate;
-    if (n == "ffn.topk") return kTopk;
-    if (n == "ffn.up" || n == "ffn.down") return kUpDown;
-    range_id = it->second->parent_id;
-  }
-  return kOther;
-}
-
-// Inside ffn.decode the fused decode kernels (kernels/cuda/ffn_decode.cu) have no finer ranges: their names
-// say which part they are -- k_gate the gate GEMV (with the a:b selection in its epilogue), k_select the row
-// top-K, k_updown the up and down projections over the kept channels; k_gen_* the generic fallback path.
-Part decode_kernel_part(const std::string& short_name) {
-  if (short_name == "k_gate" || short_name == "k_gen_gate") return kGate;
-  if (short_name == "k_select") return kTopk;
-  if (short_name == "k_updown" || short_name == "k_gen_z" || short_name == "k_gen_down") return kUpDown;
-  return kOther;
-}
-
-// The nearest enclosing range of that name (-1: none).
-std::int64_t ancestor_named(const RangeIndex& ix, std::int64_t range_id, const std::string& name) {
-  for (int hops = 0; range_id >= 0 && hops < 1000; ++hops) {
-    auto it = ix.find(range_id);
-    if (it == ix.end()) return -1;
-    if (it->second->name == name) return range_id;
-    range_id = it->second->parent_id;
-  }
-  return -1;
-}
-
-bool under(const RangeIndex& ix, std::int64_t range_id, const std::string& name) {
-  for (int hops = 0; range_id >= 0 && hops < 1000; ++hops) {
-    auto it = ix.find(range_id);
-    if (it == ix.end()) return false;
-    if (it->second->name == name) return true;
-    range_id = it->second->parent_id;
-  }
-  return false;
-}
 
 // Every kernel, memcpy and memset of the trace as (range, duration, is a kernel).
 struct Op {
@@ -347,7 +292,7 @@ Table nvtx_gpu_proj_sum(const prof::ProfileTrace& t) {
 }
 
 std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics, const std::string& mode) {
-  const RangeIndex ix = index_ranges(t);
+  const prof::PhaseIndex ix(t);
   const auto ops = device_ops(t);
   const double steps = std::max(1, t.steps);
   const bool cpu = t.source == "cpu";
@@ -365,27 +310,14 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
     std::int64_t ns = 0;
   };
   std::map<std::string, Acc> acc;
-  double parts[kParts] = {0, 0, 0, 0};
-  bool fused_decode = false, in_decode = false;
-  // The dense decode path has no gate kernel: its k_updown computes gate, up and down together, so only the
-  // ffn.decode ranges that ran a gate kernel are split by kernel name.
-  std::set<std::int64_t> split_decode;
-  for (const auto& o : ops)
-    if (o.short_name && decode_kernel_part(*o.short_name) == kGate)
-      if (const auto d = ancestor_named(ix, o.range_id, "ffn.decode"); d >= 0) split_decode.insert(d);
   for (const auto& o : ops) {
-    auto& a = acc[phase_in(ix, o.range_id)];
+    auto& a = acc[ix.phase(o.range_id)];
     a.kernels += o.kernel ? 1 : 0;
     a.ns += o.dur;
-    Part p = part_of(ix, o.range_id);
-    if (p == kOther && under(ix, o.range_id, "ffn.decode")) {
-      in_decode = true;
-      if (o.short_name && split_decode.count(ancestor_named(ix, o.range_id, "ffn.decode")))
-        p = decode_kernel_part(*o.short_name);
-      if (p == kOther) fused_decode = true;
-    }
-    parts[p] += static_cast<double>(o.dur);
   }
+  const prof::PaperBreakdown pb = prof::paper_breakdown(t);
+  const auto& parts = pb.ns;
+  const bool in_decode = pb.in_decode, fused_decode = pb.fused_decode;
   const double busy = static_cast<double>(prof::busy_ns(t));
   std::vector<std::pair<std::string, Acc>> rows(acc.begin(), acc.end());
   std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });

@@ -1227,6 +1227,24 @@ std::vector<DeviceRecord> ResultsDb::devices(std::int64_t run_id) const {
   return out;
 }
 
+std::vector<KernelSummaryRow> ResultsDb::kernel_summary(std::int64_t run_id, const std::string& short_name) const {
+  Stmt q(db_.get(), path_,
+         "SELECT k.point_id, count(*), sum(k.end - k.start), min(k.end - k.start), max(k.end - k.start), pr.steps "
+         "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN points p ON p.id = k.point_id JOIN profiles pr ON pr.point_id = "
+         "k.point_id WHERE p.run_id = ? AND k.shortName = (SELECT id FROM StringIds WHERE value = ?) "
+         "GROUP BY k.point_id ORDER BY p.sweep_index",
+         "kernel_summary: reading kernel '" + short_name + "' of run " + std::to_string(run_id));
+  q.bind(1, run_id).bind(2, short_name);
+  std::vector<KernelSummaryRow> out;
+  while (q.step()) out.push_back({q.i64(0), q.i64(1), q.i64(2), q.i64(3), q.i64(4), q.i32(5)});
+  return out;
+}
+
+std::int64_t ResultsDb::data_version() const {
+  Stmt q(db_.get(), path_, "PRAGMA data_version", "data_version: polling for changes");
+  return q.step() ? q.i64(0) : 0;
+}
+
 std::vector<GpuInfoRecord> ResultsDb::gpu_info(std::int64_t run_id) const {
   Stmt q(db_.get(), path_,
          "SELECT id, name, computeMajor, computeMinor, smCount, l2CacheSize, totalMemory, clockRate, memoryClockRate, "

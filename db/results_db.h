@@ -98,6 +98,14 @@ struct GpuInfoRecord {
   bool operator==(const GpuInfoRecord&) const = default;
 };
 
+// One point's instances of a kernel (by short name): the kernel's statistics over a run, point by point.
+struct KernelSummaryRow {
+  std::int64_t point_id = 0;
+  std::int64_t count = 0, total_ns = 0, min_ns = 0, max_ns = 0;
+  int steps = 0;  // the point's profiled steps
+  bool operator==(const KernelSummaryRow&) const = default;
+};
+
 class ResultsDb {
  public:
   // read_only: the file must exist. read_write: creates the file when it does not exist, migrates an
@@ -137,6 +145,12 @@ class ResultsDb {
   std::vector<MemEventRecord> memory_events(std::int64_t point_id) const;
   std::vector<DeviceRecord> devices(std::int64_t run_id) const;
   std::vector<GpuInfoRecord> gpu_info(std::int64_t run_id) const;  // by device ordinal
+  // The kernels called `short_name` in every profiled point of the run (points without one are left out).
+  std::vector<KernelSummaryRow> kernel_summary(std::int64_t run_id, const std::string& short_name) const;
+
+  // SQLite's PRAGMA data_version: changes whenever another connection (a run writing this file) has
+  // committed since this connection last looked. A reader polls it to pick up new runs and points.
+  std::int64_t data_version() const;
 
  private:
   struct Closer {

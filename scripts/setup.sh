@@ -11,6 +11,10 @@ debian_packages=(
   libtomlplusplus-dev  # scenario files
   libsqlite3-dev       # results database
   nlohmann-json3-dev   # tests: JSON parsed back (stats, Perfetto export)
+  # the dashboard (mocbench-gui): OpenGL and the X11 libraries GLFW opens, PNG screenshots, and the headless
+  # X server + Mesa's software renderer its tests and screenshots run under
+  libgl-dev libx11-dev libxrandr-dev libxinerama-dev libxcursor-dev libxi-dev libstb-dev
+  xvfb xauth libgl1-mesa-dri
 )
 
 missing=()
@@ -31,6 +35,8 @@ fi
 # (pinned PyPI wheels) for the RAFT select_k top-K backend; both into .local/, quiet when present.
 "$(dirname "$0")/setup_cudnn_frontend.sh"
 "$(dirname "$0")/setup_raft.sh"
+# Dear ImGui 1.92 (docking) + ImPlot + GLFW 3.4 for the dashboard (pinned PyPI wheel into .local/imgui).
+"$(dirname "$0")/setup_imgui.sh"
 
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: note: nvcc is at /usr/local/cuda/bin; put it on PATH to build the CUDA backend" >&2

@@ -1,0 +1,152 @@
+#include "gui/model/breakdown.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "gui/model/sweep.h"
+
+namespace moc::gui {
+
+namespace {
+double have(const db::PointRecord& p, const char* name, bool* ok) {
+  const double v = metric_of(p, name);
+  if (std::isnan(v)) *ok = false;
+  return std::isnan(v) ? 0 : v;
+}
+}  // namespace
+
+std::string point_label(const db::PointRecord& p, const std::vector<std::string>& varying, const char* sep,
+                        bool with_names) {
+  std::string s;
+  for (const auto& a : varying) {
+    const std::string* v = axis_of(p, a);
+    if (!v) continue;
+    if (!s.empty()) s += sep;
+    if (with_names) s += a + "=";
+    s += *v;
+  }
+  if (s.empty()) s.append("#").append(std::to_string(p.index));
+  return s;
+}
+
+bool breakdown_bar(const db::PointRecord& p, const prof::ProfileTrace* profile, BreakdownBar* out) {
+  const bool ffn_decode = p.mode == "ffn-decode";
+  out->point_id = p.id;
+  out->parts = {};
+  const char* total_name = ffn_decode ? "latency_us" : p.mode == "decode" ? "ms_per_token" : "median_ms";
+  const double total = metric_of(p, total_name);
+  out->timed_total = std::isnan(total) ? 0 : total;
+  static const char* kTimedUs[] = {"gate_us", "up_down_us", "topk_us"};
+  static const char* kTimedMs[] = {"gate_ms", "up_down_ms", "topk_ms"};
+  bool timed_parts = true;
+  for (const char* n : ffn_decode ? kTimedUs : kTimedMs)
+    if (std::isnan(metric_of(p, n))) timed_parts = false;
+  prof::PaperBreakdown pb;
+  const bool profiled = profile && profile->steps > 0 && (!profile->kernels.empty() || !profile->memcpys.empty());
+  if (profiled) pb = prof::paper_breakdown(*profile);
+  // A profile whose FFN ran as one fused op (the CPU backend's ffn_decode) cannot tell the parts apart: the
+  // timed parts can, when the point has them.
+  if (profiled && !(pb.fused_decode && timed_parts)) {
+    double per = profile->steps * 1e6;  // ns per step -> ms
+    if (ffn_decode) {
+      double copies = metric_of(p, "weight_copies");
+      if (std::isnan(copies) || copies <= 0) copies = 1;
+      per = profile->steps * copies * 1e3;  // ns per call -> us
+    }
+    for (int i = 0; i < prof::kPaperParts; ++i) out->parts[static_cast<std::size_t>(i)] = pb.ns[static_cast<std::size_t>(i)] / per;
+    out->from_profile = true;
+    return true;
+  }
+  out->from_profile = false;
+  bool ok = true;
+  if (ffn_decode) {
+    // Each part is timed alone; other_us (the call less the parts) can come out below zero: drawn as none.
+    out->parts = {have(p, "gate_us", &ok), have(p, "up_down_us", &ok), have(p, "topk_us", &ok),
+                  std::max(0.0, have(p, "other_us", &ok))};
+    return ok;
+  }
+  out->parts[0] = have(p, "gate_ms", &ok);
+  out->parts[1] = have(p, "up_down_ms", &ok);
+  out->parts[2] = have(p, "topk_ms", &ok);
+  if (!ok) return false;
+  out->parts[3] = std::max(0.0, out->timed_total - out->parts[0] - out->parts[1] - out->parts[2]);
+  return out->timed_total > 0;
+}
+
+BreakdownData build_breakdown(const std::vector<db::PointRecord>& points, const ProfileOf& profile_of) {
+  BreakdownData d;
+  const auto varying = varying_axes(points);
+  std::vector<std::string> label_axes;
+  for (const auto& a : varying)
+    if (a != "mode") label_axes.push_back(a);
+  d.label_axes = label_axes;
+  std::map<std::string, std::size_t> group_of, phase_of;
+  // The phases that partition a step, in stacking order; nested ones (forward, layer.N, ffn.gate) are not.
+  static const char* kLeaves[] = {"embedding", "attention", "ffn", "ffn.decode", "head", "loss", "optimizer", "sample"};
+  for (const auto& p : points) {
+    if (p.status != "ok" || p.mode == "topk") continue;
+    auto prof = profile_of ? profile_of(p.id) : nullptr;
+    BreakdownBar bar;
+    if (breakdown_bar(p, prof.get(), &bar)) {
+      bar.label = point_label(p, label_axes, "\n", false);
+      auto [it, fresh] = group_of.emplace(p.mode, d.groups.size());
+      if (fresh) d.groups.push_back({p.mode, p.mode == "ffn-decode" ? "us" : "ms", {}});
+      d.groups[it->second].bars.push_back(std::move(bar));
+    }
+    const double step = metric_of(p, "phase_step_ms");
+    if (std::isnan(step)) continue;
+    auto [pit, pfresh] = phase_of.emplace(p.mode, d.phases.size());
+    if (pfresh) {
+      PhaseBars pb;
+      pb.mode = p.mode;
+      d.phases.push_back(std::move(pb));
+    }
+    PhaseBars& pb = d.phases[pit->second];
+    const std::size_t col = pb.labels.size();
+    pb.labels.push_back(point_label(p, label_axes, "\n", false));
+    pb.point_ids.push_back(p.id);
+    double sum = 0;
+    const bool have_ffn = !std::isnan(metric_of(p, "phase_ffn_ms"));
+    for (const char* leaf : kLeaves) {
+      const double v = metric_of(p, std::string("phase_") + leaf + "_ms");
+      if (std::isnan(v)) continue;
+      if (have_ffn && std::string(leaf) == "ffn.decode") continue;  // inside ffn
+      auto it = std::find(pb.phases.begin(), pb.phases.end(), leaf);
+      if (it == pb.phases.end()) {
+        pb.phases.push_back(leaf);
+        pb.ms.emplace_back(col, 0.0);
+        it = pb.phases.end() - 1;
+      }
+      auto& row = pb.ms[static_cast<std::size_t>(it - pb.phases.begin())];
+      row.resize(col + 1, 0.0);
+      row[col] = v;
+      sum += v;
+    }
+    auto it = std::find(pb.phases.begin(), pb.phases.end(), "other");
+    if (it == pb.phases.end()) {
+      pb.phases.push_back("other");
+      pb.ms.emplace_back(col, 0.0);
+      it = pb.phases.end() - 1;
+    }
+    auto& other = pb.ms[static_cast<std::size_t>(it - pb.phases.begin())];
+    other.resize(col + 1, 0.0);
+    other[col] = std::max(0.0, step - sum);
+  }
+  // Keep "other" last and every row as long as the labels.
+  for (auto& pb : d.phases) {
+    auto it = std::find(pb.phases.begin(), pb.phases.end(), "other");
+    if (it != pb.phases.end() && it != pb.phases.end() - 1) {
+      const auto i = static_cast<std::size_t>(it - pb.phases.begin());
+      auto row = pb.ms[i];
+      pb.phases.erase(it);
+      pb.ms.erase(pb.ms.begin() + static_cast<std::ptrdiff_t>(i));
+      pb.phases.push_back("other");
+      pb.ms.push_back(std::move(row));
+    }
+    for (auto& row : pb.ms) row.resize(pb.labels.size(), 0.0);
+  }
+  return d;
+}
+
+}  // namespace moc::gui

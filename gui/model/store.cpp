@@ -1,0 +1,172 @@
+#include "gui/model/store.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+namespace moc::gui {
+
+namespace {
+const std::vector<db::PointRecord> kNoPoints;
+const std::vector<db::MemEventRecord> kNoEvents;
+constexpr std::size_t kMaxCachedProfiles = 8;  // a profile can hold a million kernels
+}  // namespace
+
+int Store::open(const std::string& path) {
+  Source s;
+  s.path = path;
+  try {
+    s.db = db::ResultsDb::open(path, db::OpenMode::read_only);
+    s.data_version = s.db->data_version();
+  } catch (const std::exception& e) {
+    s.error = e.what();
+  }
+  sources_.push_back(std::move(s));
+  reload_runs();
+  ++generation_;
+  return static_cast<int>(sources_.size()) - 1;
+}
+
+bool Store::any_error() const {
+  return std::any_of(sources_.begin(), sources_.end(), [](const Source& s) { return !s.error.empty(); });
+}
+
+db::ResultsDb* Store::db_of(int source) {
+  if (source < 0 || source >= static_cast<int>(sources_.size())) return nullptr;
+  auto& s = sources_[static_cast<std::size_t>(source)];
+  return s.db ? &*s.db : nullptr;
+}
+
+bool Store::refresh() {
+  bool changed = false;
+  for (auto& s : sources_) {
+    try {
+      if (!s.db) {
+        // A file that did not exist (or was empty) when opened may have been created by a run since.
+        std::error_code ec;
+        if (!std::filesystem::exists(s.path, ec)) continue;
+        s.db = db::ResultsDb::open(s.path, db::OpenMode::read_only);
+        s.error.clear();
+        s.data_version = s.db->data_version();
+        changed = true;
+        continue;
+      }
+      const std::int64_t v = s.db->data_version();
+      if (v != s.data_version) {
+        s.data_version = v;
+        changed = true;
+      }
+    } catch (const std::exception& e) {
+      if (s.error != e.what()) changed = true;
+      s.error = e.what();
+      s.db.reset();
+    }
+  }
+  if (changed) {
+    points_.clear();
+    memory_.clear();
+    // Profiles of committed points never change (a point is written in one transaction): keep them.
+    reload_runs();
+    ++generation_;
+  }
+  return changed;
+}
+
+void Store::reload_runs() {
+  runs_.clear();
+  for (int i = 0; i < static_cast<int>(sources_.size()); ++i) {
+    auto& s = sources_[static_cast<std::size_t>(i)];
+    if (!s.db) continue;
+    try {
+      for (auto& r : s.db->runs()) {
+        RunRow row;
+        row.ref = {i, r.id};
+        const auto& pts = points(row.ref);
+        row.points = static_cast<int>(pts.size());
+        std::vector<std::string> modes;
+        for (const auto& p : pts) {
+          row.ok_points += p.status == "ok";
+          for (const auto& [name, v] : p.metrics)
+            if (name == "profile_steps" && v > 0) ++row.profiled_points;
+          if (!p.mode.empty() && std::find(modes.begin(), modes.end(), p.mode) == modes.end()) modes.push_back(p.mode);
+        }
+        for (const auto& m : modes) row.modes += (row.modes.empty() ? "" : ", ") + m;
+        row.run = std::move(r);
+        runs_.push_back(std::move(row));
+      }
+    } catch (const std::exception& e) {
+      s.error = e.what();
+      s.db.reset();
+    }
+  }
+}
+
+const RunRow* Store::run(const RunRef& r) const {
+  for (const auto& row : runs_)
+    if (row.ref == r) return &row;
+  return nullptr;
+}
+
+std::string Store::run_label(const RunRef& r) const {
+  const RunRow* row = run(r);
+  if (!row) return "(no run)";
+  const std::string file = std::filesystem::path(sources_[static_cast<std::size_t>(r.source)].path).filename().string();
+  return file + " #" + std::to_string(r.run_id) + " " + row->run.scenario_name + " (" + row->run.device_name + ")";
+}
+
+const std::vector<db::PointRecord>& Store::points(const RunRef& r) {
+  if (auto it = points_.find(r); it != points_.end()) return it->second;
+  db::ResultsDb* d = db_of(r.source);
+  if (!d) return kNoPoints;
+  try {
+    return points_.emplace(r, d->points(r.run_id)).first->second;
+  } catch (const std::exception&) {
+    return kNoPoints;
+  }
+}
+
+const db::PointRecord* Store::point(const RunRef& r, std::int64_t point_id) {
+  for (const auto& p : points(r))
+    if (p.id == point_id) return &p;
+  return nullptr;
+}
+
+std::shared_ptr<const prof::ProfileTrace> Store::profile(const RunRef& r, std::int64_t point_id) {
+  const auto key = std::make_pair(r.source, point_id);
+  if (auto it = profiles_.find(key); it != profiles_.end()) return it->second;
+  db::ResultsDb* d = db_of(r.source);
+  if (!d) return nullptr;
+  if (profiles_.size() >= kMaxCachedProfiles) profiles_.clear();  // holders keep theirs alive
+  try {
+    auto t = d->profile(point_id);
+    std::shared_ptr<const prof::ProfileTrace> p;
+    if (t) p = std::make_shared<const prof::ProfileTrace>(std::move(*t));
+    return profiles_.emplace(key, std::move(p)).first->second;
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+const std::vector<db::MemEventRecord>& Store::memory_events(const RunRef& r, std::int64_t point_id) {
+  const auto key = std::make_pair(r.source, point_id);
+  if (auto it = memory_.find(key); it != memory_.end()) return it->second;
+  db::ResultsDb* d = db_of(r.source);
+  if (!d) return kNoEvents;
+  try {
+    return memory_.emplace(key, d->memory_events(point_id)).first->second;
+  } catch (const std::exception&) {
+    return kNoEvents;
+  }
+}
+
+std::vector<db::KernelSummaryRow> Store::kernel_summary(const RunRef& r, const std::string& short_name) {
+  db::ResultsDb* d = db_of(r.source);
+  if (!d) return {};
+  try {
+    return d->kernel_summary(r.run_id, short_name);
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+}  // namespace moc::gui

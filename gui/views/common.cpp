@@ -1,0 +1,154 @@
+// What the views share: titles, the selection, the point picker, colours.
+#include <imgui.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "gui/model/breakdown.h"
+#include "gui/model/sweep.h"
+#include "gui/views/views.h"
+
+namespace moc::gui {
+
+const char* view_title(View v) {
+  switch (v) {
+    case View::runs: return "Runs";
+    case View::sweep: return "Sweep";
+    case View::breakdown: return "Breakdown";
+    case View::timeline: return "Timeline";
+    case View::memory: return "Memory";
+    case View::compare: return "Compare";
+  }
+  return "?";
+}
+
+const char* view_key(View v) {
+  switch (v) {
+    case View::runs: return "runs";
+    case View::sweep: return "sweep";
+    case View::breakdown: return "breakdown";
+    case View::timeline: return "timeline";
+    case View::memory: return "memory";
+    case View::compare: return "compare";
+  }
+  return "?";
+}
+
+bool view_from_key(const std::string& key, View* out) {
+  for (View v : kAllViews)
+    if (key == view_key(v)) {
+      *out = v;
+      return true;
+    }
+  return false;
+}
+
+void select_run(UiState& ui, const RunRef& r, bool add) {
+  if (!add || ui.selected.empty()) {
+    if (ui.selected.empty() || ui.selected[0] != r) ui.point_id = -1;
+    ui.selected = {r};
+    return;
+  }
+  if (ui.selected[0] == r) return;
+  if (ui.selected.size() > 1 && ui.selected[1] == r) {
+    ui.selected.resize(1);
+    return;
+  }
+  ui.selected.resize(1);
+  ui.selected.push_back(r);
+}
+
+RunRef run_a(const UiState& ui) { return ui.selected.empty() ? RunRef{} : ui.selected[0]; }
+RunRef run_b(const UiState& ui) { return ui.selected.size() > 1 ? ui.selected[1] : RunRef{}; }
+
+std::int64_t current_point(Store& store, UiState& ui, bool want_profile) {
+  const RunRef a = run_a(ui);
+  if (!a.valid()) return -1;
+  const auto& pts = store.points(a);
+  if (ui.point_id >= 0)
+    for (const auto& p : pts)
+      if (p.id == ui.point_id) return p.id;
+  std::int64_t first_ok = -1;
+  for (const auto& p : pts) {
+    if (p.status != "ok") continue;
+    if (first_ok < 0) first_ok = p.id;
+    if (!want_profile) break;
+    if (metric_of(p, "profile_steps") > 0) return p.id;
+  }
+  return first_ok;
+}
+
+bool point_picker(Store& store, UiState& ui, bool want_profile) {
+  const RunRef a = run_a(ui);
+  const auto& pts = store.points(a);
+  const auto varying = varying_axes(pts);
+  const std::int64_t cur = current_point(store, ui, want_profile);
+  std::string preview = "(none)";
+  for (const auto& p : pts)
+    if (p.id == cur) preview = "#" + std::to_string(p.index) + " " + p.mode + " " + point_label(p, varying);
+  bool changed = false;
+  ImGui::SetNextItemWidth(std::min(520.0f, ImGui::GetContentRegionAvail().x));
+  if (ImGui::BeginCombo("point", preview.c_str())) {
+    for (const auto& p : pts) {
+      const bool profiled = metric_of(p, "profile_steps") > 0;
+      std::string label = "#" + std::to_string(p.index) + " " + p.mode + " " + point_label(p, varying) +
+                          (p.status != "ok" ? " [" + p.status + "]" : "") + (profiled ? "" : want_profile ? " (no profile)" : "");
+      ImGui::PushID(static_cast<int>(p.id));
+      if (ImGui::Selectable(label.c_str(), p.id == cur)) {
+        ui.point_id = p.id;
+        changed = true;
+      }
+      ImGui::PopID();
+    }
+    ImGui::EndCombo();
+  }
+  return changed;
+}
+
+ImVec4 part_color(int part) {
+  switch (part) {
+    case 0: return ImVec4(0.22f, 0.49f, 0.85f, 1.0f);   // gate: blue
+    case 1: return ImVec4(0.95f, 0.55f, 0.13f, 1.0f);   // up & down: orange
+    case 2: return ImVec4(0.85f, 0.20f, 0.20f, 1.0f);   // top-K: red
+    default: return ImVec4(0.60f, 0.60f, 0.60f, 1.0f);  // other: grey
+  }
+}
+
+ImVec4 memory_color(const std::string& cls) {
+  if (cls == "weights") return ImVec4(0.25f, 0.45f, 0.80f, 1.0f);
+  if (cls == "gradients") return ImVec4(0.55f, 0.35f, 0.75f, 1.0f);
+  if (cls == "optimizer_state") return ImVec4(0.80f, 0.35f, 0.55f, 1.0f);
+  if (cls == "kv_cache") return ImVec4(0.20f, 0.65f, 0.65f, 1.0f);
+  if (cls == "workspace") return ImVec4(0.55f, 0.55f, 0.55f, 1.0f);
+  if (cls == "activations: ffn") return ImVec4(0.95f, 0.55f, 0.13f, 1.0f);
+  if (cls == "activations: attention") return ImVec4(0.30f, 0.70f, 0.30f, 1.0f);
+  if (cls == "activations: norm") return ImVec4(0.75f, 0.80f, 0.30f, 1.0f);
+  if (cls == "activations: residual") return ImVec4(0.55f, 0.80f, 0.55f, 1.0f);
+  if (cls == "activations: head") return ImVec4(0.90f, 0.80f, 0.40f, 1.0f);
+  if (cls == "activations: embedding") return ImVec4(0.40f, 0.55f, 0.35f, 1.0f);
+  if (cls.starts_with("activations")) return ImVec4(0.65f, 0.75f, 0.45f, 1.0f);
+  return ImVec4(0.4f, 0.4f, 0.4f, 1.0f);
+}
+
+ImVec4 phase_color(const std::string& phase) {
+  if (phase == "ffn.gate") return part_color(0);
+  if (phase == "ffn.up" || phase == "ffn.down") return part_color(1);
+  if (phase == "ffn.topk") return part_color(2);
+  if (phase == "attention") return ImVec4(0.30f, 0.70f, 0.30f, 1.0f);
+  if (phase.starts_with("ffn")) return ImVec4(0.93f, 0.75f, 0.25f, 1.0f);
+  if (phase == "memcpy" || phase == "memset") return ImVec4(0.85f, 0.40f, 0.85f, 1.0f);
+  if (phase == "optimizer") return ImVec4(0.80f, 0.35f, 0.55f, 1.0f);
+  if (phase == "head" || phase == "loss") return ImVec4(0.25f, 0.70f, 0.80f, 1.0f);
+  // Anything else: a stable hue from the name.
+  unsigned h = 2166136261u;
+  for (char c : phase) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  float r, g, b;
+  ImGui::ColorConvertHSVtoRGB(static_cast<float>(h % 360) / 360.0f, 0.35f, 0.75f, r, g, b);
+  return ImVec4(r, g, b, 1.0f);
+}
+
+ImVec4 verdict_color(bool better) {
+  return better ? ImVec4(0.20f, 0.75f, 0.30f, 1.0f) : ImVec4(0.90f, 0.25f, 0.25f, 1.0f);
+}
+
+}  // namespace moc::gui

@@ -1,0 +1,73 @@
+// The dashboard's views: each draws one window from the data model (gui/model) and the shared UI state.
+// One file per view; none owns data beyond what it derived for drawing (re-derived when the store's
+// generation or the selection changes).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gui/model/store.h"
+#include "gui/model/timeline.h"
+
+struct ImVec4;
+
+namespace moc::gui {
+
+enum class View { runs, sweep, breakdown, timeline, memory, compare };
+inline constexpr View kAllViews[] = {View::runs, View::sweep, View::breakdown, View::timeline, View::memory, View::compare};
+const char* view_title(View v);  // the window title: "Runs", "Sweep", ...
+const char* view_key(View v);    // the command-line name: "runs", "sweep", ...
+bool view_from_key(const std::string& key, View* out);
+
+struct TimelineState {
+  RunRef run;
+  std::int64_t point_id = -1;
+  bool pinned = false;  // the timeline was set directly (benchmark): do not load it from the store
+  Timeline timeline;
+  double t0 = 0, t1 = 0;  // the visible window, ns on the trace clock
+  bool fit = true;        // fit the window to the trace on the next frame
+  int sel_lane = -1, sel_item = -1;  // the selected item
+  std::string sel_kernel;            // its kernel name (statistics over the run)
+  std::vector<db::KernelSummaryRow> sel_stats;
+  // The last frame's work, for the benchmark: spans drawn and items they stand for.
+  std::size_t spans_drawn = 0;
+  float lanes_x0 = 0, lanes_x1 = 0, lanes_y0 = 0;  // screen extent of the lane area (input tests aim here)
+  float lane_height = 0;
+};
+
+struct UiState {
+  std::vector<RunRef> selected;  // [0] the run the views show (A), [1] the one Compare sets beside it (B)
+  std::int64_t point_id = -1;    // the selected point of run A (-1: its first)
+  char run_filter[128] = {};
+  std::string sweep_metric, sweep_axis;
+  bool sweep_log_auto = true, sweep_log_x = false, sweep_log_y = false;
+  TimelineState timeline;
+  int memory_mode = 0;  // 0: the point's timeline, 1: peak breakdown across the run's points (Figure 1)
+  // Where the Runs table drew each run's row last frame (screen y of its centre; input tests aim here).
+  std::vector<std::pair<RunRef, float>> run_rows;
+  float run_rows_x = 0;
+};
+
+// Selection helpers: click = select as A (and drop B), ctrl/shift-click = toggle as B.
+void select_run(UiState& ui, const RunRef& r, bool add);
+RunRef run_a(const UiState& ui);
+RunRef run_b(const UiState& ui);
+// The selected point of run A, or its first profiled / first ok point when none is chosen.
+std::int64_t current_point(Store& store, UiState& ui, bool want_profile);
+// A point picker (combo) over run A's points; returns true when the selection changed.
+bool point_picker(Store& store, UiState& ui, bool want_profile);
+
+void draw_runs_view(Store& store, UiState& ui);
+void draw_sweep_view(Store& store, UiState& ui);
+void draw_breakdown_view(Store& store, UiState& ui);
+void draw_timeline_view(Store& store, UiState& ui);
+void draw_memory_view(Store& store, UiState& ui);
+void draw_compare_view(Store& store, UiState& ui);
+
+// Colours the views share (tests look for them in screenshots).
+ImVec4 part_color(int part);                 // gate, up & down, top-K, other
+ImVec4 memory_color(const std::string& cls);  // weights, gradients, optimizer_state, activations: <module>, ...
+ImVec4 phase_color(const std::string& phase);  // timeline: kernels by phase
+ImVec4 verdict_color(bool better);
+
+}  // namespace moc::gui

@@ -1,0 +1,51 @@
+// Which phase a profiled op belongs to, and the paper's latency breakdown of a profile (gate / up & down /
+// top-K / other), shared by `mocbench stats` (phase_sum) and the dashboard (Breakdown and Timeline views).
+// Plain C++ over a ProfileTrace: no CUDA, no SQLite.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+#include "profiling/trace.h"
+
+namespace moc::prof {
+
+// The paper's parts of an FFN's latency (Tables 8 and 11).
+enum class PaperPart { gate = 0, up_down = 1, topk = 2, other = 3 };
+inline constexpr int kPaperParts = 4;
+const char* paper_part_label(PaperPart p);  // "gate", "up & down", "top-K", "other"
+
+// Ranges of one trace by id. Keeps pointers into t.ranges: the trace must outlive it.
+class PhaseIndex {
+ public:
+  explicit PhaseIndex(const ProfileTrace& t);
+  // The innermost range's name with layer.N merged into "layer"; "(none)" outside every range.
+  std::string phase(std::int64_t range_id) const;
+  // The nearest enclosing ffn.gate / ffn.topk / ffn.up / ffn.down range decides; other when none.
+  PaperPart part_of_range(std::int64_t range_id) const;
+  // The nearest enclosing range called `name` (-1: none).
+  std::int64_t ancestor_named(std::int64_t range_id, const std::string& name) const;
+  const PhaseRange* find(std::int64_t range_id) const;
+
+ private:
+  std::unordered_map<std::int64_t, const PhaseRange*> by_id_;
+};
+
+// Inside ffn.decode the fused decode kernels (kernels/cuda/ffn_decode.cu) have no finer ranges: their names
+// say which part they are -- k_gate the gate GEMV (with the a:b selection in its epilogue), k_select the
+// row top-K, k_updown the up and down projections over the kept channels; k_gen_* the generic fallback.
+PaperPart decode_kernel_part(const std::string& short_name);
+
+struct PaperBreakdown {
+  std::array<double, kPaperParts> ns{};  // device (or CPU op) time of each part over the whole trace
+  bool in_decode = false;     // some op ran inside ffn.decode
+  bool fused_decode = false;  // some op inside ffn.decode could not be told apart (counted as other)
+};
+
+// Attributes every kernel, memcpy and memset of the trace to a part. Inside an ffn.decode range that ran a
+// gate kernel, kernels are split by name (decode_kernel_part); the dense decode path has no gate kernel (its
+// k_updown computes gate, up and down together), so its ops stay "other".
+PaperBreakdown paper_breakdown(const ProfileTrace& t);
+
+}  // namespace moc::prof

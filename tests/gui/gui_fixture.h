@@ -1,0 +1,88 @@
+// The dashboard tests' database: made once per test program by a real `mocbench run` of tests/gui/fixture.toml
+// on the CPU backend (training, FFN decode and decode points, profiled), in a fresh temporary folder.
+#pragma once
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace moc::gui::test {
+
+inline std::string temp_dir() {
+  static const std::string dir = [] {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "mocbench_gui_XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    return tmpl;
+  }();
+  return dir;
+}
+
+inline int run_command(const std::string& cmd) {
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// The fixture database (made on first use).
+inline std::string fixture_db() {
+  static const std::string path = [] {
+    const std::string p = temp_dir() + "/fixture.db";
+    const std::string cmd = std::string(MOCBENCH_BIN) + " run " + MOCBENCH_SOURCE_DIR + "/tests/gui/fixture.toml --db " + p +
+                            " --quiet > " + temp_dir() + "/fixture.log 2>&1";
+    if (run_command(cmd) != 0) throw std::runtime_error("making the fixture failed: " + cmd);
+    return p;
+  }();
+  return path;
+}
+
+// A copy of the fixture under a new name (the live and compare tests change their copy).
+inline std::string fixture_copy(const std::string& name) {
+  const std::string p = temp_dir() + "/" + name;
+  std::filesystem::copy_file(fixture_db(), p, std::filesystem::copy_options::overwrite_existing);
+  return p;
+}
+
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// Runs SQL on a file with the raw C API (fixtures the store itself would refuse to write).
+inline void sql(const std::string& path, const std::string& statements) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) throw std::runtime_error("open " + path);
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db, statements.c_str(), nullptr, nullptr, &err);
+  std::string msg = err ? err : "";
+  sqlite3_free(err);
+  sqlite3_close(db);
+  if (rc != SQLITE_OK) throw std::runtime_error("sql on " + path + ": " + msg);
+}
+
+// The three kinds of file the dashboard must refuse with a message: not ours, newer, corrupt.
+inline std::string foreign_db() {
+  const std::string p = temp_dir() + "/foreign.db";
+  std::filesystem::remove(p);
+  sql(p, "CREATE TABLE invoices (id INTEGER PRIMARY KEY, amount REAL); INSERT INTO invoices VALUES (1, 9.5);");
+  return p;
+}
+inline std::string newer_db() {
+  const std::string p = fixture_copy("newer.db");
+  sql(p, "PRAGMA user_version = 99;");
+  return p;
+}
+inline std::string corrupt_db() {
+  const std::string p = temp_dir() + "/corrupt.db";
+  std::ifstream in(fixture_db(), std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string bytes = ss.str();
+  write_file(p, bytes.substr(0, bytes.size() / 2 + 100));  // not whole pages
+  return p;
+}
+
+}  // namespace moc::gui::test

@@ -1,0 +1,397 @@
+// The dashboard's data model without a window: what it reads from a database made by a real `mocbench run`,
+// what it derives for each view, the timeline's level of detail, live pick-up of a second process's writes,
+// and refusals of files that are not (current, whole) mocbench databases.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+
+#include <chrono>
+#include <cmath>
+#include <set>
+#include <thread>
+
+#include "gui/model/breakdown.h"
+#include "gui/model/compare.h"
+#include "gui/model/memory.h"
+#include "gui/model/store.h"
+#include "gui/model/sweep.h"
+#include "gui/model/timeline.h"
+#include "gui/model/units.h"
+#include "tests/gui/gui_fixture.h"
+
+namespace moc::gui {
+namespace {
+
+using test::fixture_db;
+
+const db::PointRecord* find_point(const std::vector<db::PointRecord>& pts, const std::string& mode) {
+  for (const auto& p : pts)
+    if (p.mode == mode) return &p;
+  return nullptr;
+}
+
+TEST(GuiStore, ReadsRunsPointsMetricsProfilesAndMemoryOfARealRun) {
+  Store s;
+  s.open(fixture_db());
+  ASSERT_FALSE(s.any_error()) << s.sources()[0].error;
+  ASSERT_EQ(s.runs().size(), 1u);
+  const RunRow& row = s.runs()[0];
+  EXPECT_EQ(row.run.scenario_name, "gui_fixture");
+  EXPECT_EQ(row.run.status, "ok");
+  EXPECT_EQ(row.run.device_kind, "cpu");
+  EXPECT_EQ(row.points, 12);
+  EXPECT_EQ(row.ok_points, 12);
+  EXPECT_EQ(row.profiled_points, 12);
+  EXPECT_EQ(row.modes, "train, ffn-decode, decode");
+  const auto& pts = s.points(row.ref);
+  ASSERT_EQ(pts.size(), 12u);
+  const db::PointRecord* train = find_point(pts, "train");
+  ASSERT_NE(train, nullptr);
+  EXPECT_GT(metric_of(*train, "tokens_per_s"), 0);
+  EXPECT_GT(metric_of(*train, "peak_bytes"), 0);
+  const auto prof = s.profile(row.ref, train->id);
+  ASSERT_NE(prof, nullptr);
+  EXPECT_EQ(prof->source, "cpu");
+  EXPECT_GT(prof->kernels.size(), 10u);
+  EXPECT_GT(prof->ranges.size(), 5u);
+  EXPECT_FALSE(s.memory_events(row.ref, train->id).empty());
+  // A kernel's statistics over the run: one row per profiled point that ran it.
+  const std::string name = kernel_name(prof->kernels.front());
+  const auto stats = s.kernel_summary(row.ref, name);
+  ASSERT_FALSE(stats.empty());
+  for (const auto& r : stats) {
+    EXPECT_GT(r.count, 0);
+    EXPECT_LE(r.min_ns, r.max_ns);
+    EXPECT_GE(r.total_ns, r.max_ns);
+  }
+  EXPECT_NE(s.run_label(row.ref).find("fixture.db #1 gui_fixture"), std::string::npos) << s.run_label(row.ref);
+}
+
+TEST(GuiStore, PicksUpRunsAndPointsThatAnotherProcessWritesMeanwhile) {
+  const std::string path = test::fixture_copy("live.db");
+  Store s;
+  s.open(path);
+  ASSERT_FALSE(s.any_error());
+  EXPECT_FALSE(s.refresh()) << "nothing changed yet";
+  const auto gen = s.generation();
+  // A second process starts a run, commits one point, then (after we looked) a second one.
+  int to_child[2], to_parent[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(to_parent), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  // Whatever fails below, the writer never outlives the test (it may be blocked on the pipe).
+  struct Reaper {
+    pid_t pid;
+    bool reaped = false;
+    ~Reaper() {
+      if (!reaped && pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } reaper{pid};
+  if (pid == 0) {
+    char c = 0;
+    try {
+      auto w = db::ResultsDb::open(path, db::OpenMode::read_write);
+      db::RunRecord r;
+      r.scenario_name = "live";
+      r.started_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
+      r.device_kind = "cpu";
+      const auto run = w.begin_run(r);
+      db::PointRecord p;
+      p.run_id = run;
+      p.mode = "train";
+      p.status = "ok";
+      p.axes = {{"batch", "1"}};
+      p.metrics = {{"median_ms", 1.0}};
+      w.add_point(p, {}, {});
+      if (write(to_parent[1], "1", 1) != 1) _exit(3);
+      if (read(to_child[0], &c, 1) != 1) _exit(4);
+      p.index = 1;
+      p.axes = {{"batch", "2"}};
+      w.add_point(p, {}, {});
+      if (write(to_parent[1], "2", 1) != 1) _exit(3);
+    } catch (...) {
+      _exit(2);
+    }
+    _exit(0);
+  }
+  auto wait_for = [&](std::size_t runs, std::size_t points) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < until) {
+      s.refresh();
+      if (s.runs().size() == runs && s.points(s.runs().front().ref).size() == points) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  char c = 0;
+  ASSERT_EQ(read(to_parent[0], &c, 1), 1);
+  ASSERT_TRUE(wait_for(2, 1)) << "the new run and its first point appear";
+  EXPECT_GT(s.generation(), gen);
+  EXPECT_EQ(s.runs().front().run.scenario_name, "live") << "newest first";
+  EXPECT_EQ(s.runs().front().run.status, "running");
+  ASSERT_EQ(write(to_child[1], "go", 1), 1);
+  ASSERT_EQ(read(to_parent[0], &c, 1), 1);
+  ASSERT_TRUE(wait_for(2, 2)) << "the second point appears";
+  int status = 0;
+  waitpid(pid, &status, 0);
+  reaper.reaped = true;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST(GuiStore, ForeignNewerCorruptAndMissingFilesAreErrorsNotCrashes) {
+  struct Case {
+    std::string path, expected;
+  } cases[] = {{test::foreign_db(), "not a mocbench results database"},
+               {test::newer_db(), "schema version 99"},
+               {test::corrupt_db(), "corrupt or truncated"},
+               {test::temp_dir() + "/missing.db", "no such results database"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.path);
+    Store s;
+    s.open(c.path);
+    ASSERT_TRUE(s.any_error());
+    EXPECT_NE(s.sources()[0].error.find(c.expected), std::string::npos) << s.sources()[0].error;
+    EXPECT_TRUE(s.runs().empty());
+    s.refresh();  // still an error, still no crash
+    EXPECT_TRUE(s.any_error());
+  }
+  // A file that did not exist when opened is picked up once a run creates it.
+  const std::string later = test::temp_dir() + "/later.db";
+  Store s;
+  s.open(later);
+  ASSERT_TRUE(s.any_error());
+  std::filesystem::copy_file(fixture_db(), later);
+  EXPECT_TRUE(s.refresh());
+  EXPECT_FALSE(s.any_error());
+  EXPECT_EQ(s.runs().size(), 1u);
+}
+
+TEST(GuiSweep, OneSeriesPerCombinationOfTheOtherAxesSortedByTheChosenAxis) {
+  Store s;
+  s.open(fixture_db());
+  const auto& pts = s.points(s.runs()[0].ref);
+  const auto axes = varying_axes(pts);
+  EXPECT_EQ(axes, (std::vector<std::string>{"mode", "ffn", "batch"}));
+  EXPECT_EQ(default_metric(pts), "latency_us");
+  const SweepPlot plot = build_sweep(pts, "median_ms", "batch");
+  EXPECT_TRUE(plot.x_numeric);
+  std::set<std::string> labels;
+  for (const auto& series : plot.series) {
+    if (series.floor) continue;
+    labels.insert(series.label);
+    ASSERT_EQ(series.x, (std::vector<double>{2, 4})) << series.label;
+    for (std::size_t i = 0; i < series.y.size(); ++i) {
+      EXPECT_GT(series.y[i], 0);
+      EXPECT_GE(series.err[i], 0) << "noise of a timed metric";
+    }
+  }
+  EXPECT_EQ(labels.size(), 6u) << "mode x ffn";
+  EXPECT_TRUE(labels.count("mode=decode ffn=moc"));
+  // A non-numeric axis becomes categories.
+  const SweepPlot by_ffn = build_sweep(pts, "median_ms", "ffn");
+  EXPECT_FALSE(by_ffn.x_numeric);
+  EXPECT_EQ(by_ffn.categories, (std::vector<std::string>{"dense", "moc"}));
+  // latency_us of the FFN layer comes with its byte floor, dashed, after each series.
+  const SweepPlot lat = build_sweep(pts, "latency_us", "batch");
+  ASSERT_GE(lat.series.size(), 2u);
+  EXPECT_FALSE(lat.series[0].floor);
+  EXPECT_TRUE(lat.series[1].floor);
+  EXPECT_NE(lat.series[1].label.find("byte floor"), std::string::npos);
+}
+
+TEST(GuiBreakdown, PartsFromKernelRecordsOrTimedPhasesAndPhaseTimesOfSteps) {
+  Store s;
+  s.open(fixture_db());
+  const RunRef r = s.runs()[0].ref;
+  const auto& pts = s.points(r);
+  const BreakdownData d = build_breakdown(pts, [&](std::int64_t id) { return s.profile(r, id); });
+  ASSERT_EQ(d.groups.size(), 3u);
+  for (const auto& g : d.groups) {
+    SCOPED_TRACE(g.mode);
+    EXPECT_EQ(g.bars.size(), 4u);
+    for (const auto& b : g.bars) {
+      double sum = 0;
+      for (double v : b.parts) {
+        EXPECT_GE(v, 0);
+        sum += v;
+      }
+      EXPECT_GT(sum, 0);
+    }
+    if (g.mode == "train") {
+      EXPECT_EQ(g.unit, "ms");
+      EXPECT_TRUE(g.bars[0].from_profile) << "training ops carry ffn.* ranges";
+      EXPECT_GT(g.bars[0].parts[0], 0) << "gate";
+      EXPECT_GT(g.bars[0].parts[1], 0) << "up & down";
+    }
+    if (g.mode == "ffn-decode") {
+      EXPECT_EQ(g.unit, "us");
+      // The CPU backend's FFN decode is one fused op: its timed parts tell gate and up & down apart.
+      EXPECT_FALSE(g.bars[0].from_profile);
+      EXPECT_GT(g.bars[0].parts[0], 0);
+    }
+  }
+  // Phase bars: the phases that partition a step, "other" last, one value per point.
+  ASSERT_FALSE(d.phases.empty());
+  for (const auto& pb : d.phases) {
+    EXPECT_EQ(pb.phases.back(), "other");
+    for (const auto& row : pb.ms) EXPECT_EQ(row.size(), pb.labels.size());
+    EXPECT_EQ(std::count(pb.phases.begin(), pb.phases.end(), "ffn.decode") +
+                  std::count(pb.phases.begin(), pb.phases.end(), "ffn"),
+              1)
+        << "ffn.decode is inside ffn: never both";
+  }
+}
+
+TEST(GuiMemory, TimelineReachesThePointsPeakAndSplitsActivationsByModule) {
+  Store s;
+  s.open(fixture_db());
+  const RunRef r = s.runs()[0].ref;
+  const auto& pts = s.points(r);
+  for (const auto& p : pts) {
+    if (p.mode != "train") continue;
+    SCOPED_TRACE(p.index);
+    const MemoryTimeline m = build_memory(s.memory_events(r, p.id), p);
+    ASSERT_FALSE(m.empty());
+    // Rebuilt from the repetition's events over starting levels taken from per-category peaks: within 1% of the
+    // allocator's own peak (a few hundred bytes of the tiny model's workspace peaked outside the repetition).
+    EXPECT_NEAR(m.peak_bytes, metric_of(p, "peak_bytes"), 0.01 * m.peak_bytes) << "the allocator's peak";
+    double at_peak = 0;
+    for (double v : m.at_peak) at_peak += v;
+    EXPECT_NEAR(at_peak, m.peak_bytes, 1e-6 * m.peak_bytes);
+    EXPECT_EQ(m.classes.front(), "weights");
+    EXPECT_NE(std::find(m.classes.begin(), m.classes.end(), "activations: ffn"), m.classes.end());
+    EXPECT_NE(std::find(m.classes.begin(), m.classes.end(), "optimizer_state"), m.classes.end());
+    for (std::size_t c = 1; c < m.classes.size(); ++c)
+      for (std::size_t i = 0; i < m.t_ms.size(); ++i) ASSERT_GE(m.top[c][i], m.top[c - 1][i]) << "stacked";
+    EXPECT_GT(m.paper_activation, 0);
+    EXPECT_GT(m.model_activation, 0);
+    PeakBars bars;
+    add_peak_bar(&bars, "x", p.id, m);
+    double sum = 0;
+    for (const auto& row : bars.bytes) sum += row[0];
+    EXPECT_NEAR(sum, m.peak_bytes, 1e-6 * m.peak_bytes);
+  }
+}
+
+TEST(GuiTimeline, LanesPerStreamAndPerPhaseDepthFromARealProfile) {
+  Store s;
+  s.open(fixture_db());
+  const RunRef r = s.runs()[0].ref;
+  const auto* train = find_point(s.points(r), "train");
+  const Timeline tl = build_timeline(s.profile(r, train->id));
+  ASSERT_GE(tl.lanes.size(), 2u);
+  EXPECT_EQ(tl.lanes[0].label, "CPU ops");
+  EXPECT_EQ(tl.lanes[0].items.size(), tl.trace->kernels.size());
+  EXPECT_TRUE(tl.lanes[1].phases);
+  EXPECT_LT(tl.start_ns, tl.end_ns);
+  for (const auto& lane : tl.lanes)
+    for (std::size_t i = 1; i < lane.items.size(); ++i) ASSERT_LE(lane.items[i - 1].start, lane.items[i].start);
+  EXPECT_NE(std::find(tl.phases.begin(), tl.phases.end(), "ffn.gate"), tl.phases.end());
+}
+
+// The level-of-detail query: every item in the window is drawn exactly once, alone or in a merged span; at
+// any zoom the number of spans is bounded by the pixels, not by the items.
+TEST(GuiTimeline, VisibleSpansCoverEveryItemOnceAndStayWithinThePixelBudget) {
+  const auto trace = std::make_shared<const prof::ProfileTrace>(synthetic_trace(200000, 1));
+  const Timeline tl = build_timeline(trace);
+  const TimelineLane& lane = tl.lanes[0];
+  ASSERT_EQ(lane.items.size(), 200000u);
+  const double px = 1200, min_px = 3;
+  for (double zoom : {1.0, 1e-2, 1e-4}) {
+    SCOPED_TRACE(zoom);
+    const double width = static_cast<double>(tl.end_ns - tl.start_ns) * zoom;
+    const auto t0 = tl.start_ns + static_cast<std::int64_t>((static_cast<double>(tl.end_ns - tl.start_ns) - width) / 2);
+    const auto t1 = t0 + static_cast<std::int64_t>(width);
+    const double ns_per_px = width / px;
+    std::vector<VisibleSpan> spans;
+    visible_spans(lane, t0, t1, ns_per_px, min_px, &spans);
+    ASSERT_FALSE(spans.empty());
+    EXPECT_LE(spans.size(), static_cast<std::size_t>(px)) << "bounded by pixels";
+    std::size_t expected_first = static_cast<std::size_t>(spans.front().first);
+    std::size_t covered = 0;
+    for (const auto& sp : spans) {
+      ASSERT_EQ(static_cast<std::size_t>(sp.first), expected_first) << "contiguous, in order, none twice";
+      expected_first += static_cast<std::size_t>(sp.count);
+      covered += static_cast<std::size_t>(sp.count);
+      EXPECT_EQ(sp.start, lane.items[static_cast<std::size_t>(sp.first)].start);
+      EXPECT_GE(sp.end, lane.items[static_cast<std::size_t>(sp.first + sp.count - 1)].end);
+      if (sp.count > 1) {
+        for (int k = 0; k < sp.count; ++k) {
+          const auto& it = lane.items[static_cast<std::size_t>(sp.first + k)];
+          ASSERT_LT(static_cast<double>(it.end - it.start), min_px * ns_per_px) << "only narrow items merge";
+        }
+      }
+    }
+    // Every item overlapping the window is covered.
+    std::size_t in_window = 0;
+    for (const auto& it : lane.items) in_window += it.end >= t0 && it.start < t1;
+    EXPECT_EQ(covered, in_window);
+    if (zoom == 1.0) {
+      EXPECT_LT(spans.size(), 2 * static_cast<std::size_t>(px / min_px)) << "merged when zoomed out";
+    }
+    if (zoom == 1e-4) {
+      for (const auto& sp : spans) EXPECT_EQ(sp.count, 1) << "every kernel alone when zoomed in";
+    }
+  }
+  // item_at: the item under a time, none in a gap.
+  const auto& it = lane.items[1234];
+  EXPECT_EQ(item_at(lane, (it.start + it.end) / 2, 0), 1234);
+  EXPECT_EQ(item_at(lane, it.end + 100, 0), -1) << "the 200 ns gap after it";
+}
+
+TEST(GuiCompare, MatchesPointsByAxesAndJudgesOnlyDifferencesBeyondNoise) {
+  EXPECT_EQ(judge("latency_us", 100, 99, 0.02, 0.02), Verdict::same) << "within both sides' noise";
+  EXPECT_EQ(judge("latency_us", 100, 80, 0.02, 0.02), Verdict::better);
+  EXPECT_EQ(judge("latency_us", 100, 120, 0.02, 0.02), Verdict::worse);
+  EXPECT_EQ(judge("tokens_per_s", 100, 120, 0.02, 0.02), Verdict::better) << "higher is better";
+  EXPECT_EQ(judge("peak_bytes", 100, 101, 0.5, 0.5), Verdict::worse) << "bytes are exact: no noise";
+  EXPECT_EQ(judge("latency_us", 100, std::nan(""), 0.02, 0.02), Verdict::missing);
+
+  Store s;
+  s.open(fixture_db());
+  auto a = s.points(s.runs()[0].ref);
+  auto b = a;
+  b.pop_back();
+  for (auto& p : b)
+    for (auto& [name, v] : p.metrics)
+      if (name == "latency_us") v *= 0.5;
+  const CompareTable t = build_compare(a, b);
+  EXPECT_EQ(t.rows.size(), 11u);
+  EXPECT_EQ(t.only_a, 1);
+  EXPECT_EQ(t.only_b, 0);
+  ASSERT_FALSE(t.metrics.empty());
+  const auto lat = static_cast<std::size_t>(std::find(t.metrics.begin(), t.metrics.end(), "latency_us") - t.metrics.begin());
+  ASSERT_LT(lat, t.metrics.size());
+  int better = 0;
+  for (const auto& row : t.rows) {
+    const auto& c = row.cells[lat];
+    if (c.verdict == Verdict::better) {
+      ++better;
+      EXPECT_NEAR(c.ratio, 0.5, 1e-12);
+    }
+    for (std::size_t i = 0; i < t.metrics.size(); ++i)
+      if (i != lat && row.cells[i].verdict != Verdict::missing) {
+        EXPECT_EQ(row.cells[i].verdict, Verdict::same) << t.metrics[i];
+      }
+  }
+  EXPECT_EQ(better, 4) << "the four ffn-decode points";
+}
+
+TEST(GuiUnits, HumanUnits) {
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(1.5 * 1024 * 1024 * 1024), "1.5 GiB");
+  EXPECT_EQ(format_ns(1500), "1.5 us");
+  EXPECT_EQ(format_ns(2.5e6), "2.5 ms");
+  EXPECT_EQ(better_direction("mfu_pct"), Better::higher);
+  EXPECT_EQ(better_direction("peak_activation_bytes"), Better::lower);
+}
+
+}  // namespace
+}  // namespace moc::gui

@@ -1,0 +1,271 @@
+// The dashboard's views rendered (Xvfb + Mesa's software renderer under CTest) from a database made by a real
+// `mocbench run`: each view's window holds its expected colours; input through ImGui's queue zooms and pans the
+// timeline, selects a kernel and selects runs; refused files show their error and make screenshot mode exit 1.
+#include <gtest/gtest.h>
+#include <imgui.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+
+#include "gui/app/dashboard.h"
+#include "tests/gui/gui_fixture.h"
+
+namespace moc::gui {
+namespace {
+
+struct Image {
+  int w = 0, h = 0;
+  std::vector<unsigned char> px;
+  // Pixels in the rectangle within `tol` of colour c (each channel).
+  int count(const float rect[4], const ImVec4& c, int tol = 6) const {
+    int n = 0;
+    const int x0 = std::max(0, static_cast<int>(rect[0])), y0 = std::max(0, static_cast<int>(rect[1]));
+    const int x1 = std::min(w, static_cast<int>(rect[0] + rect[2])), y1 = std::min(h, static_cast<int>(rect[1] + rect[3]));
+    const int r = static_cast<int>(std::lround(c.x * 255)), g = static_cast<int>(std::lround(c.y * 255)),
+              b = static_cast<int>(std::lround(c.z * 255));
+    for (int y = y0; y < y1; ++y)
+      for (int x = x0; x < x1; ++x) {
+        const unsigned char* p = &px[(static_cast<std::size_t>(y) * static_cast<std::size_t>(w) + static_cast<std::size_t>(x)) * 4];
+        if (std::abs(p[0] - r) <= tol && std::abs(p[1] - g) <= tol && std::abs(p[2] - b) <= tol) ++n;
+      }
+    return n;
+  }
+  // Pixels whose channel `ch` exceeds both others by `margin` (a green or red tint of any shade).
+  int dominant(const float rect[4], int ch, int margin) const {
+    int n = 0;
+    for (int y = std::max(0, static_cast<int>(rect[1])); y < std::min(h, static_cast<int>(rect[1] + rect[3])); ++y)
+      for (int x = std::max(0, static_cast<int>(rect[0])); x < std::min(w, static_cast<int>(rect[0] + rect[2])); ++x) {
+        const unsigned char* p = &px[(static_cast<std::size_t>(y) * static_cast<std::size_t>(w) + static_cast<std::size_t>(x)) * 4];
+        const int c = p[ch], o1 = p[(ch + 1) % 3], o2 = p[(ch + 2) % 3];
+        if (c > o1 + margin && c > o2 + margin) ++n;
+      }
+    return n;
+  }
+};
+
+class GuiViews : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::getenv("DISPLAY")) GTEST_SKIP() << "no display (CTest runs this under xvfb-run)";
+  }
+  std::unique_ptr<Dashboard> open(std::vector<std::string> dbs, View v, int w = 1400, int h = 900) {
+    DashboardOptions o;
+    o.databases = std::move(dbs);
+    o.width = w;
+    o.height = h;
+    o.focus = v;
+    o.scripted_input = true;
+    o.refresh_s = 1e9;
+    auto d = std::make_unique<Dashboard>(o);
+    std::string err;
+    if (!d->init(&err)) {
+      ADD_FAILURE() << err;
+      return nullptr;
+    }
+    for (int i = 0; i < 4; ++i) d->frame();
+    return d;
+  }
+  Image shot(Dashboard& d) {
+    Image im;
+    im.px = d.pixels(&im.w, &im.h);
+    return im;
+  }
+  static void frames(Dashboard& d, int n) {
+    for (int i = 0; i < n; ++i) d.frame();
+  }
+};
+
+TEST_F(GuiViews, EveryViewDrawsItsDataWithTheExpectedColours) {
+  auto d = open({test::fixture_db()}, View::sweep);
+  ASSERT_TRUE(d);
+  ASSERT_EQ(d->ui().selected.size(), 1u) << "the newest run is selected at start";
+  float r[4];
+
+  ASSERT_TRUE(d->view_rect(View::runs, r));
+  Image im = shot(*d);
+  EXPECT_GT(im.w, 0);
+  EXPECT_GT(im.count(r, ImVec4(0.4f, 0.85f, 0.4f, 1), 30), 5) << "the run's status 'ok' in green";
+
+  ASSERT_TRUE(d->view_rect(View::sweep, r));
+  // ImPlot's default colormap (Deep): the first two series.
+  EXPECT_GT(im.count(r, ImVec4(0.298f, 0.447f, 0.690f, 1), 8), 50) << "first series line";
+  EXPECT_GT(im.count(r, ImVec4(0.867f, 0.518f, 0.322f, 1), 8), 50) << "second series line";
+
+  d->show(View::breakdown);
+  frames(*d, 3);
+  im = shot(*d);
+  ASSERT_TRUE(d->view_rect(View::breakdown, r));
+  EXPECT_GT(im.count(r, part_color(0)), 200) << "gate bars";
+  EXPECT_GT(im.count(r, part_color(1)), 200) << "up & down bars";
+  EXPECT_GT(im.count(r, part_color(3)), 200) << "other bars";
+  EXPECT_GT(im.count(r, phase_color("attention")), 30) << "phase bars: attention";
+
+  d->show(View::timeline);
+  frames(*d, 3);
+  im = shot(*d);
+  ASSERT_TRUE(d->view_rect(View::timeline, r));
+  EXPECT_GT(d->ui().timeline.timeline.items, 0u);
+  EXPECT_GT(d->ui().timeline.spans_drawn, 0u);
+  EXPECT_GT(im.count(r, phase_color("attention")), 30) << "attention ops";
+  EXPECT_GT(im.count(r, phase_color("ffn.gate")), 10) << "gate ops";
+
+  d->show(View::memory);
+  frames(*d, 3);
+  im = shot(*d);
+  ASSERT_TRUE(d->view_rect(View::memory, r));
+  // The first point is a training point: weights, optimizer state and activations stacked.
+  EXPECT_GT(im.count(r, memory_color("weights"), 10), 1000);
+  EXPECT_GT(im.count(r, memory_color("optimizer_state"), 10), 1000);
+  EXPECT_GT(im.count(r, memory_color("activations: attention"), 10), 200);
+  EXPECT_GT(im.count(r, ImVec4(1.0f, 0.2f, 0.2f, 1), 10), 50) << "the peak line";
+  d->ui().memory_mode = 1;
+  frames(*d, 2);
+  im = shot(*d);
+  EXPECT_GT(im.count(r, memory_color("weights"), 10), 1000) << "Figure 1 bars";
+}
+
+TEST_F(GuiViews, CompareColoursBetterAndLeavesNoiseUnhighlighted) {
+  const std::string b = test::fixture_copy("faster.db");
+  // B: the FFN decode layer twice as fast; nothing else changed.
+  test::sql(b, "UPDATE metrics SET value = value * 0.5 WHERE name = 'latency_us';");
+  auto d = open({test::fixture_db(), b}, View::compare);
+  ASSERT_TRUE(d);
+  ASSERT_EQ(d->ui().selected.size(), 2u) << "the second database's newest run is B";
+  float r[4];
+  ASSERT_TRUE(d->view_rect(View::compare, r));
+  const Image im = shot(*d);
+  EXPECT_GT(im.dominant(r, 1, 40), 300) << "green cells: B better";
+  EXPECT_LT(im.dominant(r, 0, 60), 50) << "no red cell: everything else equal";
+}
+
+TEST_F(GuiViews, WheelZoomsDragPansAndClickSelectsAKernelWithItsRunStatistics) {
+  auto d = open({test::fixture_db()}, View::timeline);
+  ASSERT_TRUE(d);
+  TimelineState& st = d->ui().timeline;
+  ASSERT_GT(st.timeline.items, 0u);
+  ImGuiIO& io = ImGui::GetIO();
+  // Whole pixels: ImGui rounds the mouse position.
+  const float y = std::floor(st.lanes_y0 + st.lane_height * 0.5f);  // the first lane: CPU ops
+  const float x = std::floor(0.5f * (st.lanes_x0 + st.lanes_x1));
+  io.AddMousePosEvent(x, y);
+  frames(*d, 1);
+  const double w0 = st.t1 - st.t0;
+  const double at = st.t0 + (x - st.lanes_x0) * w0 / (st.lanes_x1 - st.lanes_x0);
+  io.AddMouseWheelEvent(0, 3);
+  frames(*d, 1);
+  const double w1 = st.t1 - st.t0;
+  EXPECT_NEAR(w1 / w0, std::pow(0.8, 3), 1e-6) << "three wheel notches zoom in";
+  EXPECT_NEAR(st.t0 + (x - st.lanes_x0) * w1 / (st.lanes_x1 - st.lanes_x0), at, w0 * 1e-6) << "around the cursor";
+  // Drag 100 px to the right: the window moves 100 px worth of time to the left.
+  const double t0 = st.t0, ns_per_px = w1 / (st.lanes_x1 - st.lanes_x0);
+  io.AddMouseButtonEvent(0, true);
+  frames(*d, 1);
+  for (int i = 1; i <= 4; ++i) {
+    io.AddMousePosEvent(x + 25.0f * static_cast<float>(i), y);
+    frames(*d, 1);
+  }
+  io.AddMouseButtonEvent(0, false);
+  frames(*d, 1);
+  EXPECT_NEAR(st.t0 - t0, -100 * ns_per_px, 3 * ns_per_px);
+  EXPECT_TRUE(st.sel_kernel.empty()) << "a drag selects nothing";
+  // Fit, then click the middle of the first op of the CPU lane.
+  st.fit = true;
+  io.AddMousePosEvent(-1000, -1000);
+  frames(*d, 2);
+  const TimelineLane& lane = st.timeline.lanes[0];
+  const auto& first = lane.items[lane.items.size() / 2];
+  const double mid = 0.5 * static_cast<double>(first.start + first.end);
+  const float cx = st.lanes_x0 + static_cast<float>((mid - st.t0) / (st.t1 - st.t0) * (st.lanes_x1 - st.lanes_x0));
+  // Zoom in on it first so it is wider than a pixel.
+  io.AddMousePosEvent(cx, y);
+  frames(*d, 1);
+  for (int i = 0; i < 6; ++i) {
+    io.AddMouseWheelEvent(0, 5);
+    frames(*d, 1);
+  }
+  io.AddMouseButtonEvent(0, true);
+  frames(*d, 1);
+  io.AddMouseButtonEvent(0, false);
+  frames(*d, 2);
+  ASSERT_FALSE(st.sel_kernel.empty()) << "the click selected the op under the cursor";
+  EXPECT_EQ(st.sel_kernel, kernel_name(st.timeline.trace->kernels[static_cast<std::size_t>(first.index)]));
+  EXPECT_EQ(st.sel_lane, 0);
+  EXPECT_FALSE(st.sel_stats.empty()) << "its statistics over the run's profiled points";
+  // Double-click fits the whole trace again.
+  io.AddMouseButtonEvent(0, true);
+  frames(*d, 1);
+  io.AddMouseButtonEvent(0, false);
+  frames(*d, 1);
+  io.AddMouseButtonEvent(0, true);
+  frames(*d, 1);
+  io.AddMouseButtonEvent(0, false);
+  frames(*d, 2);
+  EXPECT_LE(st.t0, static_cast<double>(st.timeline.start_ns));
+  EXPECT_GE(st.t1, static_cast<double>(st.timeline.end_ns));
+}
+
+TEST_F(GuiViews, ClickSelectsARunAndCtrlClickSetsTheSecond) {
+  const std::string other = test::fixture_copy("other.db");
+  auto d = open({test::fixture_db(), other}, View::runs);
+  ASSERT_TRUE(d);
+  UiState& ui = d->ui();
+  ASSERT_EQ(ui.run_rows.size(), 2u);
+  ImGuiIO& io = ImGui::GetIO();
+  auto click = [&](float yy, bool ctrl) {
+    if (ctrl) io.AddKeyEvent(ImGuiMod_Ctrl, true);
+    io.AddMousePosEvent(ui.run_rows_x + 40, yy);
+    frames(*d, 1);
+    io.AddMouseButtonEvent(0, true);
+    frames(*d, 1);
+    io.AddMouseButtonEvent(0, false);
+    frames(*d, 1);
+    if (ctrl) io.AddKeyEvent(ImGuiMod_Ctrl, false);
+    frames(*d, 1);
+  };
+  const RunRef second = ui.run_rows[1].first;
+  const RunRef first = ui.run_rows[0].first;
+  click(ui.run_rows[1].second, false);
+  ASSERT_EQ(ui.selected.size(), 1u);
+  EXPECT_EQ(ui.selected[0], second) << "a click selects the run as A and drops B";
+  click(ui.run_rows[0].second, true);
+  ASSERT_EQ(ui.selected.size(), 2u);
+  EXPECT_EQ(ui.selected[0], second);
+  EXPECT_EQ(ui.selected[1], first) << "ctrl-click sets B";
+  // The filter hides rows that do not match.
+  std::snprintf(ui.run_filter, sizeof ui.run_filter, "%s", "no-such-run");
+  frames(*d, 2);
+  EXPECT_TRUE(ui.run_rows.empty());
+}
+
+TEST_F(GuiViews, RefusedFilesShowTheirErrorInTheWindowAndScreenshotModeExits1) {
+  for (const std::string& bad : {test::foreign_db(), test::newer_db(), test::corrupt_db()}) {
+    SCOPED_TRACE(bad);
+    auto d = open({bad}, View::runs);
+    ASSERT_TRUE(d);
+    ASSERT_TRUE(d->store().any_error());
+    float r[4];
+    ASSERT_TRUE(d->view_rect(View::runs, r));
+    EXPECT_GT(shot(*d).count(r, ImVec4(1.0f, 0.35f, 0.30f, 1), 30), 100) << "the error in red";
+    const std::string png = test::temp_dir() + "/bad.png";
+    EXPECT_EQ(test::run_command(std::string(MOCBENCH_GUI_BIN) + " " + bad + " --screenshot " + png + " 2>/dev/null"), 1);
+    EXPECT_TRUE(std::filesystem::exists(png)) << "the window with the error is still written";
+  }
+}
+
+TEST_F(GuiViews, ScreenshotModeWritesAPngAndRefusesBadArguments) {
+  const std::string png = test::temp_dir() + "/memory.png";
+  const std::string gui = MOCBENCH_GUI_BIN;
+  ASSERT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png +
+                              " --view memory --run 1 --point 0 --size 900x600 >/dev/null 2>&1"),
+            0);
+  std::ifstream in(png, std::ios::binary);
+  char sig[8] = {};
+  in.read(sig, 8);
+  EXPECT_EQ(std::string(sig + 1, 3), "PNG");
+  EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png + " --view nope 2>/dev/null"), 2);
+  EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png + " --size 12 2>/dev/null"), 2);
+}
+
+}  // namespace
+}  // namespace moc::gui
