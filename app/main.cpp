@@ -1,7 +1,12 @@
 // mocbench command line. Exit codes: 0 success, 1 runtime failure, 2 bad input (config/arguments).
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -442,6 +447,34 @@ int cmd_devices() {
 #endif
   return 0;
 }
+// `mocbench gui ...`: runs the dashboard binary that was built beside this one (the build tree's gui/ folder
+// or the same folder), passing the arguments on. The dashboard links no CUDA and is a separate program.
+int cmd_gui(const char* argv0, const std::vector<std::string>& args) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) self = fs::absolute(argv0, ec);
+  const fs::path dir = self.parent_path();
+  std::string found;
+  for (const fs::path& p : {dir / "mocbench-gui", dir / ".." / "gui" / "mocbench-gui"})
+    if (fs::exists(p, ec)) {
+      found = p.lexically_normal().string();
+      break;
+    }
+  if (found.empty()) {
+    std::fprintf(stderr, "mocbench: the dashboard (mocbench-gui) was not built beside %s; run scripts/setup.sh (it "
+                         "installs Dear ImGui/ImPlot/GLFW) and build again\n", self.string().c_str());
+    return kExitRuntime;
+  }
+  std::vector<char*> av;
+  av.push_back(found.data());
+  std::vector<std::string> copy = args;
+  for (auto& a : copy) av.push_back(a.data());
+  av.push_back(nullptr);
+  execv(found.c_str(), av.data());
+  std::fprintf(stderr, "mocbench: cannot start %s: %s\n", found.c_str(), std::strerror(errno));
+  return kExitRuntime;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -540,12 +573,17 @@ int main(int argc, char** argv) {
   cmp->add_option("--format", cmp_format, "csv | json instead of the table")->check(CLI::IsMember({"csv", "json"}));
   cmp->add_flag("--force", cmp_force, "Compare runs of different scenarios");
 
+  auto* gui = app.add_subcommand("gui", "Open the dashboard (mocbench-gui) on results databases; the arguments after "
+                                       "`gui` go to it (mocbench-gui --help lists them)");
+  gui->prefix_command();  // everything after `gui` is the dashboard's, --help included
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);  // prints help, version or the error with a hint
     return code == 0 ? 0 : kExitBadInput;
   }
+  if (*gui) return cmd_gui(argv[0], gui->remaining());
   try {
     if (*smoke) return cmd_smoke(smoke_preset, smoke_batch, smoke_seq, smoke_steps, smoke_gen, smoke_sets);
     if (*mm) return cmd_memory_model(mm_preset, mm_batch, mm_seq, mm_ffn, mm_k, mm_gcp, mm_sets);

@@ -1,7 +1,7 @@
 // Frame time of the dashboard's kernel timeline with N synthetic kernels (default 1M): the whole dashboard is
 // built and rendered each frame with the Timeline view in front, fitted (every kernel in view: the merging
 // path) and zoomed in (single kernels drawn with names). Needs a display (xvfb-run -a on a headless machine).
-// Usage: mocbench_gui_bench [N] [frames]
+// Usage: mocbench_gui_bench [N] [frames] [WxH]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +18,10 @@ int main(int argc, char** argv) {
   DashboardOptions opts;
   opts.width = 1600;
   opts.height = 1000;
+  if (argc > 3 && std::sscanf(argv[3], "%dx%d", &opts.width, &opts.height) != 2) {
+    std::fprintf(stderr, "size: WxH\n");
+    return 2;
+  }
   opts.focus = View::timeline;
   opts.refresh_s = 1e9;
   Dashboard d(opts);
@@ -31,7 +35,7 @@ int main(int argc, char** argv) {
   TimelineState& st = d.ui().timeline;
   st.pinned = true;
   auto run_case = [&](const char* name, bool fit, double zoom) {
-    std::vector<double> ms;
+    std::vector<double> ms, build, render;
     for (int i = 0; i < frames + 3; ++i) {
       if (i == 0) {
         st.timeline = build_timeline(trace);
@@ -44,14 +48,22 @@ int main(int argc, char** argv) {
       }
       const double t = d.frame();
       d.swap();
-      if (i >= 3) ms.push_back(t);
+      if (i >= 3) {
+        ms.push_back(t);
+        build.push_back(d.last_build_ms());
+        render.push_back(d.last_render_ms());
+      }
     }
-    std::sort(ms.begin(), ms.end());
-    std::printf("%-22s %zu kernels: frame median %.2f ms, p90 %.2f ms, max %.2f ms; %zu spans drawn\n", name,
-                st.timeline.items, ms[ms.size() / 2], ms[ms.size() * 9 / 10], ms.back(), st.spans_drawn);
+    for (auto* v : {&ms, &build, &render}) std::sort(v->begin(), v->end());
+    std::printf("%-22s %zu kernels (+%zu ranges): frame median %.2f ms (p90 %.2f, max %.2f) = UI build %.2f ms "
+                "(p90 %.2f) + OpenGL render %.2f ms; %zu spans drawn\n",
+                name, trace->kernels.size(), st.timeline.items - trace->kernels.size(), ms[ms.size() / 2],
+                ms[ms.size() * 9 / 10], ms.back(), build[build.size() / 2], build[build.size() * 9 / 10],
+                render[render.size() / 2], st.spans_drawn);
   };
   run_case("fitted (all in view)", true, 1);
   run_case("zoomed 1/1000", false, 1e-3);
   run_case("zoomed 1/100000", false, 1e-5);
+  std::printf("window %dx%d, renderer: %s\n", opts.width, opts.height, d.renderer().c_str());
   return 0;
 }

@@ -25,6 +25,7 @@ void on_glfw_error(int code, const char* what) {
 
 Dashboard::Dashboard(DashboardOptions opts) : opts_(std::move(opts)) {
   for (const auto& p : opts_.databases) store_.open(p);
+  ui_.memory_mode = opts_.memory_mode;
 }
 
 Dashboard::~Dashboard() {
@@ -148,6 +149,8 @@ double Dashboard::frame() {
   draw_memory_view(store_, ui_);
   draw_compare_view(store_, ui_);
   ImGui::Render();
+  const auto t_built = std::chrono::steady_clock::now();
+  build_ms_ = std::chrono::duration<double, std::milli>(t_built - t_start).count();
   int w = 0, h = 0;
   glfwGetFramebufferSize(window_, &w, &h);
   glViewport(0, 0, w, h);
@@ -156,7 +159,14 @@ double Dashboard::frame() {
   ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
   glFinish();
   ++frames_;
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
+  const auto t_end = std::chrono::steady_clock::now();
+  render_ms_ = std::chrono::duration<double, std::milli>(t_end - t_built).count();
+  return std::chrono::duration<double, std::milli>(t_end - t_start).count();
+}
+
+std::string Dashboard::renderer() const {
+  const auto* r = reinterpret_cast<const char*>(glGetString(GL_RENDERER));
+  return r ? r : "?";
 }
 
 void Dashboard::show(View v) {

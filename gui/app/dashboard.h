@@ -22,6 +22,7 @@ struct DashboardOptions {
   std::int64_t run = -1;      // run id in the first database to select (default: its newest run)
   int point = -1;             // that run's point (sweep index) to select
   std::int64_t run_b = -1;    // a second run (in the second database when there is one, else the first): Compare's B
+  int memory_mode = 0;        // the Memory view: 0 a point's timeline, 1 peaks by point (Figure 1)
   double refresh_s = 0.5;     // poll the databases this often
   // Screenshots and tests: the window's own mouse and keyboard are ignored (no hover from wherever the
   // pointer happens to be) and input comes only through ImGui's input queue (io.AddMousePosEvent, ...).
@@ -41,6 +42,9 @@ class Dashboard {
   // of building and rendering it (ms), the swap excluded.
   double frame();
   void swap();
+  // The last frame's parts: building the UI (views, ImGui, ImPlot; CPU) and rendering it (OpenGL to glFinish).
+  double last_build_ms() const { return build_ms_; }
+  double last_render_ms() const { return render_ms_; }
   bool should_close() const;
   int run_until_closed();
 
@@ -50,6 +54,8 @@ class Dashboard {
 
   // Brings a view's tab to front over the next frames.
   void show(View v);
+
+  std::string renderer() const;  // GL_RENDERER, e.g. "llvmpipe (LLVM 15.0.6, 256 bits)"
 
   Store& store() { return store_; }
   UiState& ui() { return ui_; }
@@ -69,6 +75,7 @@ class Dashboard {
   int frames_ = 0;
   int focus_frames_ = 3;  // frames left that (re)focus opts_.focus
   double last_refresh_ = 0;
+  double build_ms_ = 0, render_ms_ = 0;
 };
 
 }  // namespace moc::gui

@@ -133,6 +133,11 @@ BreakdownData build_breakdown(const std::vector<db::PointRecord>& points, const 
     other.resize(col + 1, 0.0);
     other[col] = std::max(0.0, step - sum);
   }
+  // A mode whose steps have no partitioning phase timed (a decode step replayed from a CUDA graph: only the
+  // step range is timed) would be one "other" bar per point: leave it out.
+  d.phases.erase(std::remove_if(d.phases.begin(), d.phases.end(),
+                                [](const PhaseBars& pb) { return pb.phases.size() == 1 && pb.phases[0] == "other"; }),
+                 d.phases.end());
   // Keep "other" last and every row as long as the labels.
   for (auto& pb : d.phases) {
     auto it = std::find(pb.phases.begin(), pb.phases.end(), "other");

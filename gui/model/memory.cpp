@@ -82,7 +82,27 @@ MemoryTimeline build_memory(const std::vector<db::MemEventRecord>& events, const
   m.classes = classes;
   m.top.assign(classes.size(), {});
   m.at_peak.assign(classes.size(), 0.0);
-  const std::int64_t t0 = events.empty() ? 0 : events.front().t_ns;
+  // An allocation long before the step (the GPU backend reserves its GEMM workspace while setting the point
+  // up) would squeeze the step into a sliver: events before an idle gap longer than half the span are folded
+  // into the starting levels.
+  std::size_t first = 0;
+  if (events.size() > 2) {
+    const std::int64_t span = events.back().t_ns - events.front().t_ns;
+    std::int64_t widest = 0;
+    std::size_t after = 0;
+    for (std::size_t i = 1; i < events.size(); ++i)
+      if (events[i].t_ns - events[i - 1].t_ns > widest) {
+        widest = events[i].t_ns - events[i - 1].t_ns;
+        after = i;
+      }
+    if (span > 0 && widest * 2 > span) {
+      first = after;
+      m.folded_events = static_cast<int>(after);
+      m.folded_gap_ms = static_cast<double>(widest) / 1e6;
+    }
+  }
+  for (std::size_t i = 0; i < first; ++i) live[index[memory_class(events[i].category, events[i].module)]] += static_cast<double>(events[i].bytes);
+  const std::int64_t t0 = events.empty() ? 0 : events[first].t_ns;
   auto emit = [&](double t_ms) {
     m.t_ms.push_back(t_ms);
     double acc = 0;
@@ -97,7 +117,8 @@ MemoryTimeline build_memory(const std::vector<db::MemEventRecord>& events, const
     }
   };
   emit(0);
-  for (const auto& e : events) {
+  for (std::size_t i = first; i < events.size(); ++i) {
+    const auto& e = events[i];
     const double t = static_cast<double>(e.t_ns - t0) / 1e6;
     emit(t);  // the level just before the event (a step)
     live[index[memory_class(e.category, e.module)]] += static_cast<double>(e.bytes);

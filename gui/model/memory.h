@@ -19,6 +19,8 @@ struct MemoryTimeline {
   std::vector<double> at_peak;  // [class] live bytes at the peak
   // Activation bytes: measured peak (peak_activation_bytes) and the two models, NaN when the run lacks them.
   double measured_activation = 0, model_activation = 0, paper_activation = 0;
+  int folded_events = 0;     // events before a long idle gap, folded into the starting levels
+  double folded_gap_ms = 0;  // that gap
   bool empty() const { return t_ms.empty(); }
 };
 

@@ -44,9 +44,16 @@ Timeline build_timeline(std::shared_ptr<const prof::ProfileTrace> trace) {
     }
     return op_lanes[it->second];
   };
+  // Inside ffn.decode the fused decode kernels have no finer ranges: they take the colour of the paper's part
+  // their name says they are (as the Breakdown view counts them), e.g. "ffn.decode: gate".
   for (std::size_t i = 0; i < t.kernels.size(); ++i) {
     const auto& k = t.kernels[i];
-    lane(k.device_id, k.stream_id).items.push_back({k.start_ns, k.end_ns, color_of_range(k.range_id), static_cast<std::int32_t>(i), ItemKind::kernel});
+    std::int32_t c = color_of_range(k.range_id);
+    if (tl.phases[static_cast<std::size_t>(c)] == "ffn.decode") {
+      const prof::PaperPart part = prof::decode_kernel_part(k.short_name);
+      if (part != prof::PaperPart::other) c = color(std::string("ffn.decode: ") + prof::paper_part_label(part));
+    }
+    lane(k.device_id, k.stream_id).items.push_back({k.start_ns, k.end_ns, c, static_cast<std::int32_t>(i), ItemKind::kernel});
   }
   for (std::size_t i = 0; i < t.memcpys.size(); ++i) {
     const auto& m = t.memcpys[i];

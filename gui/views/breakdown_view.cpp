@@ -13,9 +13,10 @@
 namespace moc::gui {
 
 namespace {
+// totals: one marker per bar (the timed total), or empty.
 void stacked_bars(const char* id, const std::vector<std::string>& items, const std::vector<std::vector<double>>& values,
                   const std::vector<std::string>& labels, const char* y_label, const std::vector<ImVec4>& colors,
-                  float height) {
+                  float height, const std::vector<double>& totals = {}) {
   const int groups = static_cast<int>(labels.size());
   if (groups == 0) return;
   if (ImPlot::BeginPlot(id, ImVec2(-1, height))) {
@@ -41,6 +42,16 @@ void stacked_bars(const char* id, const std::vector<std::string>& items, const s
       spec.FillColor = colors[k];
       spec.LineColor = ImVec4(0.1f, 0.1f, 0.1f, 1.0f);
       ImPlot::PlotBars(items[k].c_str(), tops[k].data(), groups, 0.6, 0.0, spec);
+    }
+    if (!totals.empty()) {
+      ImPlotSpec mark;
+      mark.Marker = ImPlotMarker_Diamond;
+      mark.MarkerSize = 6;
+      mark.MarkerFillColor = ImVec4(1, 1, 1, 1);
+      mark.MarkerLineColor = ImVec4(0, 0, 0, 1);
+      mark.Flags = ImPlotLineFlags_SkipNaN;
+      mark.LineColor = ImVec4(0, 0, 0, 0);
+      ImPlot::PlotLine("timed total", ticks.data(), totals.data(), groups, mark);
     }
     if (ImPlot::IsPlotHovered()) {
       const ImPlotPoint mp = ImPlot::GetPlotMousePos();
@@ -92,10 +103,12 @@ void draw_breakdown_view(Store& store, UiState& ui) {
   for (const auto& g : d.groups) {
     int profiled = 0;
     for (const auto& b : g.bars) profiled += b.from_profile;
-    ImGui::Text("%s: latency breakdown, %s per %s -- %d of %d bars from kernel records, the rest from timed phases",
+    ImGui::Text("%s: latency breakdown, %s per %s -- %d of %d bars from kernel records (traced), the rest from timed "
+                "phases; diamonds: the timed total",
                 g.mode.c_str(), g.unit.c_str(), g.mode == "ffn-decode" ? "FFN call" : "step", profiled,
                 static_cast<int>(g.bars.size()));
     std::vector<std::string> items, labels;
+    std::vector<double> totals;
     std::vector<std::vector<double>> values(prof::kPaperParts);
     std::vector<ImVec4> colors;
     for (int p = 0; p < prof::kPaperParts; ++p) {
@@ -104,9 +117,10 @@ void draw_breakdown_view(Store& store, UiState& ui) {
     }
     for (const auto& b : g.bars) {
       labels.push_back(b.label + (b.from_profile ? "" : "\n(timed)"));
+      totals.push_back(b.timed_total > 0 ? b.timed_total : std::nan(""));
       for (int p = 0; p < prof::kPaperParts; ++p) values[static_cast<std::size_t>(p)].push_back(b.parts[static_cast<std::size_t>(p)]);
     }
-    stacked_bars(("##bd_" + g.mode).c_str(), items, values, labels, g.unit.c_str(), colors, h);
+    stacked_bars(("##bd_" + g.mode).c_str(), items, values, labels, g.unit.c_str(), colors, h, totals);
   }
   for (const auto& pb : d.phases) {
     ImGui::Text("%s: time per phase of a step (ms, timed phase ranges)", pb.mode.c_str());

@@ -131,9 +131,9 @@ ImVec4 memory_color(const std::string& cls) {
 }
 
 ImVec4 phase_color(const std::string& phase) {
-  if (phase == "ffn.gate") return part_color(0);
-  if (phase == "ffn.up" || phase == "ffn.down") return part_color(1);
-  if (phase == "ffn.topk") return part_color(2);
+  if (phase == "ffn.gate" || phase == "ffn.decode: gate") return part_color(0);
+  if (phase == "ffn.up" || phase == "ffn.down" || phase == "ffn.decode: up & down") return part_color(1);
+  if (phase == "ffn.topk" || phase == "ffn.decode: top-K") return part_color(2);
   if (phase == "attention") return ImVec4(0.30f, 0.70f, 0.30f, 1.0f);
   if (phase.starts_with("ffn")) return ImVec4(0.93f, 0.75f, 0.25f, 1.0f);
   if (phase == "memcpy" || phase == "memset") return ImVec4(0.85f, 0.40f, 0.85f, 1.0f);

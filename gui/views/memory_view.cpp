@@ -35,6 +35,11 @@ void point_timeline(Store& store, UiState& ui, const RunRef& a) {
   const double unit = m.peak_bytes >= kGiB ? kGiB : kMiB;
   const char* unit_name = unit == kGiB ? "GiB" : "MiB";
   ImGui::Text("peak %s at %.3f ms of the repetition", format_bytes(m.peak_bytes).c_str(), m.peak_t_ms);
+  if (m.folded_events > 0) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("(%d allocation(s) made %.0f ms before the step are in the starting levels)", m.folded_events,
+                        m.folded_gap_ms);
+  }
   const float side = 300.0f;
   const float h = ImGui::GetContentRegionAvail().y;
   if (ImGui::BeginTable("mem", 2, ImGuiTableFlags_SizingStretchProp)) {
@@ -44,7 +49,7 @@ void point_timeline(Store& store, UiState& ui, const RunRef& a) {
     ImGui::TableNextColumn();
     if (ImPlot::BeginPlot("##memtl", ImVec2(-1, h - 8))) {
       ImPlot::SetupAxes("time in the repetition (ms)", unit_name, ImPlotAxisFlags_AutoFit, ImPlotAxisFlags_AutoFit);
-      ImPlot::SetupLegend(ImPlotLocation_NorthWest);
+      ImPlot::SetupLegend(ImPlotLocation_NorthEast);  // the step ends before the plot does: the corner is free
       const std::size_t n = m.t_ms.size();
       std::vector<double> lo(n, 0.0), hi(n);
       for (std::size_t c = 0; c < m.classes.size(); ++c) {

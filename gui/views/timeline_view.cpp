@@ -246,6 +246,7 @@ void draw_timeline_lanes(Store& store, UiState& ui, const RunRef& a, float heigh
         continue;
       }
       dl->AddRectFilled(p0, p1, colors[static_cast<std::size_t>(it.color)]);
+      if (a1 - a0 > 4) dl->AddRect(p0, p1, IM_COL32(0, 0, 0, 110));  // neighbours of one colour stay apart
       const bool sel = static_cast<int>(li) == st.sel_lane && s.first == st.sel_item;
       if (sel) dl->AddRect(ImVec2(a0 - 1, ly + 1), ImVec2(a1 + 1, ly + lane_h - 1), ImGui::GetColorU32(ImVec4(1, 1, 1, 1)), 0, 0, 2.0f);
       if (a1 - a0 > 30) {
