@@ -89,7 +89,9 @@ void draw_breakdown_view(Store& store, UiState& ui) {
   }
   ImGui::TextUnformatted(store.run_label(a).c_str());
   const auto& pts = store.points(a);
-  const BreakdownData d = build_breakdown(pts, [&](std::int64_t id) { return store.profile(a, id); });
+  if (ui.breakdown.stale(a, store.generation()))
+    ui.breakdown.set(a, store.generation(), build_breakdown(pts, [&](std::int64_t id) { return store.profile(a, id); }));
+  const BreakdownData& d = ui.breakdown.data;
   if (d.groups.empty() && d.phases.empty()) {
     ImGui::TextDisabled("No point of this run has a profile or timed phases.");
     ImGui::End();

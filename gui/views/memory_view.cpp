@@ -135,13 +135,17 @@ void point_timeline(Store& store, UiState& ui, const RunRef& a) {
 void figure1(Store& store, UiState& ui, const RunRef& a) {
   const auto& pts = store.points(a);
   const auto varying = varying_axes(pts);
-  PeakBars bars;
-  for (const auto& p : pts) {
-    if (p.status != "ok") continue;
-    const MemoryTimeline m = build_memory(store.memory_events(a, p.id), p);
-    if (m.empty()) continue;
-    add_peak_bar(&bars, point_label(p, varying, "\n", false), p.id, m);
+  if (ui.peaks.stale(a, store.generation())) {
+    PeakBars fresh;
+    for (const auto& p : pts) {
+      if (p.status != "ok") continue;
+      const MemoryTimeline m = build_memory(store.memory_events(a, p.id), p);
+      if (m.empty()) continue;
+      add_peak_bar(&fresh, point_label(p, varying, "\n", false), p.id, m);
+    }
+    ui.peaks.set(a, store.generation(), std::move(fresh));
   }
+  const PeakBars& bars = ui.peaks.data;
   if (bars.labels.empty()) {
     ImGui::TextDisabled("No point of this run recorded memory events.");
     return;

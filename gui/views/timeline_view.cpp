@@ -75,11 +75,7 @@ void selection_panel(Store& store, UiState& ui, const RunRef& a) {
     ImGui::TextDisabled("Click a kernel to see its statistics over the run.");
     return;
   }
-  const Timeline& tl = st.timeline;
-  std::vector<double> d;
-  for (const auto& k : tl.trace->kernels)
-    if (kernel_name(k) == st.sel_kernel) d.push_back(static_cast<double>(k.end_ns - k.start_ns));
-  std::sort(d.begin(), d.end());
+  const std::vector<double>& d = st.sel_durations;
   double total = 0;
   for (double x : d) total += x;
   ImGui::Text("%s", st.sel_kernel.c_str());
@@ -137,6 +133,7 @@ void draw_timeline_view(Store& store, UiState& ui) {
     st.sel_lane = st.sel_item = -1;
     st.sel_kernel.clear();
     st.sel_stats.clear();
+    st.sel_durations.clear();
   }
   if (!st.timeline.trace) {
     ImGui::TextDisabled("This point has no profile (run it without --no-profile and with [profile] kernels = true).");
@@ -272,7 +269,11 @@ void draw_timeline_lanes(Store& store, UiState& ui, const RunRef& a, float heigh
       st.sel_item = hover_item;
       if (it.kind == ItemKind::kernel) {
         st.sel_kernel = kernel_name(tl.trace->kernels[static_cast<std::size_t>(it.index)]);
-        st.sel_stats = store.kernel_summary(a, st.sel_kernel);
+        st.sel_stats = st.pinned ? std::vector<db::KernelSummaryRow>{} : store.kernel_summary(a, st.sel_kernel);
+        st.sel_durations.clear();
+        for (const auto& k : tl.trace->kernels)
+          if (kernel_name(k) == st.sel_kernel) st.sel_durations.push_back(static_cast<double>(k.end_ns - k.start_ns));
+        std::sort(st.sel_durations.begin(), st.sel_durations.end());
       }
     }
   }

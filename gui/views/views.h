@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "gui/model/breakdown.h"
+#include "gui/model/memory.h"
 #include "gui/model/store.h"
 #include "gui/model/timeline.h"
 
@@ -29,10 +31,26 @@ struct TimelineState {
   int sel_lane = -1, sel_item = -1;  // the selected item
   std::string sel_kernel;            // its kernel name (statistics over the run)
   std::vector<db::KernelSummaryRow> sel_stats;
+  std::vector<double> sel_durations;  // the kernel's instances in this point (ns, sorted)
   // The last frame's work, for the benchmark: spans drawn and items they stand for.
   std::size_t spans_drawn = 0;
   float lanes_x0 = 0, lanes_x1 = 0, lanes_y0 = 0;  // screen extent of the lane area (input tests aim here)
   float lane_height = 0;
+};
+
+// What a view derived from a whole run, kept until the run or the store's generation changes (deriving it
+// reads every point's profile or memory events: not something to redo each frame).
+template <typename T>
+struct RunCache {
+  RunRef run;
+  std::uint64_t generation = ~std::uint64_t{0};
+  T data;
+  bool stale(const RunRef& r, std::uint64_t g) const { return run != r || generation != g; }
+  void set(const RunRef& r, std::uint64_t g, T d) {
+    run = r;
+    generation = g;
+    data = std::move(d);
+  }
 };
 
 struct UiState {
@@ -43,6 +61,8 @@ struct UiState {
   bool sweep_log_auto = true, sweep_log_x = false, sweep_log_y = false;
   TimelineState timeline;
   int memory_mode = 0;  // 0: the point's timeline, 1: peak breakdown across the run's points (Figure 1)
+  RunCache<BreakdownData> breakdown;
+  RunCache<PeakBars> peaks;
   // Where the Runs table drew each run's row last frame (screen y of its centre; input tests aim here).
   std::vector<std::pair<RunRef, float>> run_rows;
   float run_rows_x = 0;
