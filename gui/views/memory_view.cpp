@@ -154,44 +154,16 @@ void figure1(Store& store, UiState& ui, const RunRef& a) {
   for (const auto& ax : varying) axes_line += (axes_line.empty() ? "" : " / ") + ax;
   ImGui::Text("Live memory at each point's peak by category (GiB) -- the paper's Figure 1 for this run; bars: %s",
               axes_line.c_str());
-  const int groups = static_cast<int>(bars.labels.size());
-  if (ImPlot::BeginPlot("##fig1", ImVec2(-1, -1))) {
-    std::vector<double> ticks;
-    std::vector<const char*> labels;
-    for (int i = 0; i < groups; ++i) {
-      ticks.push_back(i);
-      labels.push_back(bars.labels[static_cast<std::size_t>(i)].c_str());
-    }
-    ImPlot::SetupAxes(nullptr, "GiB", ImPlotAxisFlags_AutoFit, ImPlotAxisFlags_AutoFit);
-    ImPlot::SetupAxisTicks(ImAxis_X1, ticks.data(), groups, labels.data());
-    ImPlot::SetupLegend(ImPlotLocation_NorthWest);
-    std::vector<std::vector<double>> tops(bars.categories.size());
-    std::vector<double> acc(static_cast<std::size_t>(groups), 0.0);
-    for (std::size_t c = 0; c < bars.categories.size(); ++c) {
-      for (int g = 0; g < groups; ++g) acc[static_cast<std::size_t>(g)] += bars.bytes[c][static_cast<std::size_t>(g)] / kGiB;
-      tops[c] = acc;
-    }
-    for (std::size_t c = bars.categories.size(); c-- > 0;) {
-      ImPlotSpec spec;
-      spec.FillColor = memory_color(bars.categories[c] == "activations" ? "activations: ffn" : bars.categories[c]);
-      spec.LineColor = ImVec4(0.1f, 0.1f, 0.1f, 1);
-      ImPlot::PlotBars(bars.categories[c].c_str(), tops[c].data(), groups, 0.6, 0.0, spec);
-    }
-    if (ImPlot::IsPlotHovered()) {
-      const int g = static_cast<int>(std::lround(ImPlot::GetPlotMousePos().x));
-      if (g >= 0 && g < groups) {
-        ImGui::BeginTooltip();
-        ImGui::TextUnformatted(bars.labels[static_cast<std::size_t>(g)].c_str());
-        for (std::size_t c = bars.categories.size(); c-- > 0;)
-          ImGui::Text("%-16s %s", bars.categories[c].c_str(), format_bytes(bars.bytes[c][static_cast<std::size_t>(g)]).c_str());
-        ImGui::EndTooltip();
-        if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) {
-          ui.point_id = bars.point_ids[static_cast<std::size_t>(g)];
-          ui.memory_mode = 0;
-        }
-      }
-    }
-    ImPlot::EndPlot();
+  std::vector<std::vector<double>> gib(bars.categories.size());
+  std::vector<ImVec4> colors;
+  for (std::size_t c = 0; c < bars.categories.size(); ++c) {
+    for (double v : bars.bytes[c]) gib[c].push_back(v / kGiB);
+    colors.push_back(memory_color(bars.categories[c] == "activations" ? "activations: ffn" : bars.categories[c]));
+  }
+  const int g = stacked_bars("##fig1", bars.categories, gib, bars.labels, "GiB", colors, ImGui::GetContentRegionAvail().y);
+  if (g >= 0) {
+    ui.point_id = bars.point_ids[static_cast<std::size_t>(g)];  // click a bar: that point's timeline
+    ui.memory_mode = 0;
   }
 }
 }  // namespace

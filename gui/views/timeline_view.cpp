@@ -19,7 +19,7 @@ namespace moc::gui {
 
 namespace {
 constexpr float kLabelWidth = 130.0f;
-constexpr float kMinPx = 3.0f;  // items narrower than this merge with their neighbours
+constexpr float kMinPx = 2.0f;  // items narrower than this merge with their neighbours
 
 std::string item_name(const Timeline& tl, const TimelineItem& it) {
   const auto& t = *tl.trace;

@@ -84,6 +84,13 @@ void draw_timeline_view(Store& store, UiState& ui);
 void draw_memory_view(Store& store, UiState& ui);
 void draw_compare_view(Store& store, UiState& ui);
 
+// A stacked bar chart: values[item][group], one bar per group labelled labels[group], items stacked bottom up
+// in colors[item]; totals (empty, or one per group, NaN for none) drawn as diamonds ("timed total"). Returns
+// the group clicked this frame, or -1.
+int stacked_bars(const char* id, const std::vector<std::string>& items, const std::vector<std::vector<double>>& values,
+                 const std::vector<std::string>& labels, const char* y_label, const std::vector<ImVec4>& colors,
+                 float height, const std::vector<double>& totals = {});
+
 // Colours the views share (tests look for them in screenshots).
 ImVec4 part_color(int part);                 // gate, up & down, top-K, other
 ImVec4 memory_color(const std::string& cls);  // weights, gradients, optimizer_state, activations: <module>, ...

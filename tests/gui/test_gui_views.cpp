@@ -3,7 +3,10 @@
 // timeline, selects a kernel and selects runs; refused files show their error and make screenshot mode exit 1.
 #include <gtest/gtest.h>
 #include <imgui.h>
+#include <implot.h>
+#include <implot_internal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -43,6 +46,19 @@ struct Image {
     return n;
   }
 };
+
+// Legend entries of every plot ImPlot drew (kept in its context after the frame).
+std::vector<std::string> legend_labels() {
+  std::vector<std::string> out;
+  ImPlotContext* ctx = ImPlot::GetCurrentContext();
+  for (int i = 0; i < ctx->Plots.GetBufSize(); ++i) {
+    ImPlotPlot* plot = ctx->Plots.GetByIndex(i);
+    for (int k = 0; k < plot->Items.GetLegendCount(); ++k) out.emplace_back(plot->Items.GetLegendLabel(k));
+  }
+  return out;
+}
+
+bool has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 class GuiViews : public ::testing::Test {
  protected:
@@ -91,6 +107,11 @@ TEST_F(GuiViews, EveryViewDrawsItsDataWithTheExpectedColours) {
   // ImPlot's default colormap (Deep): the first two series.
   EXPECT_GT(im.count(r, ImVec4(0.298f, 0.447f, 0.690f, 1), 8), 50) << "first series line";
   EXPECT_GT(im.count(r, ImVec4(0.867f, 0.518f, 0.322f, 1), 8), 50) << "second series line";
+  {
+    const auto legend_sweep = legend_labels();
+    EXPECT_TRUE(has(legend_sweep, "mode=ffn-decode ffn=dense")) << "one line per combination of the other axes";
+    EXPECT_TRUE(has(legend_sweep, "mode=ffn-decode ffn=moc byte floor"));
+  }
 
   d->show(View::breakdown);
   frames(*d, 3);
@@ -100,6 +121,8 @@ TEST_F(GuiViews, EveryViewDrawsItsDataWithTheExpectedColours) {
   EXPECT_GT(im.count(r, part_color(1)), 200) << "up & down bars";
   EXPECT_GT(im.count(r, part_color(3)), 200) << "other bars";
   EXPECT_GT(im.count(r, phase_color("attention")), 30) << "phase bars: attention";
+  auto legend = legend_labels();
+  for (const char* l : {"gate", "up & down", "top-K", "other", "timed total", "attention"}) EXPECT_TRUE(has(legend, l)) << l;
 
   d->show(View::timeline);
   frames(*d, 3);
@@ -119,6 +142,8 @@ TEST_F(GuiViews, EveryViewDrawsItsDataWithTheExpectedColours) {
   EXPECT_GT(im.count(r, memory_color("optimizer_state"), 10), 1000);
   EXPECT_GT(im.count(r, memory_color("activations: attention"), 10), 200);
   EXPECT_GT(im.count(r, ImVec4(1.0f, 0.2f, 0.2f, 1), 10), 50) << "the peak line";
+  legend = legend_labels();
+  for (const char* l : {"weights", "gradients", "optimizer_state", "activations: ffn", "peak"}) EXPECT_TRUE(has(legend, l)) << l;
   d->ui().memory_mode = 1;
   frames(*d, 2);
   im = shot(*d);
