@@ -21,22 +21,11 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 
 echo "setup_cudnn_frontend: installing the $pin headers into ${prefix#"$PWD"/}/include"
+# shellcheck source=scripts/pinned_wheel.sh
+. scripts/pinned_wheel.sh  # (the working folder is the repository root)
+fetch_pinned_wheel setup_cudnn_frontend "$prefix/wheels" "$pin" "$wheel" "$sha" --platform manylinux_2_28_x86_64 \
+  --python-version 3.11 --implementation cp --abi cp311
 wheels="$prefix/wheels"
-mkdir -p "$wheels"
-if [ ! -f "$wheels/$wheel" ]; then
-  PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore \
-    python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
-    --python-version 3.11 --implementation cp --abi cp311 -d "$wheels" "$pin" >/dev/null
-fi
-if [ ! -f "$wheels/$wheel" ]; then
-  echo "setup_cudnn_frontend: pip did not fetch $wheel" >&2
-  exit 1
-fi
-if ! echo "$sha  $wheels/$wheel" | sha256sum -c --status -; then
-  echo "setup_cudnn_frontend: sha256 mismatch for $wheels/$wheel" >&2
-  rm -f "$wheels/$wheel"
-  exit 1
-fi
 
 # Unpack into a fresh directory, then swap it in.
 tmp="$prefix/include.tmp.$$"

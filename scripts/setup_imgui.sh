@@ -21,29 +21,17 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 
 echo "setup_imgui: installing $pin into ${prefix#"$PWD"/}/install"
-wheels="$prefix/wheels"
-mkdir -p "$wheels"
-if [ ! -f "$wheels/$wheel" ]; then
-  PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore \
-    python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
-    --python-version 3.12 -d "$wheels" "$pin" >/dev/null
-fi
-if [ ! -f "$wheels/$wheel" ]; then
-  echo "setup_imgui: pip did not fetch $wheel" >&2
-  exit 1
-fi
-if ! echo "$sha  $wheels/$wheel" | sha256sum -c --status -; then
-  echo "setup_imgui: sha256 mismatch for $wheels/$wheel" >&2
-  rm -f "$wheels/$wheel"
-  exit 1
-fi
+# shellcheck source=scripts/pinned_wheel.sh
+. scripts/pinned_wheel.sh  # (the working folder is the repository root)
+fetch_pinned_wheel setup_imgui "$prefix/wheels" "$pin" "$wheel" "$sha" --platform manylinux_2_28_x86_64 \
+  --python-version 3.12
 
 # Unpack the install tree (include/, lib/) into a fresh directory, then swap it in.
 tmp="$prefix/install.tmp.$$"
 rm -rf "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp"
-python3 - "$wheels/$wheel" "$tmp" <<'PY'
+python3 - "$pinned_wheel" "$tmp" <<'PY'
 import os, sys, zipfile
 marker = "/purelib/imgui/install/"
 with zipfile.ZipFile(sys.argv[1]) as z:

@@ -14,16 +14,8 @@ namespace moc::gui {
 
 
 void draw_breakdown_view(Store& store, UiState& ui) {
-  if (!ImGui::Begin(view_title(View::breakdown))) {
-    ImGui::End();
-    return;
-  }
-  const RunRef a = run_a(ui);
-  if (!a.valid()) {
-    ImGui::TextDisabled("Select a run in Runs.");
-    ImGui::End();
-    return;
-  }
+  RunRef a;
+  if (!begin_run_view(View::breakdown, ui, &a)) return;
   ImGui::TextUnformatted(store.run_label(a).c_str());
   const auto& pts = store.points(a);
   if (ui.breakdown.stale(a, store.generation()))

@@ -61,6 +61,20 @@ void select_run(UiState& ui, const RunRef& r, bool add) {
 RunRef run_a(const UiState& ui) { return ui.selected.empty() ? RunRef{} : ui.selected[0]; }
 RunRef run_b(const UiState& ui) { return ui.selected.size() > 1 ? ui.selected[1] : RunRef{}; }
 
+bool begin_run_view(View v, const UiState& ui, RunRef* a) {
+  if (!ImGui::Begin(view_title(v))) {
+    ImGui::End();
+    return false;
+  }
+  *a = run_a(ui);
+  if (!a->valid()) {
+    ImGui::TextDisabled("Select a run in Runs.");
+    ImGui::End();
+    return false;
+  }
+  return true;
+}
+
 std::int64_t current_point(Store& store, UiState& ui, bool want_profile) {
   const RunRef a = run_a(ui);
   if (!a.valid()) return -1;

@@ -169,16 +169,8 @@ void figure1(Store& store, UiState& ui, const RunRef& a) {
 }  // namespace
 
 void draw_memory_view(Store& store, UiState& ui) {
-  if (!ImGui::Begin(view_title(View::memory))) {
-    ImGui::End();
-    return;
-  }
-  const RunRef a = run_a(ui);
-  if (!a.valid()) {
-    ImGui::TextDisabled("Select a run in Runs.");
-    ImGui::End();
-    return;
-  }
+  RunRef a;
+  if (!begin_run_view(View::memory, ui, &a)) return;
   ImGui::TextUnformatted(store.run_label(a).c_str());
   ImGui::RadioButton("point timeline", &ui.memory_mode, 0);
   ImGui::SameLine();

@@ -31,16 +31,8 @@ bool combo(const char* label, std::string* value, const std::vector<std::string>
 }  // namespace
 
 void draw_sweep_view(Store& store, UiState& ui) {
-  if (!ImGui::Begin(view_title(View::sweep))) {
-    ImGui::End();
-    return;
-  }
-  const RunRef a = run_a(ui);
-  if (!a.valid()) {
-    ImGui::TextDisabled("Select a run in Runs.");
-    ImGui::End();
-    return;
-  }
+  RunRef a;
+  if (!begin_run_view(View::sweep, ui, &a)) return;
   const auto& pts = store.points(a);
   const auto metrics = sweep_metrics(pts);
   const auto axes = varying_axes(pts);

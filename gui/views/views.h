@@ -74,6 +74,9 @@ RunRef run_a(const UiState& ui);
 RunRef run_b(const UiState& ui);
 // The selected point of run A, or its first profiled / first ok point when none is chosen.
 std::int64_t current_point(Store& store, UiState& ui, bool want_profile);
+// Begins a view's window; false (window already ended) when it is not visible or no run is selected (it then
+// says so). On true, *a is run A and the caller ends the window.
+bool begin_run_view(View v, const UiState& ui, RunRef* a);
 // A point picker (combo) over run A's points; returns true when the selection changed.
 bool point_picker(Store& store, UiState& ui, bool want_profile);
 
