@@ -60,6 +60,7 @@ CompareTable build_compare(const std::vector<db::PointRecord>& a, const std::vec
     used[it->first] = true;
     const db::PointRecord& pb = *it->second;
     CompareRow row;
+    row.mode = pa.mode;
     row.label = label_of(pa);
     row.a_point = pa.id;
     row.b_point = pb.id;

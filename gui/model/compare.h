@@ -17,6 +17,7 @@ struct CompareCell {
 };
 
 struct CompareRow {
+  std::string mode;
   std::string label;  // mode and axes
   std::int64_t a_point = 0, b_point = 0;
   std::vector<CompareCell> cells;  // one per CompareTable::metrics

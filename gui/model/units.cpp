@@ -48,7 +48,7 @@ bool is_bytes_metric(const std::string& m) { return ends_with(m, "_bytes"); }
 
 bool is_timed_metric(const std::string& m) {
   if (m.starts_with("profile_")) return false;
-  return ends_with(m, "_ms") || ends_with(m, "_us") || m == "tokens_per_s" || m == "rows_per_s" ||
+  return ends_with(m, "_ms") || ends_with(m, "_us") || m == "ms_per_token" || m == "tokens_per_s" || m == "rows_per_s" ||
          m == "mfu_pct" || m == "model_tflops" || m == "pct_of_floor";
 }
 
@@ -56,7 +56,7 @@ Better better_direction(const std::string& m) {
   if (m == "tokens_per_s" || m == "rows_per_s" || m == "mfu_pct" || m == "model_tflops" || m == "pct_of_floor")
     return Better::higher;
   if (m == "noise" || m.starts_with("profile_") || m.starts_with("loss") || m == "reps") return Better::neither;
-  if (ends_with(m, "_ms") || ends_with(m, "_us") || ends_with(m, "_bytes")) return Better::lower;
+  if (ends_with(m, "_ms") || ends_with(m, "_us") || ends_with(m, "_bytes") || m == "ms_per_token") return Better::lower;
   return Better::neither;
 }
 

@@ -3,6 +3,7 @@
 // where the difference is within both sides' noise.
 #include <imgui.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "gui/model/compare.h"
@@ -32,22 +33,47 @@ void draw_compare_view(Store& store, UiState& ui) {
     ImGui::End();
     return;
   }
-  const int cols = 1 + 3 * static_cast<int>(t.metrics.size());
-  if (ImGui::BeginTable("cmp", cols, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollX |
-                                       ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingFixedFit)) {
-    ImGui::TableSetupScrollFreeze(1, 1);
+  // One table per mode, with the metrics that mode's points have.
+  std::vector<std::string> modes;
+  for (const auto& row : t.rows)
+    if (std::find(modes.begin(), modes.end(), row.mode) == modes.end()) modes.push_back(row.mode);
+  ImGui::BeginChild("tables");
+  for (const auto& mode : modes) {
+    std::vector<std::size_t> cols_of;
+    auto has_metric = [&](const std::string& m) {
+      const auto it = std::find(t.metrics.begin(), t.metrics.end(), m);
+      if (it == t.metrics.end()) return false;
+      const auto i = static_cast<std::size_t>(it - t.metrics.begin());
+      for (const auto& row : t.rows)
+        if (row.mode == mode && row.cells[i].verdict != Verdict::missing) return true;
+      return false;
+    };
+    // median_ms is the same time as latency_us (ffn-decode) and ms_per_token (decode): shown only without them.
+    const bool median_repeats = has_metric("latency_us") || has_metric("ms_per_token");
+    for (std::size_t i = 0; i < t.metrics.size(); ++i)
+      if (has_metric(t.metrics[i]) && !(median_repeats && t.metrics[i] == "median_ms")) cols_of.push_back(i);
+    int rows = 0;
+    for (const auto& row : t.rows) rows += row.mode == mode;
+    ImGui::SeparatorText(mode.empty() ? "(no mode)" : mode.c_str());
+    const int cols = 1 + 3 * static_cast<int>(cols_of.size());
+    const ImVec2 outer(0, (static_cast<float>(rows) + 1.6f) * ImGui::GetFrameHeight() + ImGui::GetStyle().ScrollbarSize);
+    if (!ImGui::BeginTable(("cmp_" + mode).c_str(), cols,
+                           ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_ScrollX,
+                           outer))
+      continue;
     ImGui::TableSetupColumn("point");
-    for (const auto& m : t.metrics) {
-      ImGui::TableSetupColumn((m + " A").c_str());
-      ImGui::TableSetupColumn((m + " B").c_str());
+    for (std::size_t i : cols_of) {
+      ImGui::TableSetupColumn((t.metrics[i] + " A").c_str());
+      ImGui::TableSetupColumn((t.metrics[i] + " B").c_str());
       ImGui::TableSetupColumn("B/A");
     }
     ImGui::TableHeadersRow();
     for (const auto& row : t.rows) {
+      if (row.mode != mode) continue;
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(row.label.c_str());
-      for (std::size_t i = 0; i < t.metrics.size(); ++i) {
+      for (std::size_t i : cols_of) {
         const CompareCell& c = row.cells[i];
         const bool bytes = is_bytes_metric(t.metrics[i]);
         ImGui::TableNextColumn();
@@ -65,6 +91,7 @@ void draw_compare_view(Store& store, UiState& ui) {
     }
     ImGui::EndTable();
   }
+  ImGui::EndChild();
   ImGui::End();
 }
 
