@@ -396,6 +396,10 @@ TEST(GuiUnits, HumanUnits) {
   EXPECT_EQ(format_ns(2.5e6), "2.5 ms");
   EXPECT_EQ(better_direction("mfu_pct"), Better::higher);
   EXPECT_EQ(better_direction("peak_activation_bytes"), Better::lower);
+  EXPECT_EQ(better_direction("ms_per_token"), Better::lower);
+  EXPECT_TRUE(is_timed_metric("ms_per_token"));
+  EXPECT_FALSE(is_timed_metric("peak_bytes"));
+  EXPECT_FALSE(is_timed_metric("profile_traced_ms")) << "the profile pass is not the timed median";
 }
 
 }  // namespace
