@@ -48,6 +48,7 @@ bool Store::refresh() {
         s.db = db::ResultsDb::open(s.path, db::OpenMode::read_only);
         s.error.clear();
         s.data_version = s.db->data_version();
+        profiles_.clear();  // a new file under an old name: its point ids mean other points
         changed = true;
         continue;
       }
