@@ -152,7 +152,8 @@ ImVec4 phase_color(const std::string& phase) {
   if (phase.starts_with("ffn")) return ImVec4(0.93f, 0.75f, 0.25f, 1.0f);
   if (phase == "memcpy" || phase == "memset") return ImVec4(0.85f, 0.40f, 0.85f, 1.0f);
   if (phase == "optimizer") return ImVec4(0.80f, 0.35f, 0.55f, 1.0f);
-  if (phase == "head" || phase == "loss") return ImVec4(0.25f, 0.70f, 0.80f, 1.0f);
+  if (phase == "head") return ImVec4(0.25f, 0.70f, 0.80f, 1.0f);
+  if (phase == "loss") return ImVec4(0.45f, 0.50f, 0.95f, 1.0f);
   // Anything else: a stable hue from the name.
   unsigned h = 2166136261u;
   for (char c : phase) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
