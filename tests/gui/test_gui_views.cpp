@@ -196,21 +196,19 @@ TEST_F(GuiViews, WheelZoomsDragPansAndClickSelectsAKernelWithItsRunStatistics) {
   frames(*d, 1);
   EXPECT_NEAR(st.t0 - t0, -100 * ns_per_px, 3 * ns_per_px);
   EXPECT_TRUE(st.sel_kernel.empty()) << "a drag selects nothing";
-  // Fit, then click the middle of the first op of the CPU lane.
-  st.fit = true;
+  // Show an op of the CPU lane 20 times its width across the lanes, then click its middle.
   io.AddMousePosEvent(-1000, -1000);
-  frames(*d, 2);
+  frames(*d, 1);
   const TimelineLane& lane = st.timeline.lanes[0];
   const auto& first = lane.items[lane.items.size() / 2];
   const double mid = 0.5 * static_cast<double>(first.start + first.end);
-  const float cx = st.lanes_x0 + static_cast<float>((mid - st.t0) / (st.t1 - st.t0) * (st.lanes_x1 - st.lanes_x0));
-  // Zoom in on it first so it is wider than a pixel.
-  io.AddMousePosEvent(cx, y);
+  const double w = std::max(1000.0, 20.0 * static_cast<double>(first.end - first.start));
+  st.t0 = mid - w / 2;
+  st.t1 = mid + w / 2;
   frames(*d, 1);
-  for (int i = 0; i < 6; ++i) {
-    io.AddMouseWheelEvent(0, 5);
-    frames(*d, 1);
-  }
+  const float cx = std::floor(st.lanes_x0 + static_cast<float>((mid - st.t0) / (st.t1 - st.t0)) * (st.lanes_x1 - st.lanes_x0));
+  io.AddMousePosEvent(cx, y);
+  frames(*d, 30);  // half a second after the drag's press: this click is not its double-click
   io.AddMouseButtonEvent(0, true);
   frames(*d, 1);
   io.AddMouseButtonEvent(0, false);
@@ -218,6 +216,7 @@ TEST_F(GuiViews, WheelZoomsDragPansAndClickSelectsAKernelWithItsRunStatistics) {
   ASSERT_FALSE(st.sel_kernel.empty()) << "the click selected the op under the cursor";
   EXPECT_EQ(st.sel_kernel, kernel_name(st.timeline.trace->kernels[static_cast<std::size_t>(first.index)]));
   EXPECT_EQ(st.sel_lane, 0);
+  EXPECT_EQ(st.sel_item, static_cast<int>(lane.items.size() / 2));
   EXPECT_FALSE(st.sel_stats.empty()) << "its statistics over the run's profiled points";
   // Double-click fits the whole trace again.
   io.AddMouseButtonEvent(0, true);
