@@ -181,6 +181,10 @@ bool Dashboard::should_close() const { return glfwWindowShouldClose(window_); }
 int Dashboard::run_until_closed() {
   glfwSwapInterval(1);
   while (!should_close()) {
+    if (glfwGetWindowAttrib(window_, GLFW_ICONIFIED)) {  // nothing to draw (a 0x0 framebuffer): wait
+      glfwWaitEventsTimeout(0.1);
+      continue;
+    }
     frame();
     swap();
   }
