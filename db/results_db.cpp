@@ -4,8 +4,11 @@
 #include "db/results_db.h"
 
 #include <sqlite3.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,7 +16,9 @@
 #include <fstream>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 
 namespace moc::db {
@@ -512,6 +517,11 @@ struct FileState {
 };
 
 FileState inspect(sqlite3* db, const std::string& path) {
+  // One snapshot for the three reads (unless the caller's transaction is one already): between two separate
+  // reads another process creating the file could commit its schema, and a half-made file would look
+  // foreign (tables but no application id yet).
+  std::optional<Transaction> tx;
+  if (sqlite3_get_autocommit(db) != 0) tx.emplace(db, path, "BEGIN", "reading the file's identity");
   FileState s;
   {
     Stmt q(db, path, "PRAGMA application_id", "reading the application id");
@@ -524,6 +534,8 @@ FileState inspect(sqlite3* db, const std::string& path) {
   Stmt q(db, path, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
          "listing the tables");
   while (q.step()) s.tables.push_back(q.text(0));
+  q.reset();
+  if (tx) tx->commit();
   return s;
 }
 
@@ -850,11 +862,22 @@ ResultsDb ResultsDb::open(const std::string& path, OpenMode mode) {
 
   // From here on the file is blank or ours: changing it is allowed.
   if (writing) {
+    // Switching to WAL needs an exclusive lock, and SQLite does not call the busy handler where waiting could
+    // deadlock: processes creating one new file at the same moment see "database is locked". Retry (with a
+    // growing, jittered pause) for as long as the busy timeout.
     std::string journal;
-    {
-      Stmt wal(raw, path, "PRAGMA journal_mode = WAL", "switching to WAL mode");
-      journal = wal.step() ? wal.text(0) : std::string();
-    }  // finalized here: a statement left mid-step would block the migration's COMMIT
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
+    for (int attempt = 0;; ++attempt) {
+      try {
+        Stmt wal(raw, path, "PRAGMA journal_mode = WAL", "switching to WAL mode");
+        journal = wal.step() ? wal.text(0) : std::string();
+        break;
+      } catch (const SqliteError& e) {  // the statement is finalized: it would block the migration's COMMIT
+        if (e.primary_code() != SQLITE_BUSY || std::chrono::steady_clock::now() > deadline) throw;
+        const int pause_us = (500 << std::min(attempt, 5)) + static_cast<int>(::getpid() % 7) * 150;
+        std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+      }
+    }
     if (journal != "wal")
       throw DbError(in_quotes(path) + ": cannot switch to WAL mode (journal mode stays '" + journal +
                     "'); WAL needs a local filesystem with shared memory, not a network share");

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdio>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -583,6 +584,47 @@ TEST_F(ResultsDbStore, MovedHandleKeepsWorking) {
   const auto run = b.begin_run(sample_run());
   a = std::move(b);
   EXPECT_EQ(a.run(run)->status, "running");
+}
+
+// Issue 16: N processes creating the same new file at the same moment all succeed (the WAL switch and the
+// schema setup wait for each other instead of failing with "database is locked").
+TEST_F(ResultsDbStore, ConcurrentCreatorsOfOneNewFileAllSucceed) {
+  constexpr int kProcs = 8;
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const auto path = file("race" + std::to_string(round) + ".db");
+    int go[2];
+    ASSERT_EQ(::pipe(go), 0);
+    std::vector<pid_t> kids;
+    for (int k = 0; k < kProcs; ++k) {
+      const pid_t pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        ::close(go[1]);
+        char c = 0;
+        if (::read(go[0], &c, 1) != 0) ::_exit(3);  // released together when the parent closes the pipe
+        int code = 0;
+        try {
+          auto db = ResultsDb::open(path, OpenMode::read_write);
+          db.begin_run(sample_run());
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "creator %d: %s\n", k, e.what());
+          code = 1;
+        }
+        ::_exit(code);
+      }
+      kids.push_back(pid);
+    }
+    ::close(go[0]);
+    ::close(go[1]);  // go
+    for (pid_t pid : kids) {
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a creator failed (its message is above)";
+    }
+    const auto db = ResultsDb::open(path, OpenMode::read_only);
+    EXPECT_EQ(db.runs().size(), static_cast<std::size_t>(kProcs));
+  }
 }
 
 TEST_F(ResultsDbStore, WriterKilledMidRunLeavesTheRunReadableWithItsCommittedPoints) {
