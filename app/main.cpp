@@ -522,7 +522,7 @@ int main(int argc, char** argv) {
   auto* q = run->add_flag("--quiet", run_quiet, "No progress or summary");
   run->add_flag("--json", run_json, "One JSON object per point on stdout")->excludes(q);
   run->add_option("--only", run_opt.only, "Run only the points with axis=value (repeatable, all must match)");
-  run->add_option("--cpu-memory-limit-mib", run_mem_mib, "CPU backend memory limit (points beyond it are stored as oom)");
+  run->add_option("--cpu-memory-limit-mib", run_mem_mib, "CPU backend memory limit (points beyond it are stored as oom; default: the memory available less a margin)");
   run->add_flag("--no-profile", run_opt.no_profile, "No profile pass, whatever the scenario's [profile] says");
 
   std::string db_path = "mocbench.db";

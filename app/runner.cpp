@@ -1,5 +1,7 @@
 #include "app/runner.h"
 
+#include "app/host_memory.h"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -225,6 +227,7 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string status = "ok";
   int ok = 0, oom = 0, failed = 0;
+  std::string host_limit_note;  // how the CPU backend's memory limit was set, for an oom point's message
   for (std::size_t i = 0; i < points.size(); ++i) {
     const auto& p = points[i];
     if (!quiet && !json) {
@@ -246,7 +249,19 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
 #ifdef MOCBENCH_HAVE_CUDA
       if (backend == "cuda") ops = cuda::make_cuda_ops(0);
 #endif
-      if (!ops) ops = make_cpu_ops(opt.cpu_memory_limit_bytes);
+      if (!ops) {
+        // By default the host's available memory (read again for each point) less a margin: a point that
+        // cannot fit is OutOfMemory, not a process the kernel's OOM killer ends.
+        std::size_t limit = opt.cpu_memory_limit_bytes;
+        host_limit_note.clear();
+        if (limit == 0)
+          if (const auto hm = host_memory_available()) {
+            limit = default_cpu_memory_limit(*hm);
+            host_limit_note = " (the default limit: " + std::to_string(hm->available_bytes >> 20) + " MiB available per " +
+                              hm->source + " less a margin; --cpu-memory-limit-mib sets another)";
+          }
+        ops = make_cpu_ops(limit);
+      }
       PointSpec spec = to_spec(p, opt.no_profile);
 #ifdef MOCBENCH_HAVE_CUDA
       if (backend == "cuda") spec.peak_flops = dense_bf16_peak_flops(cuda::list_gpus().at(0));
@@ -260,7 +275,7 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
       rec.error = "stopped by SIGINT";
     } catch (const OutOfMemory& e) {
       rec.status = "oom";
-      rec.error = e.what();
+      rec.error = std::string(e.what()) + host_limit_note;
       ++oom;
     } catch (const std::exception& e) {
       rec.status = "failed";

@@ -11,7 +11,8 @@ struct RunOptions {
   std::string device;            // empty: the scenario's device
   bool dry_run = false;
   enum class Output { progress, quiet, json } output = Output::progress;
-  std::size_t cpu_memory_limit_bytes = 0;  // 0: unlimited (tests provoke OOM with a limit)
+  // CPU backend memory limit; 0: the host memory available less a margin (app/host_memory.h)
+  std::size_t cpu_memory_limit_bytes = 0;
   // "axis=value" filters: only the points whose axis (or mode) has that value run; all filters must match.
   std::vector<std::string> only;
   bool no_profile = false;  // --no-profile: no profile pass, whatever the scenario's [profile] says

@@ -37,8 +37,9 @@ struct Result {
 };
 
 // Runs the executable with arguments (no shell quoting needed for the paths used here); stdout captured.
-Result mocbench(const std::string& args) {
-  const std::string cmd = std::string(MOCBENCH_BIN) + " " + args + " 2>&1";
+// env: "NAME=value ..." set for this command only ("" for none).
+Result mocbench_env(const std::string& env, const std::string& args) {
+  const std::string cmd = (env.empty() ? std::string() : "env " + env + " ") + std::string(MOCBENCH_BIN) + " " + args + " 2>&1";
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -49,6 +50,8 @@ Result mocbench(const std::string& args) {
   r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
 }
+
+Result mocbench(const std::string& args) { return mocbench_env("", args); }
 
 class Cli : public ::testing::Test {
  protected:
@@ -233,6 +236,44 @@ seq = [16]
   EXPECT_NE(pts[1].error.find("limit"), std::string::npos) << pts[1].error;
   EXPECT_EQ(pts[2].status, "ok") << "the sweep goes on after an OOM point";
   EXPECT_EQ(store.run(1)->status, "ok");
+}
+
+// Issue 16: without --cpu-memory-limit-mib the CPU backend's limit is the host memory available less a
+// margin, so a point that cannot fit is an `oom` point, not a process the OOM killer ends. The available
+// memory is made artificially small (258 MiB less the 256 MiB margin: 2 MiB); nothing here allocates the
+// machine's memory.
+TEST_F(Cli, PointBeyondTheAvailableHostMemoryIsStoredAsOomByDefault) {
+  const std::string sc = write("oom_host.toml", R"(name = "oom_host"
+device = "cpu"
+[model]
+preset = "tiny"
+[measure]
+warmup = 0
+min_reps = 1
+max_reps = 1
+[axes]
+mode = ["ffn-train"]
+batch = [1, 512, 2]
+seq = [16]
+)");
+  const std::string db = path("h.db");
+  auto r = mocbench_env("MOCBENCH_HOST_MEMORY_MIB=258", "run " + sc + " --db " + db);
+  EXPECT_EQ(r.code, 0) << r.out;
+  auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
+  const auto pts = store.points(1);
+  ASSERT_EQ(pts.size(), 3u);
+  EXPECT_EQ(pts[0].status, "ok");
+  EXPECT_EQ(pts[1].status, "oom");
+  EXPECT_NE(pts[1].error.find("host memory limit of 2.00 MiB"), std::string::npos) << pts[1].error;
+  EXPECT_NE(pts[1].error.find("258 MiB available per MOCBENCH_HOST_MEMORY_MIB"), std::string::npos) << pts[1].error;
+  EXPECT_EQ(pts[2].status, "ok") << "the sweep goes on";
+  // An explicit limit wins over the default.
+  const std::string db2 = path("h2.db");
+  r = mocbench_env("MOCBENCH_HOST_MEMORY_MIB=258", "run " + sc + " --db " + db2 + " --cpu-memory-limit-mib 64");
+  EXPECT_EQ(r.code, 0) << r.out;
+  const auto pts2 = db::ResultsDb::open(db2, db::OpenMode::read_only).points(1);
+  ASSERT_EQ(pts2.size(), 3u);
+  EXPECT_EQ(pts2[1].status, "ok") << pts2[1].error;
 }
 
 TEST_F(Cli, SigintStoresTheCurrentPointAsInterrupted) {
