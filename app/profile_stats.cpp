@@ -80,12 +80,10 @@ std::vector<Cell> stat_cells(const DurationStats& s, double grand) {
           s.max, s.stddev};
 }
 
-std::string merged_name(const std::string& name) {
-  return name.starts_with("layer.") ? std::string("layer") : name;
-}
-
-// The paper's parts, indexed as prof::PaperPart.
-enum Part { kGate, kUpDown, kTopk, kOther, kParts };
+// The paper's parts as array indices (prof::PaperPart's values).
+constexpr int kGate = static_cast<int>(prof::PaperPart::gate), kUpDown = static_cast<int>(prof::PaperPart::up_down),
+              kTopk = static_cast<int>(prof::PaperPart::topk), kOther = static_cast<int>(prof::PaperPart::other),
+              kParts = prof::kPaperParts;
 
 // Every kernel, memcpy and memset of the trace as (range, duration, is a kernel).
 struct Op {
@@ -144,11 +142,7 @@ DurationStats duration_stats(std::vector<std::int64_t> d) {
   return s;
 }
 
-std::string phase_of(const prof::ProfileTrace& t, std::int64_t range_id) {
-  for (const auto& r : t.ranges)
-    if (r.id == range_id) return merged_name(r.name);
-  return "(none)";
-}
+std::string phase_of(const prof::ProfileTrace& t, std::int64_t range_id) { return prof::PhaseIndex(t).phase(range_id); }
 
 // A table of duration statistics per name (nsys's *_sum reports): one row per group, by total time, with
 // `extra` text columns before the name column.
@@ -388,14 +382,14 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
     }
   }
   if (!decode && all_parts && total_found) timed_part[kOther] = timed_total - timed_sum;
-  const char* labels[kParts] = {"gate", "up & down", "top-K", "other"};
   auto share = [](const Cell& v, double total, bool have_total) -> Cell {
     if (!have_total || total <= 0 || !std::holds_alternative<double>(v)) return std::monostate{};
     return 100.0 * std::get<double>(v) / total;
   };
   for (int p : {kGate, kUpDown, kTopk, kOther}) {
     const Cell prof_cell = prof_part[p];
-    bd.rows.push_back({std::string(labels[p]), prof_cell, timed_part[p], share(prof_cell, prof_total, true),
+    bd.rows.push_back({std::string(prof::paper_part_label(static_cast<prof::PaperPart>(p))), prof_cell, timed_part[p],
+                       share(prof_cell, prof_total, true),
                        share(timed_part[p], timed_total, total_found)});
   }
   const Cell timed_total_cell = total_found ? Cell(timed_total) : Cell(std::monostate{});

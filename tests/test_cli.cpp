@@ -210,8 +210,8 @@ TEST_F(Cli, RunListShowExportCompare) {
   EXPECT_EQ(mocbench("--help").code, 0);
 }
 
-TEST_F(Cli, OutOfMemoryPointIsStoredAndTheSweepGoesOn) {
-  const std::string sc = write("oom.toml", R"(name = "oom_study"
+// Three ffn-train points on the tiny preset: batch 1 and 2 fit in 2 MiB, batch 512 x 16 rows of d_ffn 85 does not.
+constexpr const char* kOomScenario = R"(name = "oom_study"
 device = "cpu"
 [model]
 preset = "tiny"
@@ -223,7 +223,10 @@ max_reps = 1
 mode = ["ffn-train"]
 batch = [1, 512, 2]
 seq = [16]
-)");
+)";
+
+TEST_F(Cli, OutOfMemoryPointIsStoredAndTheSweepGoesOn) {
+  const std::string sc = write("oom.toml", kOomScenario);
   const std::string db = path("o.db");
   // 2 MiB: batch 1 and 2 fit, batch 512 x 16 rows of d_ffn 85 does not.
   auto r = mocbench("run " + sc + " --db " + db + " --cpu-memory-limit-mib 2");
@@ -243,19 +246,7 @@ seq = [16]
 // memory is made artificially small (258 MiB less the 256 MiB margin: 2 MiB); nothing here allocates the
 // machine's memory.
 TEST_F(Cli, PointBeyondTheAvailableHostMemoryIsStoredAsOomByDefault) {
-  const std::string sc = write("oom_host.toml", R"(name = "oom_host"
-device = "cpu"
-[model]
-preset = "tiny"
-[measure]
-warmup = 0
-min_reps = 1
-max_reps = 1
-[axes]
-mode = ["ffn-train"]
-batch = [1, 512, 2]
-seq = [16]
-)");
+  const std::string sc = write("oom_host.toml", kOomScenario);
   const std::string db = path("h.db");
   auto r = mocbench_env("MOCBENCH_HOST_MEMORY_MIB=258", "run " + sc + " --db " + db);
   EXPECT_EQ(r.code, 0) << r.out;

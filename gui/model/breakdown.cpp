@@ -81,7 +81,8 @@ BreakdownData build_breakdown(const std::vector<db::PointRecord>& points, const 
   for (const auto& a : varying)
     if (a != "mode") label_axes.push_back(a);
   d.label_axes = label_axes;
-  std::map<std::string, std::size_t> group_of, phase_of;
+  std::map<std::string, std::size_t> group_of, phases_of;
+  std::vector<std::vector<double>> other;  // per d.phases entry: each point's "other"
   // The phases that partition a step, in stacking order; nested ones (forward, layer.N, ffn.gate) are not.
   static const char* kLeaves[] = {"embedding", "attention", "ffn", "ffn.decode", "head", "loss", "optimizer", "sample"};
   for (const auto& p : points) {
@@ -96,11 +97,12 @@ BreakdownData build_breakdown(const std::vector<db::PointRecord>& points, const 
     }
     const double step = metric_of(p, "phase_step_ms");
     if (std::isnan(step)) continue;
-    auto [pit, pfresh] = phase_of.emplace(p.mode, d.phases.size());
+    auto [pit, pfresh] = phases_of.emplace(p.mode, d.phases.size());
     if (pfresh) {
       PhaseBars pb;
       pb.mode = p.mode;
       d.phases.push_back(std::move(pb));
+      other.emplace_back();
     }
     PhaseBars& pb = d.phases[pit->second];
     const std::size_t col = pb.labels.size();
@@ -123,34 +125,21 @@ BreakdownData build_breakdown(const std::vector<db::PointRecord>& points, const 
       row[col] = v;
       sum += v;
     }
-    auto it = std::find(pb.phases.begin(), pb.phases.end(), "other");
-    if (it == pb.phases.end()) {
-      pb.phases.push_back("other");
-      pb.ms.emplace_back(col, 0.0);
-      it = pb.phases.end() - 1;
-    }
-    auto& other = pb.ms[static_cast<std::size_t>(it - pb.phases.begin())];
-    other.resize(col + 1, 0.0);
-    other[col] = std::max(0.0, step - sum);
+    other[pit->second].push_back(std::max(0.0, step - sum));
   }
-  // A mode whose steps have no partitioning phase timed (a decode step replayed from a CUDA graph: only the
-  // step range is timed) would be one "other" bar per point: leave it out.
-  d.phases.erase(std::remove_if(d.phases.begin(), d.phases.end(),
-                                [](const PhaseBars& pb) { return pb.phases.size() == 1 && pb.phases[0] == "other"; }),
-                 d.phases.end());
-  // Keep "other" last and every row as long as the labels.
-  for (auto& pb : d.phases) {
-    auto it = std::find(pb.phases.begin(), pb.phases.end(), "other");
-    if (it != pb.phases.end() && it != pb.phases.end() - 1) {
-      const auto i = static_cast<std::size_t>(it - pb.phases.begin());
-      auto row = pb.ms[i];
-      pb.phases.erase(it);
-      pb.ms.erase(pb.ms.begin() + static_cast<std::ptrdiff_t>(i));
-      pb.phases.push_back("other");
-      pb.ms.push_back(std::move(row));
-    }
+  // "other" (the step less its partitioning phases) goes on top; a mode whose steps have no partitioning
+  // phase timed (a decode step replayed from a CUDA graph: only the step range is timed) would be one
+  // "other" bar per point: it is left out.
+  std::vector<PhaseBars> kept;
+  for (std::size_t i = 0; i < d.phases.size(); ++i) {
+    PhaseBars& pb = d.phases[i];
+    if (pb.phases.empty()) continue;
+    pb.phases.push_back("other");
+    pb.ms.push_back(std::move(other[i]));
     for (auto& row : pb.ms) row.resize(pb.labels.size(), 0.0);
+    kept.push_back(std::move(pb));
   }
+  d.phases = std::move(kept);
   return d;
 }
 

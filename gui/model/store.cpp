@@ -10,6 +10,15 @@ namespace {
 const std::vector<db::PointRecord> kNoPoints;
 const std::vector<db::MemEventRecord> kNoEvents;
 constexpr std::size_t kMaxCachedProfiles = 8;  // a profile can hold a million kernels
+
+// What tells whether a file that could not be opened has changed since: missing, or its size and mtime.
+std::string file_stamp(const std::string& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return "missing";
+  const auto mtime = std::filesystem::last_write_time(path, ec);
+  return std::to_string(size) + "@" + std::to_string(ec ? 0 : mtime.time_since_epoch().count());
+}
 }  // namespace
 
 int Store::open(const std::string& path) {
@@ -20,6 +29,7 @@ int Store::open(const std::string& path) {
     s.data_version = s.db->data_version();
   } catch (const std::exception& e) {
     s.error = e.what();
+    s.failed_stamp = file_stamp(path);
   }
   sources_.push_back(std::move(s));
   reload_runs();
@@ -42,9 +52,11 @@ bool Store::refresh() {
   for (auto& s : sources_) {
     try {
       if (!s.db) {
-        // A file that did not exist (or was empty) when opened may have been created by a run since.
-        std::error_code ec;
-        if (!std::filesystem::exists(s.path, ec)) continue;
+        // A file that could not be opened is tried again only once it has changed (a run created it, or
+        // finished writing an empty one): not every poll.
+        const std::string stamp = file_stamp(s.path);
+        if (stamp == s.failed_stamp) continue;
+        s.failed_stamp = stamp;
         s.db = db::ResultsDb::open(s.path, db::OpenMode::read_only);
         s.error.clear();
         s.data_version = s.db->data_version();
@@ -60,6 +72,7 @@ bool Store::refresh() {
     } catch (const std::exception& e) {
       if (s.error != e.what()) changed = true;
       s.error = e.what();
+      if (s.db) s.failed_stamp = file_stamp(s.path);
       s.db.reset();
     }
   }

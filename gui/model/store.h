@@ -38,6 +38,7 @@ struct Source {
   std::optional<db::ResultsDb> db;
   std::string error;
   std::int64_t data_version = -1;
+  std::string failed_stamp;  // the file's existence, size and mtime when opening it last failed
 };
 
 class Store {

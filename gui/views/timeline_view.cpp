@@ -108,9 +108,8 @@ void selection_panel(Store& store, UiState& ui, const RunRef& a) {
     ImGui::EndTable();
   }
 }
-}  // namespace
-
 void draw_timeline_lanes(Store& store, UiState& ui, const RunRef& a, float height);
+}  // namespace
 
 void draw_timeline_view(Store& store, UiState& ui) {
   if (!ImGui::Begin(view_title(View::timeline))) {
@@ -151,6 +150,7 @@ void draw_timeline_view(Store& store, UiState& ui) {
   ImGui::End();
 }
 
+namespace {
 void draw_timeline_lanes(Store& store, UiState& ui, const RunRef& a, float height) {
   TimelineState& st = ui.timeline;
   const Timeline& tl = st.timeline;
@@ -278,5 +278,7 @@ void draw_timeline_lanes(Store& store, UiState& ui, const RunRef& a, float heigh
     }
   }
 }
+
+}  // namespace
 
 }  // namespace moc::gui
