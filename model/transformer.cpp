@@ -176,9 +176,9 @@ Tensor Transformer::run_layers(const Tensor& tokens, int batch, int seq, Mode mo
       s.k = o.empty({batch, seq, kvh, hd}, act, tag(ActModule::attention, l));
       s.v = o.empty({batch, seq, kvh, hd}, act, tag(ActModule::attention, l));
       Tensor q2 = s.q.reshape({n, h * hd}), k2 = s.k.reshape({n, kvh * hd}), v2 = s.v.reshape({n, kvh * hd});
-      o.gemm(s.xn1, false, lp.wq->value, false, q2);
-      o.gemm(s.xn1, false, lp.wk->value, false, k2);
-      o.gemm(s.xn1, false, lp.wv->value, false, v2);
+      proj(s.xn1, *lp.wq, q2);
+      proj(s.xn1, *lp.wk, k2);
+      proj(s.xn1, *lp.wv, v2);
       Tensor q3 = s.q.reshape({n, h, hd}), k3 = s.k.reshape({n, kvh, hd});
       o.rope(q3, pos, cfg_.rope_theta, false);
       o.rope(k3, pos, cfg_.rope_theta, false);
@@ -190,7 +190,8 @@ Tensor Transformer::run_layers(const Tensor& tokens, int batch, int seq, Mode mo
       // h_mid = h_in + attn W_o: the projection accumulates into a copy of the residual stream.
       s.h_mid = o.empty({n, d}, act, tag(ActModule::residual, l));
       o.copy(s.h_mid, hcur);
-      o.gemm(s.attn.reshape({n, d}), false, lp.wo->value, false, s.h_mid, 1.0f, 1.0f);
+      Tensor attn2 = s.attn.reshape({n, d});
+      proj(attn2, *lp.wo, s.h_mid, 1.0f);
     }
     {
       ScopedRange sr(ranges_, "ffn");
@@ -227,7 +228,7 @@ Tensor Transformer::head_logits(const Tensor& xf, bool keep) {
   // fp32 and its gradient overwrites them in place, so the backward GEMMs read bf16); inference returns f32.
   Tensor logits = ops_->empty({xf.rows(), cfg_.vocab}, keep ? cfg_.act_dtype : DType::f32,
                               keep ? activation_tag(ActModule::head) : workspace_tag());
-  ops_->gemm(xf, false, lm_head_->value, false, logits);
+  proj(xf, *lm_head_, logits);
   return logits;
 }
 
@@ -374,8 +375,16 @@ KvCache Transformer::make_kv_cache(int batch, int max_seq) {
   return c;
 }
 
-void Transformer::prepare_decode() {
-  if (decode_layout_) return;
+void Transformer::proj(const Tensor& x, const Param& w, Tensor& out, float beta) {
+  ops_->gemm(x, false, w.value, proj_transposed_, out, 1.0f, beta);
+}
+
+void Transformer::prepare_decode(DecodeImpl impl) {
+  const bool want_proj = impl == DecodeImpl::persistent;
+  if (decode_layout_ && (proj_transposed_ || !want_proj)) {
+    decode_impl_ = impl;
+    return;
+  }
   Ops& o = *ops_;
   // A one-time host transpose (the model knows no device code); each weight is replaced as it is done,
   // so at most one extra copy of one matrix is alive.
@@ -397,11 +406,21 @@ void Transformer::prepare_decode() {
     p.value = t;
     p.grad.reset();
   };
-  for (auto& lp : layers_) {
-    transpose(*lp.w_gate);
-    transpose(*lp.w_up);
+  if (!decode_layout_)
+    for (auto& lp : layers_) {
+      transpose(*lp.w_gate);
+      transpose(*lp.w_up);
+    }
+  if (want_proj && !proj_transposed_) {
+    // The persistent step reads every projection as [out, in] rows; prefill and the kernel path pass
+    // trans_b to the GEMMs instead.
+    for (auto& lp : layers_)
+      for (Param* p : {lp.wq, lp.wk, lp.wv, lp.wo}) transpose(*p);
+    transpose(*lm_head_);
+    proj_transposed_ = true;
   }
   decode_layout_ = true;
+  decode_impl_ = impl;
 }
 
 Tensor Transformer::prefill(const Tensor& tokens, int batch, int seq, KvCache& cache) {
@@ -415,6 +434,7 @@ Tensor Transformer::prefill(const Tensor& tokens, int batch, int seq, KvCache& c
 }
 
 void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& cache, Tensor& logits) {
+  if (decode_impl_ == DecodeImpl::persistent) return decode_step_fused(tokens, pos, cache, logits);
   Ops& o = *ops_;
   const int b = cache.batch, d = cfg_.hidden, h = cfg_.heads, kvh = cfg_.kv_heads, hd = cfg_.head_dim();
   const DType act = cfg_.act_dtype;
@@ -432,14 +452,14 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
     {
       ScopedRange sr(ranges_, "attention");
       o.rmsnorm_forward(x, lp.attn_norm->value, cfg_.norm_eps, xn, rstd);
-      o.gemm(xn, false, lp.wq->value, false, q2);
-      o.gemm(xn, false, lp.wk->value, false, k2);
-      o.gemm(xn, false, lp.wv->value, false, v2);
+      proj(xn, *lp.wq, q2);
+      proj(xn, *lp.wk, k2);
+      proj(xn, *lp.wv, v2);
       o.rope(q, pos, cfg_.rope_theta, false);
       o.rope(k3, pos, cfg_.rope_theta, false);
       o.kv_cache_write(k, v, pos, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)]);
       o.attention_decode(q, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)], pos, attn);
-      o.gemm(attn2, false, lp.wo->value, false, x, 1.0f, 1.0f);  // residual add in place
+      proj(attn2, *lp.wo, x, 1.0f);  // residual add in place
     }
     {
       ScopedRange sr(ranges_, "ffn");
@@ -450,7 +470,54 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
   }
   ScopedRange sr(ranges_, "head");
   o.rmsnorm_forward(x, final_norm_->value, cfg_.norm_eps, xn, rstd);
-  o.gemm(xn, false, lm_head_->value, false, logits);
+  proj(xn, *lm_head_, logits);
+}
+
+void Transformer::decode_step_fused(const Tensor& tokens, const Tensor& pos, KvCache& cache, Tensor& logits) {
+  if (!proj_transposed_) throw std::logic_error("decode_step: the persistent step needs prepare_decode(persistent)");
+  ScopedRange sr(ranges_, "decode.persistent");
+  DecodeStepArgs a;
+  a.tokens = &tokens;
+  a.pos = &pos;
+  a.embed = &embed_->value;
+  a.final_norm = &final_norm_->value;
+  a.lm_head_t = &lm_head_->value;
+  a.logits = &logits;
+  a.heads = cfg_.heads;
+  a.kv_heads = cfg_.kv_heads;
+  a.norm_eps = cfg_.norm_eps;
+  a.rope_theta = cfg_.rope_theta;
+  a.act_dtype = cfg_.act_dtype;
+  const MocSelect sel = cfg_.ffn.selection();
+  if (cfg_.ffn.kind == FfnKind::moc) a.sel = &sel;
+  // Padded FFN weights ([ffn_cols, d]): the step sees the first d_ffn rows, as Ffn::decode does.
+  const std::int64_t F = cfg_.d_ffn;
+  std::vector<Tensor> views;
+  views.reserve(static_cast<std::size_t>(cfg_.layers) * 3);
+  for (int l = 0; l < cfg_.layers; ++l) {
+    const auto& lp = layers_[static_cast<std::size_t>(l)];
+    for (const Param* p : {lp.w_gate, lp.w_up, lp.w_down}) views.push_back(p->value.slice0(0, F));
+  }
+  for (int l = 0; l < cfg_.layers; ++l) {
+    const auto& lp = layers_[static_cast<std::size_t>(l)];
+    const std::size_t i = static_cast<std::size_t>(l);
+    DecodeStepLayer L{};
+    L.attn_norm = &lp.attn_norm->value;
+    L.wq_t = &lp.wq->value;
+    L.wk_t = &lp.wk->value;
+    L.wv_t = &lp.wv->value;
+    L.wo_t = &lp.wo->value;
+    L.ffn_norm = &lp.ffn_norm->value;
+    L.ffn = {&views[3 * i], &views[3 * i + 1], &views[3 * i + 2]};
+    L.k_cache = &cache.k[i];
+    L.v_cache = &cache.v[i];
+    if (a.sel) {
+      L.force_idx = ffns_[i].forced_selection();
+      L.idx_out = ffns_[i].selection_record(cache.batch);
+    }
+    a.layers.push_back(L);
+  }
+  ops_->decode_step(a);
 }
 
 }  // namespace moc

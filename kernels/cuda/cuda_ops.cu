@@ -488,6 +488,13 @@ void CudaOps::ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSe
   cuda::ffn_decode(*this, x, w, sel, out, force_idx, idx_out, parts);
 }
 
+void CudaOps::decode_step(const DecodeStepArgs& a) { cuda::decode_step(*this, a); }
+
+void CudaOps::ffn_decode_layers(const Tensor& x, const std::vector<DecodeFfnWeights>& layers, const MocSelect* sel,
+                                Tensor& out) {
+  cuda::ffn_decode_layers(*this, x, layers, sel, out);
+}
+
 // ================================================================ entry points
 
 bool gpu_available() {

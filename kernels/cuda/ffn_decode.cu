@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/decode_device.cuh"
 #include "kernels/cuda/ffn_decode.cuh"
 #include "kernels/cuda/kernels.h"
 
@@ -23,7 +24,7 @@ namespace ffn {
 namespace {
 
 namespace cg = cooperative_groups;
-using bf16 = __nv_bfloat16;
+using namespace moc::cuda::dev;  // ld_stream, prefetch_l2, bf_lo/bf_hi, silu_f, keys (decode_device.cuh)
 
 constexpr int kThreads = 256;  // gate, up/down and prep kernels: 8 warps per block
 constexpr int kWarps = kThreads / 32;
@@ -58,14 +59,6 @@ inline std::size_t align256(std::size_t n) { return (n + 255) & ~std::size_t(255
 // ---------------------------------------------------------------------------------------------------------
 // Device helpers
 
-// Weights are read once per call: no L1 allocation, 256-byte L2 prefetch.
-__device__ __forceinline__ uint4 ld_stream(const bf16* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 // x is small and read by every block: cached.
 __device__ __forceinline__ uint4 ld_x(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
@@ -101,10 +94,6 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
-// Asks L2 for `bytes` (a multiple of 16) at a 16-byte aligned address (a hint: no effect on results).
-__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
 // The W_up and W_down rows of channel j (row_bytes each) into L2, for the up/down kernel that follows.
 __device__ __forceinline__ void prefetch_rows(const void* wu, const void* wd, unsigned row_bytes, int j) {
   const std::size_t o = static_cast<std::size_t>(j) * row_bytes;
@@ -112,11 +101,7 @@ __device__ __forceinline__ void prefetch_rows(const void* wu, const void* wd, un
   prefetch_l2(static_cast<const unsigned char*>(wd) + o, row_bytes);
 }
 
-__device__ __forceinline__ float bf_lo(unsigned u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
 
-// Same formula and rounding as the CPU twin's silu.
-__device__ __forceinline__ float silu_f(float g) { return g * (1.0f / (1.0f + expf(-g))); }
 
 __device__ __forceinline__ unsigned warp_incl_scan(unsigned v, int lane) {
 #pragma unroll
@@ -154,21 +139,6 @@ __device__ __forceinline__ void zero_part(uint4* p, unsigned n16, unsigned part,
   for (unsigned i = b + threadIdx.x; i < e; i += static_cast<unsigned>(nthreads)) p[i] = make_uint4(0, 0, 0, 0);
 }
 
-// The value a channel is ranked by (NaN as -inf, -0 as +0) and its order-preserving key: larger value,
-// larger key; every real key is >= key(-inf) = 0x007fffff > 0.
-__device__ __forceinline__ float rank_value(float g, int rule) {
-  float v = g;
-  if (rule == static_cast<int>(SelectRule::silu)) v = silu_f(g);
-  if (rule == static_cast<int>(SelectRule::abs_silu)) v = fabsf(silu_f(g));
-  if (v != v) v = -INFINITY;
-  if (v == 0.0f) v = 0.0f;
-  return v;
-}
-__device__ __forceinline__ unsigned key_of(float v) {
-  const unsigned u = __float_as_uint(v);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-__device__ __forceinline__ unsigned sel_key(float g, int rule) { return key_of(rank_value(g, rule)); }
 
 // Best `take` of len keys (larger key first, ties to the lower channel): returns the take-th best as
 // (key, channel); a channel is kept iff (key > bk) || (key == bk && j <= bj).
