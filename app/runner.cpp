@@ -97,6 +97,16 @@ std::string axes_text(const ScenarioPoint& p) {
   return t;
 }
 
+// Best effort: when even this write fails, the run is left "running" and a later writer marks it abandoned.
+void mark_failed(db::ResultsDb& store, std::int64_t run_id, const std::string& error) noexcept {
+  try {
+    store.finish_run(run_id, "failed", unix_ms(), error);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\nmocbench: run %lld could not be marked failed: %s\n", static_cast<long long>(run_id),
+                 e.what());
+  }
+}
+
 PointSpec to_spec(const ScenarioPoint& p, bool no_profile) {
   PointSpec s;
   s.mode = p.mode;
@@ -290,7 +300,15 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
                      e.tag.layer, e.bytes});
     if (!out.profile_note.empty())
       std::fprintf(stderr, "\nmocbench: point %d not profiled: %s\n", p.index, out.profile_note.c_str());
-    store.add_point(rec, ranges, mem, out.profile ? &*out.profile : nullptr);
+    try {
+      store.add_point(rec, ranges, mem, out.profile ? &*out.profile : nullptr);
+    } catch (const std::exception& e) {
+      // The run stops on a database error (disk full, I/O error): close it as failed where the file can still
+      // be written, so it does not stay "running"; the caller reports the error either way.
+      std::signal(SIGINT, previous);
+      mark_failed(store, run_id, e.what());
+      throw;
+    }
     if (json) {
       std::printf("{\"index\":%zu,\"mode\":\"%s\",\"status\":\"%s\"", i, p.mode.c_str(), rec.status.c_str());
       for (const auto& [k, v] : p.axes) std::printf(",\"%s\":\"%s\"", json_escape(k).c_str(), json_escape(v).c_str());

@@ -3,11 +3,13 @@
 // cannot bind); every return code is checked; errors name the file, the operation and SQLite's message.
 #include "db/results_db.h"
 
+#include <signal.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include <initializer_list>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
@@ -320,6 +323,17 @@ INSERT INTO profiles (point_id, source, steps, start, end, droppedRecords)
   SELECT point_id, 'v2-ops', 1, min(start_ns), max(end_ns), 0 FROM ops GROUP BY point_id ORDER BY point_id;
 DROP TABLE ops;
 )sql",
+    // 3 -> 4: the process that records each run (host, boot, pid namespace, pid and its start time), so a
+    // run whose process died reads as "abandoned"; why a run failed or was abandoned. Runs recorded before
+    // keep pid 0: their process is unknown, and they stay as they were.
+    R"sql(
+ALTER TABLE runs ADD COLUMN error TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN host TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN boot_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN pid_namespace TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN pid INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN process_start_ticks INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 // The tables a file of the current version must have.
@@ -605,9 +619,68 @@ void check_one_of(const std::string& path, const std::string& value, std::initia
   throw DbError(in_quotes(path) + ": " + what + " '" + value + "' is not one of " + list);
 }
 
+RunWriter read_writer(const Stmt& q, int first_column) {
+  RunWriter w;
+  w.host = q.text(first_column);
+  w.boot_id = q.text(first_column + 1);
+  w.pid_namespace = q.text(first_column + 2);
+  w.pid = q.i64(first_column + 3);
+  w.start_ticks = q.i64(first_column + 4);
+  return w;
+}
+
+std::int64_t now_unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Why a run of `w` is abandoned (writer_state(w, here) == gone), for RunRecord::error.
+std::string abandoned_because(const RunWriter& w, const RunWriter& here) {
+  const std::string process = "process " + std::to_string(w.pid) + " on " + w.host;
+  if (w.boot_id != here.boot_id) return process + " ended when the host restarted, before finishing the run";
+  return process + " ended without finishing the run (killed, out of memory, or crashed)";
+}
+
+// A "running" run whose process is gone reads as abandoned. `here` is looked up on first need.
+void report_abandoned(RunRecord& r, std::optional<RunWriter>& here) {
+  if (r.status != "running" || r.writer.pid == 0) return;
+  if (!here) here = this_process();
+  if (writer_state(r.writer, *here) != WriterState::gone) return;
+  r.status = "abandoned";
+  r.error = abandoned_because(r.writer, *here);
+}
+
+// The next writer records what readers infer, so the file itself says so (to a copy read on another host
+// too). Once gone a process never comes back, so looking before the write lock is safe; a run finished
+// meanwhile is left alone.
+void mark_abandoned(sqlite3* db, const std::string& path) {
+  std::vector<std::pair<std::int64_t, std::string>> dead;  // run id, why
+  {
+    Stmt q(db, path,
+           "SELECT id, host, boot_id, pid_namespace, pid, process_start_ticks FROM runs "
+           "WHERE status = 'running' AND pid <> 0 ORDER BY id",
+           "looking for runs whose process is gone");
+    std::optional<RunWriter> here;
+    while (q.step()) {
+      const RunWriter w = read_writer(q, 1);
+      if (!here) here = this_process();
+      if (writer_state(w, *here) == WriterState::gone) dead.emplace_back(q.i64(0), abandoned_because(w, *here));
+    }
+  }
+  if (dead.empty()) return;
+  Transaction tx(db, path, "BEGIN IMMEDIATE", "marking abandoned runs");
+  Stmt u(db, path,
+         "UPDATE runs SET status = 'abandoned', finished_unix_ms = ?, error = ? WHERE id = ? AND status = 'running'",
+         "marking abandoned runs");
+  const std::int64_t now = now_unix_ms();
+  for (const auto& [id, why] : dead) u.bind(1, now).bind(2, why).bind(3, id).exec("run " + std::to_string(id));
+  tx.commit();
+}
+
 constexpr const char* kRunColumns =
     "id, scenario_name, scenario_path, scenario_text, scenario_hash, config_json, overrides_json, machine_json, "
-    "device_kind, device_name, mocbench_version, started_unix_ms, finished_unix_ms, status";
+    "device_kind, device_name, mocbench_version, started_unix_ms, finished_unix_ms, status, error, "
+    "host, boot_id, pid_namespace, pid, process_start_ticks";
 
 RunRecord read_run(const Stmt& q) {
   RunRecord r;
@@ -625,6 +698,8 @@ RunRecord read_run(const Stmt& q) {
   r.started_unix_ms = q.i64(11);
   r.finished_unix_ms = q.is_null(12) ? 0 : q.i64(12);
   r.status = q.text(13);
+  r.error = q.text(14);
+  r.writer = read_writer(q, 15);
   return r;
 }
 
@@ -799,7 +874,69 @@ void write_trace(sqlite3* db, const std::string& path, std::int64_t point_id, co
   }
 }
 
+// /proc/<pid>/stat: the process's state (field 3) and start time (field 22, clock ticks since boot).
+struct ProcStat {
+  char state = '?';
+  std::int64_t start_ticks = 0;
+};
+
+std::optional<ProcStat> proc_stat(std::int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return std::nullopt;
+  // Field 2 is the command name in parentheses, which may itself hold spaces and ')': fields 3... follow
+  // the last ')'.
+  const auto close = line.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(line.substr(close + 1));
+  ProcStat st;
+  std::string skip;
+  fields >> st.state;
+  for (int field = 4; field < 22; ++field) fields >> skip;
+  fields >> st.start_ticks;
+  if (!fields) return std::nullopt;
+  return st;
+}
+
+std::string first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
 }  // namespace
+
+RunWriter this_process() {
+  RunWriter w;
+  std::array<char, 256> host{};
+  if (::gethostname(host.data(), host.size() - 1) == 0) w.host = host.data();
+  w.boot_id = first_line("/proc/sys/kernel/random/boot_id");
+  std::error_code ec;
+  w.pid_namespace = std::filesystem::read_symlink("/proc/self/ns/pid", ec).string();
+  w.pid = ::getpid();
+  if (const auto st = proc_stat(w.pid)) w.start_ticks = st->start_ticks;
+  return w;
+}
+
+WriterState writer_state(const RunWriter& w, const RunWriter& here) {
+  // Only a process of this host can be looked up; a run from another host (a file copied from the GPU
+  // machine) keeps its status.
+  if (w.pid <= 0 || w.host.empty() || w.host != here.host) return WriterState::unknown;
+  if (!w.boot_id.empty() && !here.boot_id.empty() && w.boot_id != here.boot_id) return WriterState::gone;
+  // Pids name processes within one boot and one pid namespace (a container sharing the host's name does not
+  // see the host's pids); without a start time a reused pid cannot be told from the writer.
+  if (w.boot_id.empty() || w.boot_id != here.boot_id || w.pid_namespace != here.pid_namespace ||
+      w.start_ticks == 0 || w.pid > std::numeric_limits<pid_t>::max())
+    return WriterState::unknown;
+  // kill(pid, 0) sees a process even where /proc hides other users' (hidepid); EPERM means it exists.
+  if (::kill(static_cast<pid_t>(w.pid), 0) != 0 && errno == ESRCH) return WriterState::gone;
+  const auto st = proc_stat(w.pid);
+  if (!st) return WriterState::unknown;  // hidden by /proc, or it ended just now (the next look tells)
+  // Another start time: the pid was reused. A zombie (killed, not yet reaped) writes nothing more.
+  if (st->start_ticks != w.start_ticks || st->state == 'Z' || st->state == 'X') return WriterState::gone;
+  return WriterState::alive;
+}
 
 void ResultsDb::Closer::operator()(sqlite3* db) const noexcept {
   // close_v2 cannot fail for a valid handle (it defers while statements are alive; ours are all scoped).
@@ -883,6 +1020,7 @@ ResultsDb ResultsDb::open(const std::string& path, OpenMode mode) {
                     "'); WAL needs a local filesystem with shared memory, not a network share");
     Stmt(raw, path, "PRAGMA foreign_keys = ON", "enabling foreign keys").exec();
     if (state.blank() || state.version < kSchemaVersion) migrate(raw, path);
+    mark_abandoned(raw, path);
     if (foreign_wal && sqlite3_db_config(raw, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr) != SQLITE_OK)
       fail(raw, path, "configuring the connection");
   }
@@ -898,22 +1036,26 @@ std::int64_t ResultsDb::begin_run(const RunRecord& r) {
   require_writable("begin_run");
   Stmt q(db_.get(), path_,
          "INSERT INTO runs (scenario_name, scenario_path, scenario_text, scenario_hash, config_json, overrides_json, "
-         "machine_json, device_kind, device_name, mocbench_version, started_unix_ms, finished_unix_ms, status) "
-         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+         "machine_json, device_kind, device_name, mocbench_version, started_unix_ms, finished_unix_ms, status, "
+         "host, boot_id, pid_namespace, pid, process_start_ticks) "
+         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?)",
          "begin_run: recording run '" + r.scenario_name + "'");
   q.bind(1, r.scenario_name).bind(2, r.scenario_path).bind(3, r.scenario_text).bind(4, r.scenario_hash);
   q.bind(5, r.config_json).bind(6, r.overrides_json).bind(7, r.machine_json).bind(8, r.device_kind);
   q.bind(9, r.device_name).bind(10, r.mocbench_version).bind(11, r.started_unix_ms).bind(12, std::string("running"));
+  const RunWriter w = this_process();
+  q.bind(13, w.host).bind(14, w.boot_id).bind(15, w.pid_namespace).bind(16, w.pid).bind(17, w.start_ticks);
   q.exec();
   return sqlite3_last_insert_rowid(db_.get());
 }
 
-void ResultsDb::finish_run(std::int64_t run_id, const std::string& status, std::int64_t finished_unix_ms) {
+void ResultsDb::finish_run(std::int64_t run_id, const std::string& status, std::int64_t finished_unix_ms,
+                           const std::string& error) {
   require_writable("finish_run");
   check_one_of(path_, status, {"ok", "interrupted", "failed"}, "finish_run: status");
   const std::string what = "finish_run: closing run " + std::to_string(run_id);
-  Stmt q(db_.get(), path_, "UPDATE runs SET status = ?, finished_unix_ms = ? WHERE id = ?", what);
-  q.bind(1, status).bind(2, finished_unix_ms).bind(3, run_id).exec();
+  Stmt q(db_.get(), path_, "UPDATE runs SET status = ?, finished_unix_ms = ?, error = ? WHERE id = ?", what);
+  q.bind(1, status).bind(2, finished_unix_ms).bind(3, error).bind(4, run_id).exec();
   if (sqlite3_changes(db_.get()) != 1) throw DbError(in_quotes(path_) + ": " + what + ": there is no such run");
 }
 
@@ -988,7 +1130,11 @@ std::vector<RunRecord> ResultsDb::runs() const {
          (std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY started_unix_ms DESC, id DESC").c_str(),
          "runs: listing the runs");
   std::vector<RunRecord> out;
-  while (q.step()) out.push_back(read_run(q));
+  std::optional<RunWriter> here;
+  while (q.step()) {
+    out.push_back(read_run(q));
+    report_abandoned(out.back(), here);
+  }
   return out;
 }
 
@@ -997,7 +1143,10 @@ std::optional<RunRecord> ResultsDb::run(std::int64_t id) const {
          "run: reading run " + std::to_string(id));
   q.bind(1, id);
   if (!q.step()) return std::nullopt;
-  return read_run(q);
+  RunRecord r = read_run(q);
+  std::optional<RunWriter> here;
+  report_abandoned(r, here);
+  return r;
 }
 
 std::vector<PointRecord> ResultsDb::points(std::int64_t run_id) const {

@@ -5,7 +5,8 @@
 //
 // Durability model: the file is in WAL mode and every point is written in its own transaction, so a
 // reader (the dashboard, `mocbench` queries) can open the file while a run writes it, and a run whose
-// process died keeps every point it committed; its status simply stays "running".
+// process died keeps every point it committed. Each run records the process writing it (RunWriter), so a
+// "running" run whose process is gone reads as "abandoned", and the next writer marks it so in the file.
 //
 // A ResultsDb is one connection: use it from one thread at a time. Every failure throws DbError naming
 // the file, the operation and SQLite's message.
@@ -31,11 +32,33 @@ class DbError : public std::runtime_error {
 
 // The schema this build writes and reads. Older files are migrated forward when opened for writing;
 // newer files are refused (nothing is changed).
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 // PRAGMA application_id of every mocbench results file: "MOCB" in ASCII.
 inline constexpr std::int32_t kApplicationId = 0x4D4F4342;
 
 enum class OpenMode { read_only, read_write };
+
+// The process that records a run (begin_run fills it in), so that a run whose process died can be told
+// from one still going. A process is named by its pid and start time: a pid alone is reused.
+struct RunWriter {
+  std::string host;           // gethostname()
+  std::string boot_id;        // /proc/sys/kernel/random/boot_id: a reboot ends every process of the host
+  std::string pid_namespace;  // /proc/self/ns/pid: pids are only comparable within one namespace
+  std::int64_t pid = 0;       // 0: unknown (a run recorded before schema version 4)
+  std::int64_t start_ticks = 0;  // the process's start time: /proc/<pid>/stat field 22, clock ticks since boot
+  bool operator==(const RunWriter&) const = default;
+};
+
+// This process, as begin_run records it (read anew on each call: a forked child is another process).
+RunWriter this_process();
+
+enum class WriterState {
+  alive,    // the process still runs
+  gone,     // it ended (or the host rebooted): a "running" run of it is abandoned
+  unknown,  // cannot be checked from here: another host or pid namespace, or no pid recorded
+};
+// Looks the writer up in /proc as seen from `here` (this_process()).
+WriterState writer_state(const RunWriter& w, const RunWriter& here);
 
 struct RunRecord {
   std::int64_t id = 0;
@@ -47,8 +70,12 @@ struct RunRecord {
   std::string device_name;
   std::string mocbench_version;
   std::int64_t started_unix_ms = 0;
-  std::int64_t finished_unix_ms = 0;  // 0 while the run is "running"
-  std::string status;                 // "running" | "ok" | "interrupted" | "failed"
+  std::int64_t finished_unix_ms = 0;  // 0 while the run is "running" (also when read as "abandoned")
+  // "running" | "ok" | "interrupted" | "failed" | "abandoned". A reader sees a "running" run whose process is
+  // gone as "abandoned" (with `error` saying why) before any writer has marked it so in the file.
+  std::string status;
+  std::string error;  // why the run failed or was abandoned ("" otherwise)
+  RunWriter writer;   // who recorded it
   bool operator==(const RunRecord&) const = default;
 };
 
@@ -109,7 +136,8 @@ struct KernelSummaryRow {
 class ResultsDb {
  public:
   // read_only: the file must exist. read_write: creates the file when it does not exist, migrates an
-  // older schema in one transaction. Refuses (DbError, file untouched) a newer schema, a file that is
+  // older schema in one transaction, then marks every "running" run whose process is gone as "abandoned"
+  // (finished now). Refuses (DbError, file untouched) a newer schema, a file that is
   // not a mocbench results database, and a corrupt or truncated file.
   static ResultsDb open(const std::string& path, OpenMode mode);
 
@@ -123,11 +151,12 @@ class ResultsDb {
   const std::string& path() const { return path_; }
   OpenMode mode() const { return mode_; }
 
-  // Records a run with status "running" (r.id, r.status and r.finished_unix_ms are ignored); returns
-  // its id.
+  // Records a run with status "running", written by this process (r.id, r.status, r.finished_unix_ms,
+  // r.error and r.writer are ignored); returns its id.
   std::int64_t begin_run(const RunRecord& r);
-  // status: "ok" | "interrupted" | "failed".
-  void finish_run(std::int64_t run_id, const std::string& status, std::int64_t finished_unix_ms);
+  // status: "ok" | "interrupted" | "failed"; error: why it failed ("" for none).
+  void finish_run(std::int64_t run_id, const std::string& status, std::int64_t finished_unix_ms,
+                  const std::string& error = "");
   void add_device(std::int64_t run_id, const DeviceRecord& d);
   // One GPU of the run; (run_id, g.id) is unique.
   void add_gpu_info(std::int64_t run_id, const GpuInfoRecord& g);

@@ -1,6 +1,6 @@
 // The results database: round trips (profiles included), WAL and concurrent readers, all-or-nothing points,
-// a writer killed mid-run, migration of hand-made version 1 and 2 files, and refusal (file untouched) of
-// what is not ours.
+// a writer killed mid-run, stale runs (a writer whose process is gone reads as abandoned), migration of
+// hand-made version 1, 2 and 3 files, and refusal (file untouched) of what is not ours.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -8,8 +8,9 @@
 #include <unistd.h>
 
 #include <array>
-#include <cstdio>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -109,6 +110,7 @@ using ResultsDbStore = TempDirTest;
 using ResultsDbOpen = TempDirTest;
 using ResultsDbMigration = TempDirTest;
 using ResultsDbRefusal = TempDirTest;
+using ResultsDbStaleRuns = TempDirTest;
 
 RunRecord sample_run(const std::string& scenario = "decode_bs1_4", std::int64_t started = 1'700'000'000'000) {
   RunRecord r;
@@ -257,6 +259,7 @@ TEST_F(ResultsDbStore, RoundTripKeepsARunWithTwoPointsAndEverythingRecordedAtThe
   run_out.id = run_id;
   run_out.status = "ok";
   run_out.finished_unix_ms = run_in.started_unix_ms + 4321;
+  run_out.writer = moc::db::this_process();
   ASSERT_EQ(db.runs().size(), 1u);
   EXPECT_EQ(db.runs()[0], run_out);
   EXPECT_EQ(db.run(run_id), run_out);
@@ -666,7 +669,7 @@ TEST_F(ResultsDbStore, WriterKilledMidRunLeavesTheRunReadableWithItsCommittedPoi
     const auto db = ResultsDb::open(path, OpenMode::read_only);
     const auto runs = db.runs();
     ASSERT_EQ(runs.size(), 1u);
-    EXPECT_EQ(runs[0].status, "running");
+    EXPECT_EQ(runs[0].status, "abandoned") << "its process is gone";
     EXPECT_EQ(runs[0].finished_unix_ms, 0);
     const auto points = db.points(runs[0].id);
     ASSERT_GE(points.size(), 3u);
@@ -680,11 +683,174 @@ TEST_F(ResultsDbStore, WriterKilledMidRunLeavesTheRunReadableWithItsCommittedPoi
       EXPECT_EQ(db.memory_events(points[i].id), sample_mem());
     }
   }
-  // A later writer can close the dead run.
+  // A later writer closes the dead run in the file.
+  ResultsDb::open(path, OpenMode::read_write);
+  EXPECT_EQ(RawDb(path).column("SELECT status FROM runs"), std::vector<std::string>{"abandoned"});
+}
+
+// ---- stale runs: a "running" run whose process is gone reads as abandoned; the next writer marks it so
+
+std::int64_t now_unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The stored status of every run, as a third party reading the file sees it.
+std::vector<std::string> stored_statuses(const std::string& path) {
+  return RawDb(path).column("SELECT status FROM runs ORDER BY id");
+}
+
+// A child process that begins a run with one point, says so down a pipe, then waits to be killed. Returns
+// its pid once the run is committed.
+pid_t start_run_in_child(const std::string& path) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    try {
+      auto db = ResultsDb::open(path, OpenMode::read_write);
+      const auto run = db.begin_run(sample_run());
+      db.add_point(sample_point(run, 0), sample_ranges(), sample_mem());
+      const char byte = 'r';
+      if (::write(fds[1], &byte, 1) != 1) ::_exit(1);
+    } catch (...) {
+      ::_exit(1);
+    }
+    for (;;) ::pause();  // never back into the test runner
+  }
+  ::close(fds[1]);
+  char byte = 0;
+  const bool ready = pid > 0 && ::read(fds[0], &byte, 1) == 1;
+  ::close(fds[0]);
+  if (pid > 0 && !ready) ::waitpid(pid, nullptr, 0);
+  return ready ? pid : -1;
+}
+
+TEST_F(ResultsDbStaleRuns, RunOfAChildKilledBySigkillReadsAbandonedAndTheNextWriterMarksIt) {
+  const auto path = file("results.db");
+  const pid_t pid = start_run_in_child(path);
+  ASSERT_GT(pid, 0) << "the child could not begin its run";
+  {
+    // While the child lives, its run is running, to readers and to another writer alike.
+    auto writer = ResultsDb::open(path, OpenMode::read_write);
+    EXPECT_EQ(writer.runs().at(0).status, "running");
+    EXPECT_EQ(writer.runs().at(0).writer.pid, pid);
+    EXPECT_EQ(stored_statuses(path), std::vector<std::string>{"running"});
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+  {
+    const auto db = ResultsDb::open(path, OpenMode::read_only);
+    const auto runs = db.runs();
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0].status, "abandoned");
+    EXPECT_EQ(runs[0].finished_unix_ms, 0) << "a reader does not know when it ended";
+    EXPECT_NE(runs[0].error.find("process " + std::to_string(pid)), std::string::npos) << runs[0].error;
+    EXPECT_EQ(db.run(runs[0].id), runs[0]);
+    EXPECT_EQ(db.points(runs[0].id).size(), 1u) << "its committed point stays";
+  }
+  EXPECT_EQ(stored_statuses(path), std::vector<std::string>{"running"}) << "a reader changes nothing";
+
+  const auto before = now_unix_ms();
+  const auto db = ResultsDb::open(path, OpenMode::read_write);
+  const auto after = now_unix_ms();
+  EXPECT_EQ(stored_statuses(path), std::vector<std::string>{"abandoned"});
+  const auto run = db.runs().at(0);
+  EXPECT_EQ(run.status, "abandoned");
+  EXPECT_GE(run.finished_unix_ms, before);
+  EXPECT_LE(run.finished_unix_ms, after);
+  EXPECT_NE(run.error.find("process " + std::to_string(pid)), std::string::npos) << run.error;
+}
+
+TEST_F(ResultsDbStaleRuns, LiveRunOfThisProcessStaysRunning) {
+  const auto path = file("results.db");
   auto db = ResultsDb::open(path, OpenMode::read_write);
-  const auto run = db.runs().at(0).id;
-  db.finish_run(run, "interrupted", 2);
-  EXPECT_EQ(db.run(run)->status, "interrupted");
+  const auto run = db.begin_run(sample_run());
+  const auto other_writer = ResultsDb::open(path, OpenMode::read_write);
+  EXPECT_EQ(other_writer.run(run)->status, "running");
+  EXPECT_EQ(other_writer.run(run)->writer, moc::db::this_process());
+  EXPECT_EQ(ResultsDb::open(path, OpenMode::read_only).runs().at(0).status, "running");
+  EXPECT_EQ(stored_statuses(path), std::vector<std::string>{"running"});
+  EXPECT_EQ(moc::db::writer_state(moc::db::this_process(), moc::db::this_process()), moc::db::WriterState::alive);
+}
+
+TEST_F(ResultsDbStaleRuns, RunOfAnExitedButUnreapedChildIsAbandoned) {
+  const auto path = file("results.db");
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    try {
+      auto db = ResultsDb::open(path, OpenMode::read_write);
+      db.begin_run(sample_run());
+    } catch (...) {
+      ::_exit(1);
+    }
+    ::_exit(0);  // without finish_run
+  }
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT), 0);  // a zombie now, not reaped
+  ASSERT_EQ(info.si_status, 0);
+  EXPECT_EQ(ResultsDb::open(path, OpenMode::read_only).runs().at(0).status, "abandoned");
+  ASSERT_EQ(::waitpid(pid, nullptr, 0), pid);
+}
+
+TEST_F(ResultsDbStaleRuns, LivePidWithAnotherStartTimeIsAReusedPid) {
+  const auto path = file("results.db");
+  auto db = ResultsDb::open(path, OpenMode::read_write);
+  const auto run = db.begin_run(sample_run());
+  RawDb(path).exec("UPDATE runs SET process_start_ticks = process_start_ticks + 1");  // this pid, another process
+  EXPECT_EQ(db.run(run)->status, "abandoned");
+  ResultsDb::open(path, OpenMode::read_write);
+  EXPECT_EQ(stored_statuses(path), std::vector<std::string>{"abandoned"});
+}
+
+TEST_F(ResultsDbStaleRuns, RunFromBeforeARebootOfThisHostIsAbandoned) {
+  const auto path = file("results.db");
+  auto db = ResultsDb::open(path, OpenMode::read_write);
+  const auto run = db.begin_run(sample_run());
+  RawDb(path).exec("UPDATE runs SET boot_id = 'an-earlier-boot'");
+  EXPECT_EQ(db.run(run)->status, "abandoned");
+  EXPECT_NE(db.run(run)->error.find("restarted"), std::string::npos) << db.run(run)->error;
+}
+
+TEST_F(ResultsDbStaleRuns, RunOfAnotherHostCannotBeCheckedAndStaysRunning) {
+  const auto path = file("results.db");
+  {
+    auto db = ResultsDb::open(path, OpenMode::read_write);
+    db.begin_run(sample_run());
+  }
+  // The pid of a process that is surely gone, on a host that is not this one (a file from the GPU machine).
+  RawDb(path).exec("UPDATE runs SET host = 'gpu-node-7', boot_id = 'its-boot', pid = 2147483000");
+  EXPECT_EQ(ResultsDb::open(path, OpenMode::read_only).runs().at(0).status, "running");
+  ResultsDb::open(path, OpenMode::read_write);
+  EXPECT_EQ(stored_statuses(path), std::vector<std::string>{"running"});
+}
+
+TEST_F(ResultsDbStaleRuns, FinishedRunsAreNeverAbandoned) {
+  const auto path = file("results.db");
+  const pid_t pid = start_run_in_child(path);
+  ASSERT_GT(pid, 0);
+  {
+    auto db = ResultsDb::open(path, OpenMode::read_write);
+    db.finish_run(db.runs().at(0).id, "ok", 5);  // closed by someone before its process died
+  }
+  ::kill(pid, SIGKILL);
+  ASSERT_EQ(::waitpid(pid, nullptr, 0), pid);
+  ResultsDb::open(path, OpenMode::read_write);
+  EXPECT_EQ(stored_statuses(path), std::vector<std::string>{"ok"});
+}
+
+TEST_F(ResultsDbStaleRuns, FailedRunKeepsItsError) {
+  auto db = ResultsDb::open(file("results.db"), OpenMode::read_write);
+  const auto run = db.begin_run(sample_run());
+  db.finish_run(run, "failed", 7, "'results.db': add_point: recording point 3 of run 1: database or disk is full");
+  EXPECT_EQ(db.run(run)->status, "failed");
+  EXPECT_EQ(db.run(run)->finished_unix_ms, 7);
+  EXPECT_EQ(db.run(run)->error, "'results.db': add_point: recording point 3 of run 1: database or disk is full");
 }
 
 TEST_F(ResultsDbOpen, MissingFileIsAnErrorForReadingAndIsCreatedForWriting) {
@@ -919,10 +1085,10 @@ TEST_F(ResultsDbMigration, Version2FileWithOpsIsMigratedIntoProfiles) {
   make_version2_file(path);
   {
     auto db = ResultsDb::open(path, OpenMode::read_write);
-    EXPECT_EQ(db.schema_version(), 3);
+    EXPECT_EQ(db.schema_version(), moc::db::kSchemaVersion);
   }
   RawDb raw(path);
-  EXPECT_EQ(raw.integer("PRAGMA user_version"), 3);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), moc::db::kSchemaVersion);
   EXPECT_TRUE(raw.column("SELECT name FROM sqlite_master WHERE name LIKE 'ops%'").empty()) << "ops is dropped";
 
   const auto db = ResultsDb::open(path, OpenMode::read_only);
@@ -990,6 +1156,52 @@ TEST_F(ResultsDbMigration, MigratedFileTakesNewRunsAndPoints) {
     EXPECT_EQ(db.gpu_info(run).size(), 1u);
     EXPECT_EQ(db.profile(id), trace);
   }
+}
+
+// A file as mocbench with schema version 3 left it: a new file less what version 4 added to runs, with a
+// finished run and one still "running" (its process unknown to version 3).
+void make_version3_file(const std::string& path) {
+  {
+    auto db = ResultsDb::open(path, OpenMode::read_write);
+    const auto done = db.begin_run(sample_run("v3_done", 1000));
+    db.add_point(sample_point(done, 0), sample_ranges(), sample_mem());
+    db.finish_run(done, "ok", 2000);
+    db.begin_run(sample_run("v3_running", 3000));
+  }
+  RawDb raw(path);
+  for (const char* column : {"error", "host", "boot_id", "pid_namespace", "pid", "process_start_ticks"})
+    raw.exec(std::string("ALTER TABLE runs DROP COLUMN ") + column);
+  raw.exec("PRAGMA user_version = 3");
+}
+
+TEST_F(ResultsDbMigration, Version3FileIsMigratedKeepingItsRunsReadable) {
+  const auto path = file("v3.db");
+  make_version3_file(path);
+  const std::string before = read_bytes(path);
+  EXPECT_THROW(ResultsDb::open(path, OpenMode::read_only), DbError) << "read-only asks for a writer, as before";
+  EXPECT_EQ(read_bytes(path), before);
+  {
+    auto db = ResultsDb::open(path, OpenMode::read_write);
+    EXPECT_EQ(db.schema_version(), moc::db::kSchemaVersion);
+  }
+  EXPECT_EQ(RawDb(path).integer("PRAGMA user_version"), moc::db::kSchemaVersion);
+
+  const auto db = ResultsDb::open(path, OpenMode::read_only);
+  const auto runs = db.runs();
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].scenario_name, "v3_running");
+  EXPECT_EQ(runs[0].status, "running") << "no process was recorded: it cannot be checked and is left as it was";
+  EXPECT_EQ(runs[0].writer, moc::db::RunWriter{});
+  EXPECT_EQ(runs[1].scenario_name, "v3_done");
+  EXPECT_EQ(runs[1].status, "ok");
+  EXPECT_EQ(runs[1].finished_unix_ms, 2000);
+  EXPECT_EQ(runs[1].error, "");
+  auto point = sample_point(runs[1].id, 0);
+  point.id = db.points(runs[1].id).at(0).id;
+  EXPECT_EQ(db.points(runs[1].id), std::vector<PointRecord>{point});
+  EXPECT_EQ(db.ranges(point.id), sample_ranges());
+
+  expect_shape_of_a_new_file(path, file("fresh.db"));
 }
 
 TEST_F(ResultsDbMigration, ReadOnlyOpenOfAVersion1FileAsksForAWriterAndChangesNothing) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 namespace moc::gui {
@@ -18,6 +19,18 @@ std::string file_stamp(const std::string& path) {
   if (ec) return "missing";
   const auto mtime = std::filesystem::last_write_time(path, ec);
   return std::to_string(size) + "@" + std::to_string(ec ? 0 : mtime.time_since_epoch().count());
+}
+
+// A run whose process died commits nothing more, so data_version never tells: look at the writer of each
+// running run instead (it then reads as "abandoned").
+bool a_running_run_ended(const std::vector<RunRow>& runs) {
+  std::optional<db::RunWriter> here;
+  for (const auto& row : runs) {
+    if (row.run.status != "running" || row.run.writer.pid == 0) continue;
+    if (!here) here = db::this_process();
+    if (db::writer_state(row.run.writer, *here) == db::WriterState::gone) return true;
+  }
+  return false;
 }
 }  // namespace
 
@@ -76,6 +89,7 @@ bool Store::refresh() {
       s.db.reset();
     }
   }
+  changed = changed || a_running_run_ended(runs_);
   if (changed) {
     points_.clear();
     memory_.clear();

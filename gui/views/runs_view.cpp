@@ -81,6 +81,8 @@ void draw_runs_view(Store& store, UiState& ui) {
       const ImVec4 c = r.status == "ok" ? ImVec4(0.4f, 0.85f, 0.4f, 1) : r.status == "running" ? ImVec4(0.4f, 0.7f, 1, 1)
                                                                                              : ImVec4(1, 0.5f, 0.3f, 1);
       ImGui::TextColored(c, "%s", r.status.c_str());
+      // Why it failed or was abandoned.
+      if (!r.error.empty() && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", r.error.c_str());
       ImGui::TableNextColumn();
       ImGui::Text("%d/%d ok, %d profiled", row.ok_points, row.points, row.profiled_points);
       ImGui::TableNextColumn();

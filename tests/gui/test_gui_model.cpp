@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <thread>
 
@@ -143,6 +144,51 @@ TEST(GuiStore, PicksUpRunsAndPointsThatAnotherProcessWritesMeanwhile) {
   waitpid(pid, &status, 0);
   reaper.reaped = true;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST(GuiStore, RunWhoseProcessIsKilledTurnsAbandonedThoughTheFileDoesNotChange) {
+  const std::string path = test::temp_dir() + "/abandoned.db";
+  std::remove(path.c_str());
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    try {
+      auto w = db::ResultsDb::open(path, db::OpenMode::read_write);
+      db::RunRecord r;
+      r.scenario_name = "killed";
+      w.begin_run(r);
+      if (write(ready[1], "1", 1) != 1) _exit(3);
+    } catch (...) {
+      _exit(2);
+    }
+    for (;;) pause();  // until killed
+  }
+  struct Reaper {  // the writer never outlives the test
+    pid_t pid;
+    ~Reaper() {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } reaper{pid};
+  close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1) << "the writer could not begin its run";
+  close(ready[0]);
+  Store s;
+  s.open(path);
+  ASSERT_EQ(s.runs().size(), 1u);
+  EXPECT_EQ(s.runs()[0].run.status, "running");
+  EXPECT_FALSE(s.refresh()) << "its process is alive";
+  kill(pid, SIGKILL);
+  ASSERT_EQ(waitpid(pid, nullptr, 0), pid);
+  reaper.pid = 0;
+  EXPECT_TRUE(s.refresh()) << "the dead writer is noticed without a commit";
+  EXPECT_EQ(s.runs()[0].run.status, "abandoned");
+  EXPECT_FALSE(s.refresh()) << "and only once";
 }
 
 TEST(GuiStore, ForeignNewerCorruptAndMissingFilesAreErrorsNotCrashes) {

@@ -1,0 +1,147 @@
+// Stale runs through the real executable (issue 16): a `mocbench run` killed by SIGKILL is listed as
+// abandoned, and the next run marks it so in the file; a run that stops on a database error (the disk is
+// full) is closed as failed with the error, which is still reported. The store's own tests of the same
+// behaviour are ResultsDbStaleRuns in test_db.cpp.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "db/results_db.h"
+
+#ifdef MOCBENCH_BIN
+namespace moc {
+namespace {
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+// The executable with arguments (no shell quoting needed for the paths used here); stdout and stderr.
+Result mocbench(const std::string& args) {
+  Result r;
+  FILE* p = popen((std::string(MOCBENCH_BIN) + " " + args + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+class StaleRunsCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("mocbench_stale_" + std::to_string(getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // Tiny FFN-training points; `time_bound_s` sets how long each one measures.
+  std::string scenario(double time_bound_s, int points) const {
+    std::string batches;
+    for (int b = 1; b <= points; ++b) batches += (b > 1 ? ", " : "") + std::to_string(b);
+    const std::string file = path("s.toml");
+    std::ofstream(file) << "name = \"stale\"\ndevice = \"cpu\"\n[model]\npreset = \"tiny\"\n[measure]\nwarmup = 0\n"
+                        << "min_reps = 2\nmax_reps = 1000000\ntime_bound_s = " << time_bound_s
+                        << "\ntarget_noise = 1e-9\n[axes]\nmode = [\"ffn-train\"]\nbatch = [" << batches
+                        << "]\nseq = [8]\n";
+    return file;
+  }
+  fs::path dir_;
+};
+
+void exec_sql(const std::string& db_path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
+  const std::string msg = err != nullptr ? err : "";
+  sqlite3_free(err);
+  sqlite3_close(db);
+  ASSERT_EQ(rc, SQLITE_OK) << msg;
+}
+
+TEST_F(StaleRunsCli, RunKilledBySigkillIsListedAbandonedAndTheNextRunMarksIt) {
+  const std::string sc = scenario(1.0, 20), db = path("k.db");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, STDOUT_FILENO);
+    execl(MOCBENCH_BIN, MOCBENCH_BIN, "run", sc.c_str(), "--db", db.c_str(), "--quiet", "--no-profile",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until a point is committed (the run is under way), then kill it as the OOM killer would.
+  std::size_t committed = 0;
+  for (int i = 0; i < 600 && committed < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!fs::exists(db)) continue;
+    try {
+      auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
+      if (store.run(1)) committed = store.points(1).size();
+    } catch (const db::DbError&) {
+    }
+  }
+  kill(pid, SIGKILL);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  ASSERT_GE(committed, 1u) << "the run never committed a point";
+  ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "the run ended by itself";
+
+  const auto list = mocbench("list --db " + db);
+  ASSERT_EQ(list.code, 0) << list.out;
+  EXPECT_NE(list.out.find("abandoned"), std::string::npos) << list.out;
+  EXPECT_EQ(list.out.find("running"), std::string::npos) << list.out;
+  const auto show = mocbench("show 1 --db " + db);
+  EXPECT_NE(show.out.find("abandoned"), std::string::npos) << show.out;
+
+  // The next run (a writer) records it in the file.
+  const auto next = mocbench("run " + scenario(0.01, 1) + " --db " + db + " --quiet --no-profile");
+  ASSERT_EQ(next.code, 0) << next.out;
+  auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
+  const auto run = store.run(1);
+  ASSERT_TRUE(run.has_value());
+  EXPECT_EQ(run->status, "abandoned");
+  EXPECT_GT(run->finished_unix_ms, 0) << "the writer stored when it found the run abandoned";
+  EXPECT_NE(run->error.find("process " + std::to_string(pid)), std::string::npos) << run->error;
+  EXPECT_EQ(store.run(2)->status, "ok");
+}
+
+TEST_F(StaleRunsCli, RunStoppedByADatabaseErrorIsMarkedFailedAndTheErrorReported) {
+  const std::string db = path("full.db");
+  { db::ResultsDb::open(db, db::OpenMode::read_write); }
+  // The second point's write fails as on a full disk; the runs table can still be written.
+  exec_sql(db,
+           "CREATE TRIGGER disk_full BEFORE INSERT ON points WHEN NEW.sweep_index = 1 "
+           "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;");
+  const auto r = mocbench("run " + scenario(0.01, 3) + " --db " + db + " --quiet --no-profile");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("database or disk is full"), std::string::npos) << "the error is reported: " << r.out;
+  auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
+  const auto run = store.run(1);
+  ASSERT_TRUE(run.has_value());
+  EXPECT_EQ(run->status, "failed");
+  EXPECT_GT(run->finished_unix_ms, 0);
+  EXPECT_NE(run->error.find("database or disk is full"), std::string::npos) << run->error;
+  EXPECT_EQ(store.points(1).size(), 1u) << "the point committed before the failure stays";
+}
+
+}  // namespace
+}  // namespace moc
+#endif  // MOCBENCH_BIN
