@@ -43,6 +43,7 @@ const std::vector<std::string> kOverrideKeys = {"model", "measure", "axes"};
 const std::vector<std::string> kDevices = {"auto", "cpu", "cuda"};
 const std::vector<std::string> kSelectRules = {"gate", "silu", "abs_silu"};
 const std::vector<std::string> kTopkBackends = {"own", "raft"};
+const std::vector<std::string> kDecodeImpls = {"kernels", "persistent"};
 const std::vector<std::string> kPrecisions = {"bf16", "bf16-fp32master", "fp32"};
 const std::vector<std::string> kDtypes = {"f32", "fp32", "bf16"};
 // Model keys applied after every other model key, in this order: a fractional k needs the final d_ffn,
@@ -70,7 +71,7 @@ std::vector<std::string> model_keys() {
 // topk_position here, as in the paper's ablation, so `select` is not a second name for it).
 std::vector<std::string> axis_keys() {
   std::vector<std::string> k = {"mode", "batch", "seq",           "preset",       "ffn",
-                                "k",    "gcp",   "topk_position", "topk_backend", "precision"};
+                                "k",    "gcp",   "topk_position", "topk_backend", "precision", "decode_impl"};
   for (auto& o : override_keys())
     if (!contains(k, o) && o != "select") k.push_back(o);
   return k;
@@ -183,7 +184,7 @@ std::string describe_node(const toml::node& n) {
 // verbatim and are checked when the model is resolved.
 enum class Rule : std::uint8_t {
   pos_int, nonneg_int, pos_number, boolean, text, mode, device, preset, ffn, k, select, topk_backend, precision,
-  dtype, verbatim
+  dtype, decode_impl, verbatim
 };
 
 Rule rule_of(std::string_view key) {
@@ -201,6 +202,7 @@ Rule rule_of(std::string_view key) {
       {Rule::k, {"k"}},
       {Rule::select, {"select", "topk_position"}},
       {Rule::topk_backend, {"topk_backend"}},
+      {Rule::decode_impl, {"decode_impl"}},
       {Rule::precision, {"precision"}},
       {Rule::dtype, {"param_dtype", "act_dtype"}},
   };
@@ -217,6 +219,7 @@ std::string example_of(std::string_view key) {
       {"gcp", "true"}, {"cold", "true"}, {"kernels", "true"}, {"mode", "\"decode\""}, {"device", "\"auto\""}, {"preset", "\"1b\""},
       {"ffn", "\"moc_2:8\""}, {"k", "1024 (or 0.2, a fraction of d_ffn)"}, {"select", "\"gate\""},
       {"topk_position", "\"gate\""}, {"topk_backend", "\"own\""}, {"precision", "\"bf16\""},
+      {"decode_impl", "\"persistent\""},
       {"param_dtype", "\"bf16\""}, {"act_dtype", "\"bf16\""}, {"name", "\"decode_bs1_4\""},
       {"description", "\"...\""}, {"rope_theta", "10000.0"}, {"norm_eps", "1e-6"}, {"init_std", "0.02"},
       {"layers", "4"}, {"hidden", "2048"}, {"d_ffn", "5461"}, {"heads", "32"}, {"kv_heads", "8"},
@@ -301,6 +304,9 @@ ScenarioValue read_value(const std::string& file, const toml::node& n, std::stri
       break;
     case Rule::topk_backend:
       one_of(kTopkBackends, "top-k backend");
+      break;
+    case Rule::decode_impl:
+      one_of(kDecodeImpls, "decode implementation");
       break;
     case Rule::precision:
       one_of(kPrecisions, "precision");
@@ -610,6 +616,7 @@ std::string ScenarioPoint::describe() const {
   if (mode == "train" || mode == "ffn-train") o << " steps " << measure.steps;
   o << " | " << precision;
   if (mode == "topk" || model.ffn.kind == FfnKind::moc) o << " topk " << topk_backend;
+  if (mode == "decode" || mode == "ffn-decode") o << " | " << decode_impl;
   return o.str();
 }
 
@@ -810,6 +817,8 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
     }
     pt.topk_backend = "own";
     if (const ScenarioValue* v = find_value(rp, "topk_backend")) pt.topk_backend = v->text;
+    pt.decode_impl = kDefaultDecodeImpl;
+    if (const ScenarioValue* v = find_value(rp, "decode_impl")) pt.decode_impl = v->text;
     pt.precision = precision_default;
     if (const ScenarioValue* v = find_value(rp, "precision")) pt.precision = v->text;
     points.push_back(std::move(pt));

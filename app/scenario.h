@@ -72,6 +72,9 @@ struct ScenarioOverride {  // [overrides.<backend>]
 };
 
 // One point of a sweep, fully resolved for one backend.
+// The decode implementation a point runs when the scenario does not say (bench/RESULTS.md: the faster one).
+inline constexpr const char* kDefaultDecodeImpl = "kernels";
+
 struct ScenarioPoint {
   int index = 0;
   std::string mode;                                       // train | decode | ffn-train | ffn-decode | topk
@@ -82,6 +85,8 @@ struct ScenarioPoint {
   int seq = 0;  // defaults to the model's seq_len (before it is raised) when not an axis
   Measurement measure;
   std::string topk_backend = "own";  // own | raft
+  // decode and ffn-decode: the step as one kernel per op (kernels) or one persistent kernel (persistent).
+  std::string decode_impl = kDefaultDecodeImpl;
   std::string precision;             // bf16 | bf16-fp32master | fp32 (default: fp32 on cpu, bf16 on cuda)
   // [profile]: trace every kernel (CPU ops on the CPU backend) of profile_steps extra repetitions.
   bool profile_kernels = true;

@@ -154,6 +154,8 @@ TEST(ScenarioErrors, ImpossibleValuesAreRefusedWhereTheyAreWritten) {
                  "auto, cpu, cuda");
   expect_refused(kBase + "topk_position = [\"relu\"]\n", 7, 18, "unknown selection rule 'relu'", "abs_silu");
   expect_refused(kBase + "topk_backend = [\"cub\"]\n", 7, 17, "unknown top-k backend 'cub'", "own, raft");
+  expect_refused(kBase + "decode_impl = [\"megakernel\"]\n", 7, 16, "unknown decode implementation 'megakernel'",
+                 "kernels, persistent");
   expect_refused(kBase + "precision = [\"fp16\"]\n", 7, 14, "unknown precision 'fp16'", "bf16-fp32master");
   expect_refused(kBase + "[measure]\nwarmup = -1\n", 8, 10, "warmup in [measure] must be >= 0, got -1");
   expect_refused(kBase + "[measure]\ntarget_noise = 0.0\n", 8, 16,
@@ -254,6 +256,20 @@ TEST(ScenarioExpand, TheCartesianProductFollowsFileOrderFirstAxisSlowest) {
   EXPECT_EQ(pts[0].precision, "bf16") << "the cuda default";
   EXPECT_EQ(s.expand("cpu")[0].precision, "fp32") << "the CPU backend computes in fp32";
   EXPECT_EQ(pts[0].topk_backend, "own");
+  EXPECT_EQ(pts[0].decode_impl, kDefaultDecodeImpl);
+}
+
+TEST(ScenarioExpand, DecodeImplIsAnAxisShownInDecodeLabels) {
+  const auto pts = parse_scenario("[model]\npreset = \"tiny\"\n[axes]\nmode = [\"decode\", \"train\"]\n"
+                                  "decode_impl = [\"kernels\", \"persistent\"]\n",
+                                  kFile)
+                       .expand("cpu");
+  ASSERT_EQ(pts.size(), 4u);
+  EXPECT_EQ(pts[0].decode_impl, "kernels");
+  EXPECT_EQ(pts[1].decode_impl, "persistent");
+  EXPECT_NE(pts[0].describe().find("| kernels"), std::string::npos) << pts[0].describe();
+  EXPECT_NE(pts[1].describe().find("| persistent"), std::string::npos) << pts[1].describe();
+  EXPECT_EQ(pts[3].describe().find("| persistent"), std::string::npos) << "train points do not decode: " << pts[3].describe();
 }
 
 TEST(ScenarioExpand, AScalarAxisIsAOneValueAxis) {
@@ -409,18 +425,19 @@ TEST(ScenarioShipped, EveryShippedScenarioParsesAndExpandsForBothBackends) {
   EXPECT_GE(files, 2);
 }
 
-TEST(ScenarioShipped, DecodeBs1To4Is2ModesBy3FfnsBy4BatchesOnEveryBackend) {
+TEST(ScenarioShipped, DecodeBs1To4Is2ModesBy3FfnsBy4BatchesBy2ImplsOnTheGpu) {
   const Scenario s = load_scenario((scenarios_dir() / "decode_bs1_4.toml").string());
   EXPECT_EQ(s.name, "decode_bs1_4");
   const auto cuda = s.expand("cuda");
-  ASSERT_EQ(cuda.size(), 2u * 3u * 4u);
+  ASSERT_EQ(cuda.size(), 2u * 3u * 4u * 2u);
   EXPECT_EQ(cuda[0].model.preset, "1b");
   EXPECT_EQ(cuda[0].model.layers, 24);
   EXPECT_EQ(cuda[0].measure.prompt, 128);
   EXPECT_EQ(cuda[0].measure.generate, 128);
-  std::set<std::string> modes, ffns, batches;
+  std::set<std::string> modes, ffns, batches, impls;
   for (const auto& p : cuda) {
     modes.insert(p.mode);
+    impls.insert(p.decode_impl);
     ffns.insert(p.model.ffn_name());
     batches.insert(std::to_string(p.batch));
     const std::size_t kept = static_cast<std::size_t>(p.model.kept_channels());
@@ -429,15 +446,18 @@ TEST(ScenarioShipped, DecodeBs1To4Is2ModesBy3FfnsBy4BatchesOnEveryBackend) {
   EXPECT_EQ(modes, (std::set<std::string>{"ffn-decode", "decode"}));
   EXPECT_EQ(ffns, (std::set<std::string>{"dense", "moc", "moc_2:8"}));
   EXPECT_EQ(batches, (std::set<std::string>{"1", "2", "3", "4"}));
-  // The CPU keeps the study's shape and the 1b layer, with a small enough model and run.
+  EXPECT_EQ(impls, (std::set<std::string>{"kernels", "persistent"}));
+  // The CPU keeps the study's shape and the 1b layer, with a small enough model and run; its two decode
+  // implementations are the same ops, so it runs one.
   std::vector<AppliedOverride> applied;
   const auto cpu = s.expand("cpu", &applied);
-  ASSERT_EQ(cpu.size(), cuda.size());
+  ASSERT_EQ(cpu.size(), cuda.size() / 2);
   EXPECT_FALSE(applied.empty());
   for (std::size_t i = 0; i < cpu.size(); ++i) {
-    EXPECT_EQ(cpu[i].axes, cuda[i].axes);
+    EXPECT_EQ(cpu[i].axes, cuda[2 * i].axes);
+    EXPECT_EQ(cpu[i].decode_impl, "kernels");
     EXPECT_EQ(cpu[i].model.d_ffn, 5461);
-    EXPECT_EQ(cpu[i].model.kept_channels(), cuda[i].model.kept_channels());
+    EXPECT_EQ(cpu[i].model.kept_channels(), cuda[2 * i].model.kept_channels());
     EXPECT_LE(cpu[i].model.layers, 1);
     EXPECT_LE(cpu[i].measure.generate, 16);
   }

@@ -21,8 +21,9 @@ constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kSlice = 256;          // columns of one down-projection slice (8 per lane)
 constexpr int kBins = 2048;          // first-level histogram of the top-K keys: their top 11 bits
-constexpr int kCandCap = 4096;       // threshold-bin candidates kept in shared memory (more: read from G)
-constexpr int kPrefetchCap = 192 << 10;  // bytes of the next stage one block asks L2 for
+constexpr int kKeyCache = 8192;      // rows of at most this many channels keep their keys in shared memory
+constexpr int kPrefetchCap = 48 << 10;  // bytes of the next stage one block asks L2 for: about what
+                                         // DRAM streams while a barrier waits (more thrashes L2)
 
 struct Params {
   Problem p;
@@ -145,38 +146,83 @@ __device__ __forceinline__ void block_range(int n, int align, int blk, int nb, i
   b1 = min(n, static_cast<int>(units * (blk + 1) / nb) * align);
 }
 
-// x[r, :] (f32 in global memory) -> xs[r, :] = bf16(x / rms(x) * w) in shared memory, every row.
+// x[r, :] (f32 in global memory) -> xs[r, :] = bf16(x / rms(x) * w) in shared memory, every row: one read
+// of x (kept in registers for d <= 4096), one block reduction for all rows.
 template <int R>
 __device__ void norm_rows(const float* x, const bf16* w, int d, float eps, bf16* xs, float* red) {
+  constexpr int KV = 2;  // float4 per thread and row held in registers (d <= 4096)
+  float4 v[R][KV];
+  float ss[R];
+#pragma unroll
   for (int r = 0; r < R; ++r) {
-    float ss = 0;
-    for (int c = threadIdx.x * 4; c < d; c += kThreads * 4) {
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(x + static_cast<long long>(r) * d + c));
-      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    ss[r] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < KV; ++k) {
+      const int c = (k * kThreads + threadIdx.x) * 4;
+      v[r][k] = c < d ? __ldcg(reinterpret_cast<const float4*>(x + static_cast<long long>(r) * d + c))
+                      : make_float4(0, 0, 0, 0);
     }
-    const float rs = rsqrtf(block_sum(ss, red) / static_cast<float>(d) + eps);
-    for (int c = threadIdx.x; c < d; c += kThreads)
-      xs[r * d + c] = __float2bfloat16_rn(__ldcg(x + static_cast<long long>(r) * d + c) * rs * __bfloat162float(w[c]));
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int k = 0; k < KV; ++k) ss[r] += v[r][k].x * v[r][k].x + v[r][k].y * v[r][k].y + v[r][k].z * v[r][k].z + v[r][k].w * v[r][k].w;
+    for (int c = (KV * kThreads + threadIdx.x) * 4; c < d; c += kThreads * 4) {  // wide rows: the rest
+      const float4 u = __ldcg(reinterpret_cast<const float4*>(x + static_cast<long long>(r) * d + c));
+      ss[r] += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
+    }
+    ss[r] = warp_sum(ss[r]);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < R; ++r) red[warp * R + r] = ss[r];
+  __syncthreads();
+  float rs[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float t = 0;
+    for (int w2 = 0; w2 < kWarps; ++w2) t += red[w2 * R + r];
+    rs[r] = rsqrtf(t / static_cast<float>(d) + eps);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int k = 0; k < KV; ++k) {
+      const int c = (k * kThreads + threadIdx.x) * 4;
+      if (c < d) {
+        const float4 u = v[r][k];
+        xs[r * d + c] = __float2bfloat16_rn(u.x * rs[r] * __bfloat162float(w[c]));
+        xs[r * d + c + 1] = __float2bfloat16_rn(u.y * rs[r] * __bfloat162float(w[c + 1]));
+        xs[r * d + c + 2] = __float2bfloat16_rn(u.z * rs[r] * __bfloat162float(w[c + 2]));
+        xs[r * d + c + 3] = __float2bfloat16_rn(u.w * rs[r] * __bfloat162float(w[c + 3]));
+      }
+    }
+    for (int c = (KV * kThreads + threadIdx.x) * 4; c < d; c += kThreads * 4)
+      for (int i = 0; i < 4; ++i)
+        xs[r * d + c + i] =
+            __float2bfloat16_rn(__ldcg(x + static_cast<long long>(r) * d + c + i) * rs[r] * __bfloat162float(w[c + i]));
   }
   __syncthreads();
 }
 
 // Dot products of NW weight rows (bf16, d values each) with the R rows of xs; every lane gets them all.
 template <int R, int NW>
-__device__ __forceinline__ void warp_dot(const bf16* const (&w)[NW], const bf16* xs, int d, float (&out)[NW][R]) {
+__device__ __forceinline__ void warp_dot(const bf16* const (&w)[NW], const bf16* xs, int d, float (&out)[NW][R],
+                                         bool rest = true) {  // rest: rows 1.. are real (else not loaded)
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int n = 0; n < NW; ++n)
 #pragma unroll
     for (int r = 0; r < R; ++r) out[n][r] = 0.0f;
-  constexpr int U = 8;
+  constexpr int U = 8 / NW;  // 16-byte loads in flight per lane and row (8 in all: registers)
   for (int base = 0; base < d; base += 256 * U) {
     uint4 wv[NW][U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = base + u * 256 + lane * 8;
 #pragma unroll
-      for (int n = 0; n < NW; ++n) wv[n][u] = c < d ? ld_stream(w[n] + c) : make_uint4(0, 0, 0, 0);
+      for (int n = 0; n < NW; ++n) wv[n][u] = c < d && (n == 0 || rest) ? ld_stream(w[n] + c) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -215,13 +261,17 @@ __device__ __forceinline__ void warp_dot(const bf16* const (&w)[NW], const bf16*
 
 struct Smem {
   bf16* xs;
-  float* red;       // kWarps floats
+  float* red;       // kWarps x kMaxRows floats
   unsigned* scr;    // kWarps words (scans)
   unsigned char* area;
 };
-constexpr std::size_t kScratchBytes = static_cast<std::size_t>(kWarps) * kMaxRows * kSlice * 4;  // 64 KiB
+// The stages' shared scratch: the down stage's partial sums (kWarps x kMaxRows x kSlice floats) and its
+// sources' list lengths (at most kMaxSources), or the threshold search's 49 KiB, whichever is larger.
+constexpr int kMaxSources = 1024;
+constexpr std::size_t kScratchBytes =
+    std::max<std::size_t>(64 << 10, static_cast<std::size_t>(kWarps) * kMaxRows * kSlice * 4 + kMaxSources * 4);
 __host__ __device__ constexpr std::size_t smem_bytes(int d) {
-  return static_cast<std::size_t>(kMaxRows) * d * 2 + 256 + kScratchBytes;
+  return static_cast<std::size_t>(kMaxRows) * d * 2 + 512 + kScratchBytes;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -236,20 +286,23 @@ __device__ void stage_qkv(const Params& P, const LayerPtrs& L, const Smem& S) {
   int r0, r1;
   block_range(rows, 1, blockIdx.x, P.nb, r0, r1);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int q = r0 + warp; q < r1; q += kWarps) {
-    const bf16* w = q < hq ? static_cast<const bf16*>(L.wq) + static_cast<long long>(q) * d
-                    : q < hq + hk ? static_cast<const bf16*>(L.wk) + static_cast<long long>(q - hq) * d
-                                  : static_cast<const bf16*>(L.wv) + static_cast<long long>(q - hq - hk) * d;
-    const bf16* const ws[1] = {w};
-    float o[1][R];
-    warp_dot<R, 1>(ws, S.xs, d, o);
-    if (lane < R) {
-      float v = 0;
+  auto row_of = [&](int q) {
+    return q < hq ? static_cast<const bf16*>(L.wq) + static_cast<long long>(q) * d
+           : q < hq + hk ? static_cast<const bf16*>(L.wk) + static_cast<long long>(q - hq) * d
+                         : static_cast<const bf16*>(L.wv) + static_cast<long long>(q - hq - hk) * d;
+  };
+  for (int q = r0 + warp; q < r1; q += 2 * kWarps) {  // two rows per warp in flight
+    const int q2 = q + kWarps;
+    const bool two = q2 < r1;
+    const bf16* const ws[2] = {row_of(q), row_of(two ? q2 : q)};
+    float o[2][R];
+    warp_dot<R, 2>(ws, S.xs, d, o, two);
 #pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (r == lane) v = o[0][r];
-      P.qkv[static_cast<long long>(lane) * rows + q] = round_bf16(v);  // the kernel path keeps q/k/v in bf16
-    }
+    for (int r = 0; r < R; ++r)
+      if (lane == r) {  // the kernel path keeps q/k/v in bf16
+        P.qkv[static_cast<long long>(r) * rows + q] = round_bf16(o[0][r]);
+        if (two) P.qkv[static_cast<long long>(r) * rows + q2] = round_bf16(o[1][r]);
+      }
   }
 }
 template <int R>
@@ -281,14 +334,14 @@ template <int R>
 __device__ void stage_attn(const Params& P, const LayerPtrs& L, const Smem& S) {
   const Problem& p = P.p;
   const int h = p.heads, kvh = p.kv_heads, hd = p.head_dim, T = p.max_seq, grp = h / kvh;
-  const int rows = (h + 2 * kvh) * hd, G = kThreads / hd;
+  const int rows = (h + 2 * kvh) * hd;
   float* q = reinterpret_cast<float*>(S.area);
   float* kn = q + hd;
   float* vn = kn + hd;
   float* sc = vn + hd;          // [kThreads] probabilities of a chunk of positions
-  float* vred = sc + kThreads;  // [kThreads]
+  float* vred = sc + kThreads;  // [kThreads * 8]
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
-  const int t = threadIdx.x, dim = t % hd, g = t / hd;
+  const int t = threadIdx.x;
   for (int item = blockIdx.x; item < R * h; item += P.nb) {
     const int r = item / h, hh = item % h, kh = hh / grp;
     const int pos = p.pos[r];
@@ -311,26 +364,38 @@ __device__ void stage_attn(const Params& P, const LayerPtrs& L, const Smem& S) {
         static_cast<bf16*>(L.k_cache)[(cache_row + pos) * hd + i] = __float2bfloat16_rn(kn[i]);
         static_cast<bf16*>(L.v_cache)[(cache_row + pos) * hd + i] = __float2bfloat16_rn(vn[i]);
       }
-    float m = -INFINITY, l = 0.0f, acc = 0.0f;
+    // Scores: one position per thread, its k row read with every load issued before the first use. Values:
+    // hd/8 threads per position (8 dims each), G2 positions at a time.
+    const int parts = hd / 8, part = t % parts, g2 = t / parts, G2 = kThreads / parts;
+    float m = -INFINITY, l = 0.0f, acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int c0 = 0; c0 < len; c0 += kThreads) {
       const int j = c0 + t;
       float s = -INFINITY;
       if (j < len) {
+        const float* kv = kn;
         float dot = 0;
         if (j == pos) {
-          for (int i = 0; i < hd; ++i) dot = fmaf(q[i], kn[i], dot);
+          for (int i = 0; i < hd; ++i) dot = fmaf(q[i], kv[i], dot);
         } else {
           const bf16* kr = kc + static_cast<long long>(j) * hd;
-          for (int i = 0; i < hd; i += 8) {
-            const uint4 a = ld_stream(kr + i);
-            dot = fmaf(bf_lo(a.x), q[i], dot);
-            dot = fmaf(bf_hi(a.x), q[i + 1], dot);
-            dot = fmaf(bf_lo(a.y), q[i + 2], dot);
-            dot = fmaf(bf_hi(a.y), q[i + 3], dot);
-            dot = fmaf(bf_lo(a.z), q[i + 4], dot);
-            dot = fmaf(bf_hi(a.z), q[i + 5], dot);
-            dot = fmaf(bf_lo(a.w), q[i + 6], dot);
-            dot = fmaf(bf_hi(a.w), q[i + 7], dot);
+          for (int base = 0; base < hd; base += 64) {  // 8 loads in flight per pass
+          uint4 a[8];
+#pragma unroll
+          for (int i = 0; i < 8; ++i)
+            if (base + i * 8 < hd) a[i] = ld_stream(kr + base + i * 8);
+#pragma unroll
+          for (int i = 0; i < 8; ++i)
+            if (base + i * 8 < hd) {
+              const float* qi = q + base + i * 8;
+              dot = fmaf(bf_lo(a[i].x), qi[0], dot);
+              dot = fmaf(bf_hi(a[i].x), qi[1], dot);
+              dot = fmaf(bf_lo(a[i].y), qi[2], dot);
+              dot = fmaf(bf_hi(a[i].y), qi[3], dot);
+              dot = fmaf(bf_lo(a[i].z), qi[4], dot);
+              dot = fmaf(bf_hi(a[i].z), qi[5], dot);
+              dot = fmaf(bf_lo(a[i].w), qi[6], dot);
+              dot = fmaf(bf_hi(a[i].w), qi[7], dot);
+            }
           }
         }
         s = dot * scale;
@@ -339,24 +404,39 @@ __device__ void stage_attn(const Params& P, const LayerPtrs& L, const Smem& S) {
       const float pj = j < len ? expf(s - mn) : 0.0f;
       const float corr = expf(m - mn);  // 0 on the first chunk (m = -inf)
       l = l * corr + block_sum(pj, S.red);
-      acc *= corr;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] *= corr;
       sc[t] = pj;
       __syncthreads();
       const int n = min(kThreads, len - c0);
-#pragma unroll 4
-      for (int jj = g; jj < n; jj += G) {
+#pragma unroll 8
+      for (int jj = g2; jj < n; jj += G2) {
         const int jp = c0 + jj;
-        const float v = jp == pos ? vn[dim] : __bfloat162float(vc[static_cast<long long>(jp) * hd + dim]);
-        acc = fmaf(sc[jj], v, acc);
+        const float pw = sc[jj];
+        if (jp == pos) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[i] = fmaf(pw, vn[part * 8 + i], acc[i]);
+        } else {
+          const uint4 v = ld_stream(vc + static_cast<long long>(jp) * hd + part * 8);
+          acc[0] = fmaf(pw, bf_lo(v.x), acc[0]);
+          acc[1] = fmaf(pw, bf_hi(v.x), acc[1]);
+          acc[2] = fmaf(pw, bf_lo(v.y), acc[2]);
+          acc[3] = fmaf(pw, bf_hi(v.y), acc[3]);
+          acc[4] = fmaf(pw, bf_lo(v.z), acc[4]);
+          acc[5] = fmaf(pw, bf_hi(v.z), acc[5]);
+          acc[6] = fmaf(pw, bf_lo(v.w), acc[6]);
+          acc[7] = fmaf(pw, bf_hi(v.w), acc[7]);
+        }
       }
       m = mn;
       __syncthreads();
     }
-    vred[t] = acc;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) vred[g2 * hd + part * 8 + i] = acc[i];  // [G2][hd] = kThreads * 8 floats
     __syncthreads();
     if (t < hd) {
       float s = 0;
-      for (int gg = 0; gg < G; ++gg) s += vred[gg * hd + t];
+      for (int gg = 0; gg < G2; ++gg) s += vred[gg * hd + t];
       P.attn[static_cast<long long>(r) * h * hd + hh * hd + t] = round_bf16(s / l);
     }
     __syncthreads();
@@ -373,15 +453,19 @@ __device__ void stage_o(const Params& P, const LayerPtrs& L, const Smem& S) {
   int c0, c1;
   block_range(d, 1, blockIdx.x, P.nb, c0, c1);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int c = c0 + warp; c < c1; c += kWarps) {
-    const bf16* const ws[1] = {static_cast<const bf16*>(L.wo) + static_cast<long long>(c) * w};
-    float o[1][R];
-    warp_dot<R, 1>(ws, S.xs, w, o);
+  for (int c = c0 + warp; c < c1; c += 2 * kWarps) {
+    const int c2 = c + kWarps;
+    const bool two = c2 < c1;
+    const bf16* const ws[2] = {static_cast<const bf16*>(L.wo) + static_cast<long long>(c) * w,
+                               static_cast<const bf16*>(L.wo) + static_cast<long long>(two ? c2 : c) * w};
+    float o[2][R];
+    warp_dot<R, 2>(ws, S.xs, w, o, two);
 #pragma unroll
     for (int r = 0; r < R; ++r)
       if (lane == r) {
         float* px = P.xres + static_cast<long long>(r) * d + c;
         *px = __ldcg(px) + o[0][r];
+        if (two) px[kWarps] = __ldcg(px + kWarps) + o[1][r];
       }
   }
 }
@@ -390,32 +474,46 @@ __device__ __forceinline__ int ffn_align(const Problem& p, bool forced) {
   return p.sel == Sel::grouped && !forced ? p.group_b : 1;
 }
 
+// The gate values a block ranks: its own channel range copied to shared memory when it fits (one batch of
+// loads), else G itself. row[r][j] is row r's value of channel j.
+struct GateView {
+  const float* row[kMaxRows];
+  bool shared;
+  __device__ __forceinline__ float at(int r, int j) const { return shared ? row[r][j] : __ldcg(row[r] + j); }
+};
+
 // Channel j kept by row r of an a:b selection: its rank in its group (larger key first, ties to the lower
 // channel) is below a.
-__device__ __forceinline__ bool group_kept(const Params& P, int r, int j) {
+__device__ __forceinline__ bool group_kept(const Params& P, const GateView& v, int r, int j) {
   const Problem& p = P.p;
-  const float* g = P.G + static_cast<long long>(r) * p.d_ffn;
   const int g0 = j - j % p.group_b, g1 = min(p.d_ffn, g0 + p.group_b);
-  const unsigned kj = sel_key(__ldcg(g + j), p.rule);
+  const unsigned kj = sel_key(v.at(r, j), p.rule);
   int rank = 0;
   for (int i = g0; i < g1; ++i) {
     if (i == j) continue;
-    const unsigned ki = sel_key(__ldcg(g + i), p.rule);
+    const unsigned ki = sel_key(v.at(r, i), p.rule);
     rank += (ki > kj || (ki == kj && i < j)) ? 1 : 0;
   }
   return rank < p.group_a;
 }
 
 // The row r selection of channel j under the layer's mode (after the gate stage, and for top-K after the
-// thresholds are published).
-__device__ __forceinline__ bool kept(const Params& P, int r, int j, bool forced) {
+// thresholds (tk, tj) are published).
+__device__ __forceinline__ bool kept(const Params& P, const GateView& v, const unsigned* tk, const int* tj, int r,
+                                     int j, bool forced) {
   const Problem& p = P.p;
   if (forced) return __ldcg(P.mask + static_cast<long long>(r) * p.d_ffn + j) != 0;
-  if (p.sel == Sel::grouped) return group_kept(P, r, j);
-  const unsigned key = sel_key(__ldcg(P.G + static_cast<long long>(r) * p.d_ffn + j), p.rule);
-  const unsigned bk = __ldcg(P.thr + 2 * r);
-  const int bj = static_cast<int>(__ldcg(P.thr + 2 * r + 1));
-  return key > bk || (key == bk && j <= bj);
+  if (p.sel == Sel::grouped) return group_kept(P, v, r, j);
+  const unsigned key = sel_key(v.at(r, j), p.rule);
+  return key > tk[r] || (key == tk[r] && j <= tj[r]);
+}
+
+// A view of G over the whole rows (the threshold block's idx_out pass).
+__device__ __forceinline__ GateView global_view(const Params& P) {
+  GateView v;
+  v.shared = false;
+  for (int r = 0; r < kMaxRows; ++r) v.row[r] = P.G + static_cast<long long>(r) * P.p.d_ffn;
+  return v;
 }
 
 // FFN gate: g of the block's channels ([rows, d_ffn] f32); dense also u and z = SiLU(g) u straight into the
@@ -430,7 +528,6 @@ __device__ void stage_gate(const Params& P, const LayerPtrs& L, int layer, bool 
   const bf16* wg = static_cast<const bf16*>(L.wg);
   const bf16* wu = static_cast<const bf16*>(L.wu);
   if (p.sel == Sel::dense) {
-    prefetch_rows(L.wd, c0, c1, d);
     for (int j = c0 + warp; j < c1; j += kWarps) {
       const bf16* const ws[2] = {wg + static_cast<long long>(j) * d, wu + static_cast<long long>(j) * d};
       float o[2][R];
@@ -441,19 +538,26 @@ __device__ void stage_gate(const Params& P, const LayerPtrs& L, int layer, bool 
       if (lane == 0) P.list[j] = static_cast<unsigned>(j) | (((1u << R) - 1) << 16);
     }
     if (threadIdx.x == 0) P.cnt[blockIdx.x] = static_cast<unsigned>(c1 - c0);
+    prefetch_rows(L.wd, c0, c1, d);  // for the down stage, while the block waits at the barrier
     return;
   }
   unsigned* hist = P.hist + static_cast<long long>(layer & 1) * R * kBins;
   const bool topk = p.sel == Sel::topk && !forced;
-  for (int j = c0 + warp; j < c1; j += kWarps) {
-    const bf16* const ws[1] = {wg + static_cast<long long>(j) * d};
-    float o[1][R];
-    warp_dot<R, 1>(ws, S.xs, d, o);
+  for (int j = c0 + warp; j < c1; j += 2 * kWarps) {
+    const int j2 = j + kWarps;
+    const bool two = j2 < c1;
+    const bf16* const ws[2] = {wg + static_cast<long long>(j) * d, wg + static_cast<long long>(two ? j2 : j) * d};
+    float o[2][R];
+    warp_dot<R, 2>(ws, S.xs, d, o, two);
 #pragma unroll
     for (int r = 0; r < R; ++r)
       if (lane == r) {
         P.G[static_cast<long long>(r) * F + j] = o[0][r];
         if (topk) atomicAdd(hist + r * kBins + (sel_key(o[0][r], p.rule) >> 21), 1u);
+        if (two) {
+          P.G[static_cast<long long>(r) * F + j2] = o[1][r];
+          if (topk) atomicAdd(hist + r * kBins + (sel_key(o[1][r], p.rule) >> 21), 1u);
+        }
       }
   }
 }
@@ -487,9 +591,9 @@ __device__ void find_bin(CountAt cnt_at, int n, unsigned& need, int& bin, const 
   __syncthreads();
 }
 
-// Row r's exact top-K threshold (key, channel) from the layer's histogram and G: the threshold bin's
-// candidates go to shared memory (or are re-read from G when there are too many), two radix passes over the
-// remaining key bits find the key, and the channel is the need-th lowest of those with that key.
+// Row r's exact top-K threshold (key, channel) from the layer's histogram (the top 11 key bits) and G: the
+// row's keys go to shared memory (re-read from G for rows wider than kKeyCache), two radix passes over the
+// remaining bits of the threshold bin find the key, and the channel is the need-th lowest with that key.
 template <int R>
 __device__ void find_threshold(const Params& P, int layer, int r, const Smem& S, unsigned& bk, int& bj) {
   const Problem& p = P.p;
@@ -497,34 +601,30 @@ __device__ void find_threshold(const Params& P, int layer, int r, const Smem& S,
   const float* g = P.G + static_cast<long long>(r) * F;
   const unsigned* hist = P.hist + (static_cast<long long>(layer & 1) * R + r) * kBins;
   unsigned need = static_cast<unsigned>(p.k);
-  int b1;
-  find_bin([&](int b) { return __ldcg(hist + b); }, kBins, need, b1, S);
-  unsigned* h2 = reinterpret_cast<unsigned*>(S.area);  // [kBins]
-  unsigned* ck = h2 + kBins;                            // [kCandCap] keys
-  unsigned* cj = ck + kCandCap;                         // [kCandCap] channels
-  unsigned* ncand = cj + kCandCap;
-  unsigned* eq = ncand + 1;                             // [kThreads] channels with the final key
+  unsigned* h1 = reinterpret_cast<unsigned*>(S.area);  // [kBins] the layer's histogram of this row
+  unsigned* h2 = h1 + kBins;                            // [kBins] the next passes' histograms
+  unsigned* eq = h2 + kBins;                            // [kThreads] channels with the final key
   unsigned* neq = eq + kThreads;
-  const unsigned in_bin = __ldcg(hist + b1);
-  const bool cached = in_bin <= static_cast<unsigned>(kCandCap);
-  if (threadIdx.x == 0) *ncand = 0;
-  __syncthreads();
-  if (cached)
-    for (int j = threadIdx.x; j < F; j += kThreads) {
-      const unsigned key = sel_key(__ldcg(g + j), p.rule);
-      if ((key >> 21) == static_cast<unsigned>(b1)) {
-        const unsigned s = atomicAdd(ncand, 1u);
-        ck[s] = key;
-        cj[s] = static_cast<unsigned>(j);
-      }
+  unsigned* keys = neq + 1;                             // [F] the row's keys, when F <= kKeyCache
+  const bool cached = F <= kKeyCache;
+  // One batch of loads: the histogram and (when it fits) the row's keys; every pass then works in shared memory.
+#pragma unroll
+  for (int i = 0; i < kBins / kThreads; ++i) h1[i * kThreads + threadIdx.x] = __ldcg(hist + i * kThreads + threadIdx.x);
+  if (cached) {
+#pragma unroll 16
+    for (int i = 0; i < kKeyCache / kThreads; ++i) {
+      const int j = i * kThreads + threadIdx.x;
+      if (j < F) keys[j] = sel_key(__ldcg(g + j), p.rule);
     }
+  }
   __syncthreads();
-  // for_each(fn(key, j)) over the candidates whose key starts with `prefix` (top `bits` bits), by thread.
+  int b1;
+  find_bin([&](int b) { return h1[b]; }, kBins, need, b1, S);
+  // for_each(fn(key, j)) over the row's channels whose key starts with `prefix` (top `bits` bits), by thread.
   auto for_each = [&](unsigned prefix, int bits, auto fn) {
     if (cached) {
-      const unsigned n = *ncand;
-      for (unsigned i = threadIdx.x; i < n; i += kThreads)
-        if ((ck[i] >> (32 - bits)) == prefix) fn(ck[i], cj[i]);
+      for (int j = threadIdx.x; j < F; j += kThreads)
+        if ((keys[j] >> (32 - bits)) == prefix) fn(keys[j], static_cast<unsigned>(j));
     } else {
       for (int j = threadIdx.x; j < F; j += kThreads) {
         const unsigned key = sel_key(__ldcg(g + j), p.rule);
@@ -589,10 +689,15 @@ __device__ void write_idx_row(const Params& P, const LayerPtrs& L, int r, bool f
   const Problem& p = P.p;
   const int F = p.d_ffn, kept_n = P.kept_n;
   std::uint16_t* dst = L.idx_out + static_cast<long long>(r) * kept_n;
+  const GateView v = global_view(P);
+  unsigned tk[kMaxRows] = {};
+  int tj[kMaxRows] = {};
+  tk[r] = __ldcg(P.thr + 2 * r);
+  tj[r] = static_cast<int>(__ldcg(P.thr + 2 * r + 1));
   unsigned base = 0;
   for (int c0 = 0; c0 < F; c0 += kThreads) {
     const int j = c0 + threadIdx.x;
-    const unsigned f = j < F && kept(P, r, j, forced) ? 1u : 0u;
+    const unsigned f = j < F && kept(P, v, tk, tj, r, j, forced) ? 1u : 0u;
     unsigned total;
     const unsigned at = block_scan(f, S.scr, total);
     if (f && base + at < static_cast<unsigned>(kept_n)) dst[base + at] = static_cast<std::uint16_t>(j);
@@ -671,17 +776,38 @@ __device__ void stage_up(const Params& P, const LayerPtrs& L, bool forced, const
   int c0, c1;
   block_range(F, ffn_align(p, forced), blockIdx.x, P.nb, c0, c1);
   const bool local_idx = p.sel == Sel::grouped && !forced && L.idx_out;
+  // The block's gate values and the thresholds, each read in one batch of loads.
+  const int span = c1 - c0;
+  GateView v;
+  v.shared = R * span <= 8192;
+  float* gs = reinterpret_cast<float*>(S.area);
+  if (v.shared) {
+#pragma unroll 4
+    for (int i = threadIdx.x; i < R * span; i += kThreads)
+      gs[i] = __ldcg(P.G + static_cast<long long>(i / span) * F + c0 + i % span);
+  }
+#pragma unroll
+  for (int r = 0; r < kMaxRows; ++r) v.row[r] = v.shared ? gs + r * span - c0 : P.G + static_cast<long long>(r) * F;
+  unsigned tk[kMaxRows] = {};
+  int tj[kMaxRows] = {};
+  if (p.sel == Sel::topk && !forced)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      tk[r] = __ldcg(P.thr + 2 * r);
+      tj[r] = static_cast<int>(__ldcg(P.thr + 2 * r + 1));
+    }
+  __syncthreads();
   unsigned n = 0;
   for (int b = c0; b < c1; b += kThreads) {
     const int j = b + threadIdx.x;
     unsigned m = 0;
     if (j < c1)
       for (int r = 0; r < R; ++r)
-        if (kept(P, r, j, forced)) {
+        if (kept(P, v, tk, tj, r, j, forced)) {
           m |= 1u << r;
           if (local_idx) {  // position: a per whole group before, plus the kept channels before j in its group
             int before = 0;
-            for (int i = j - j % p.group_b; i < j; ++i) before += group_kept(P, r, i) ? 1 : 0;
+            for (int i = j - j % p.group_b; i < j; ++i) before += group_kept(P, v, r, i) ? 1 : 0;
             L.idx_out[static_cast<long long>(r) * P.kept_n + (j / p.group_b) * p.group_a + before] =
                 static_cast<std::uint16_t>(j);
           }
@@ -706,7 +832,7 @@ __device__ void stage_up(const Params& P, const LayerPtrs& L, bool forced, const
 #pragma unroll
     for (int r = 0; r < R; ++r)
       if (lane == r) {
-        const float gv = __ldcg(P.G + static_cast<long long>(r) * F + j);
+        const float gv = v.at(r, j);
         P.Z[static_cast<long long>(c0 + e) * R + r] = (ent >> (16 + r)) & 1u ? silu_f(gv) * o[0][r] : 0.0f;
       }
   }
@@ -738,12 +864,15 @@ __device__ void stage_down(const Params& P, const LayerPtrs& L, int layer, int a
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[r][i] = 0.0f;
-    unsigned e = warp;  // this warp's next entry: the lists are walked as one sequence, warp w taking w mod 16
+    unsigned* cnts = reinterpret_cast<unsigned*>(red + kWarps * R * kSlice);  // the sources' list lengths
+    for (int s = s0 + threadIdx.x; s < s1; s += kThreads) cnts[s - s0] = __ldcg(P.cnt + s);
+    __syncthreads();
+    unsigned e = warp;  // this warp's next entry: the lists are walked as one sequence, warp w taking w mod kWarps
     for (int s = s0; s < s1; ++s) {
       int c0, c1;
       block_range(F, align, s, P.nb, c0, c1);
-      const unsigned n = __ldcg(P.cnt + s);
-      constexpr int U = 4;
+      const unsigned n = cnts[s - s0];
+      constexpr int U = R <= 2 ? 8 : 4;  // W_down rows in flight per warp (registers)
       const unsigned e0 = e;
       for (; e < n; e += kWarps * U) {
         uint4 w[U];
@@ -814,13 +943,19 @@ __device__ void stage_head(const Params& P, const Smem& S) {
   int v0, v1;
   block_range(p.vocab, 1, blockIdx.x, P.nb, v0, v1);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int v = v0 + warp; v < v1; v += kWarps) {
-    const bf16* const ws[1] = {static_cast<const bf16*>(p.lm_head) + static_cast<long long>(v) * p.d};
-    float o[1][R];
-    warp_dot<R, 1>(ws, S.xs, p.d, o);
+  for (int v = v0 + warp; v < v1; v += 2 * kWarps) {
+    const int v2 = v + kWarps;
+    const bool two = v2 < v1;
+    const bf16* const ws[2] = {static_cast<const bf16*>(p.lm_head) + static_cast<long long>(v) * p.d,
+                               static_cast<const bf16*>(p.lm_head) + static_cast<long long>(two ? v2 : v) * p.d};
+    float o[2][R];
+    warp_dot<R, 2>(ws, S.xs, p.d, o, two);
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      if (lane == r) p.logits[static_cast<long long>(r) * p.vocab + v] = o[0][r];
+      if (lane == r) {
+        p.logits[static_cast<long long>(r) * p.vocab + v] = o[0][r];
+        if (two) p.logits[static_cast<long long>(r) * p.vocab + v2] = o[1][r];
+      }
   }
 }
 
@@ -832,8 +967,8 @@ __global__ void __launch_bounds__(kThreads, 1) k_step(const __grid_constant__ Pa
   S.xs = reinterpret_cast<bf16*>(smem_raw);
   unsigned char* rest = smem_raw + static_cast<std::size_t>(kMaxRows) * p.d * 2;
   S.red = reinterpret_cast<float*>(rest);
-  S.scr = reinterpret_cast<unsigned*>(rest + 128);  // 32 words
-  S.area = rest + 256;
+  S.scr = reinterpret_cast<unsigned*>(rest + 256);  // 32 words
+  S.area = rest + 512;
   unsigned gen = 0;
   const int d = p.d;
   // Start: the residual stream (embedding rows, or zero for ffn_only) and both histograms.
@@ -980,6 +1115,7 @@ int grid_blocks() {
   if (dev < 64 && cached[dev]) return cached[dev];
   int sms = 0;
   MOC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  sms = std::min(sms, kMaxSources);  // the down stage keeps one list length per source block
   if (dev < 64) cached[dev] = sms;
   return sms;
 }
