@@ -23,6 +23,7 @@
 #include "app/profile_stats.h"
 #include "app/report.h"
 #include "app/runner.h"
+#include "app/summary.h"
 #include "db/results_db.h"
 #include "kernels/ops.h"
 #include "model/config.h"
@@ -193,32 +194,18 @@ int cmd_list(const std::string& db_path) {
   return 0;
 }
 
-int cmd_show(const std::string& db_path, long long run_id) {
+int cmd_show(const std::string& db_path, long long run_id, const std::string& format) {
   auto store = db::ResultsDb::open(db_path, db::OpenMode::read_only);
-  auto run = store.run(run_id);
-  if (!run) throw ConfigError("no run " + std::to_string(run_id) + " in " + db_path + " (see `mocbench list`)");
-  std::printf("run %lld: %s (%s) on %s %s, status %s, mocbench %s\n", run_id, run->scenario_name.c_str(),
-              run->scenario_path.c_str(), run->device_kind.c_str(), run->device_name.c_str(), run->status.c_str(),
-              run->mocbench_version.c_str());
-  // Metric and its column title: the main metrics, then the profile's kernels per step and GPU busy time.
-  const std::pair<const char*, const char*> shown[] = {
-      {"median_ms", "median_ms"},         {"tokens_per_s", "tokens_per_s"},   {"latency_us", "latency_us"},
-      {"achieved_GBps", "achieved_GBps"}, {"peak_bytes", "peak_bytes"},       {"profile_kernels", "kernels/step"},
-      {"profile_gpu_busy_ms", "gpu_busy_ms"}};
-  std::printf("%-4s %-12s %-40s", "#", "status", "axes");
-  for (const auto& m : shown) std::printf(" %14s", m.second);
-  std::printf("\n");
-  for (const auto& p : store.points(run_id)) {
-    std::string axes;
-    for (const auto& [k, v] : p.axes) axes += (axes.empty() ? "" : " ") + k + "=" + v;
-    std::printf("%-4d %-12s %-40s", p.index, p.status.c_str(), axes.c_str());
-    for (const auto& [m, title] : shown) {
-      auto it = std::find_if(p.metrics.begin(), p.metrics.end(), [&](const auto& kv) { return kv.first == m; });
-      if (it == p.metrics.end()) std::printf(" %14s", "-");
-      else std::printf(" %14.4g", it->second);
-    }
-    std::printf("\n");
+  if (!store.run(run_id)) throw ConfigError("no run " + std::to_string(run_id) + " in " + db_path + " (see `mocbench list`)");
+  SummaryFormat fmt;
+  try {
+    fmt = parse_summary_format(format);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(e.what());
   }
+  std::ostringstream o;
+  print_summary(summarize_run(store, run_id), fmt, o, fmt == SummaryFormat::table && colour_terminal(stdout));
+  std::fwrite(o.str().data(), 1, o.str().size(), stdout);
   return 0;
 }
 
@@ -530,7 +517,11 @@ int main(int argc, char** argv) {
   list->add_option("--db", db_path, "Results database")->capture_default_str();
   auto* show = app.add_subcommand("show", "Show a run's points and main metrics");
   long long show_run = 0;
+  std::string show_format = "table";
   show->add_option("RUN", show_run, "Run id (see list)")->required();
+  show->add_option("--format", show_format, "table | csv | json | markdown (markdown pastes into an issue or a paper draft)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"table", "csv", "json", "markdown", "md"}));
   show->add_option("--db", db_path, "Results database")->capture_default_str();
 
   auto* exp = app.add_subcommand("export", "Write runs as CSV or JSON (one row per point: run, device, mode, axes, "
@@ -594,7 +585,7 @@ int main(int argc, char** argv) {
       return run_scenario_file(run_file, run_opt);
     }
     if (*list) return cmd_list(db_path);
-    if (*show) return cmd_show(db_path, show_run);
+    if (*show) return cmd_show(db_path, show_run, show_format);
     if (*exp) return cmd_export(db_path, exp_runs, exp_all, exp_format, exp_out, exp_point);
     if (*st) return cmd_stats(db_path, st_run, st_point, st_reports, st_format);
     if (*cmp) return cmd_compare(cmp_a, cmp_b, db_path, cmp_metrics, cmp_format, cmp_force);

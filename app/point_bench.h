@@ -28,6 +28,10 @@ struct PointSpec {
   bool cold = true;    // ffn-decode: rotate weight copies so they come from memory, not cache
   std::size_t cold_bytes = std::size_t{256} << 20;  // weight bytes to rotate through when cold
   bool fp32_master = false;
+  bool persistent_decode = false;
+  // The backend's memory limit when known (0: none): a train point whose memory-model lower bound exceeds
+  // it is refused as OutOfMemory before anything is allocated, with the bytes needed and available.
+  std::size_t memory_limit_bytes = 0;  // decode / ffn-decode: Ops::decode_step / ffn_decode_layers (one kernel)
   double peak_flops = 0;     // the device's dense bf16 peak (FLOP/s) for MFU; 0: not reported  // train: bf16 parameters with fp32 master weights and AdamW states
   MeasureSettings measure;
   // Profile: after the timed repetitions, profile_steps more with every kernel traced (CUPTI on the GPU, a

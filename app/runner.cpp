@@ -16,6 +16,7 @@
 #include "app/json_text.h"
 #include "app/point_bench.h"
 #include "app/scenario.h"
+#include "app/summary.h"
 #include "db/results_db.h"
 #ifdef MOCBENCH_HAVE_CUDA
 #include "kernels/cuda/cuda_info.h"
@@ -128,6 +129,7 @@ PointSpec to_spec(const ScenarioPoint& p, bool no_profile) {
   if (p.precision == "fp32") s.model.param_dtype = s.model.act_dtype = DType::f32;
   s.fp32_master = p.precision == "bf16-fp32master";
   s.model.ffn.topk_backend = p.topk_backend == "raft" ? TopkBackend::raft : TopkBackend::own;
+  s.persistent_decode = p.decode_impl == "persistent";
   return s;
 }
 }  // namespace
@@ -256,13 +258,14 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     PointOutcome out;
     try {
       std::unique_ptr<Ops> ops;
+      std::size_t limit = 0;  // the CPU backend's memory limit, for the early refusal of points that cannot fit
 #ifdef MOCBENCH_HAVE_CUDA
       if (backend == "cuda") ops = cuda::make_cuda_ops(0);
 #endif
       if (!ops) {
         // By default the host's available memory (read again for each point) less a margin: a point that
         // cannot fit is OutOfMemory, not a process the kernel's OOM killer ends.
-        std::size_t limit = opt.cpu_memory_limit_bytes;
+        limit = opt.cpu_memory_limit_bytes;
         host_limit_note.clear();
         if (limit == 0)
           if (const auto hm = host_memory_available()) {
@@ -273,6 +276,7 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
         ops = make_cpu_ops(limit);
       }
       PointSpec spec = to_spec(p, opt.no_profile);
+      spec.memory_limit_bytes = limit;
 #ifdef MOCBENCH_HAVE_CUDA
       if (backend == "cuda") spec.peak_flops = dense_bf16_peak_flops(cuda::list_gpus().at(0));
 #endif
@@ -330,6 +334,10 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
                 status.c_str(), ok, oom, failed, points.size(),
                 fmt_duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()).c_str(),
                 opt.db_path.c_str());
+    // The answer the scenario asks for, in human units (what `mocbench show RUN` prints again).
+    std::ostringstream summary;
+    print_summary(summarize_run(store, run_id), SummaryFormat::table, summary, colour_terminal(stdout));
+    std::printf("\n%s", summary.str().c_str());
   }
   return status == "interrupted" ? 130 : (failed ? 1 : 0);
 }

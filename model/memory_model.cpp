@@ -38,4 +38,11 @@ ActivationBreakdown engine_activation_model(const ModelConfig& c, std::int64_t b
   return r;
 }
 
+double training_lower_bound_bytes(const ModelConfig& c, std::int64_t b, std::int64_t s) {
+  const double d = c.hidden, kvd = static_cast<double>(c.kv_heads) * c.head_dim();
+  const double layer_params = 2 * d * d + 2 * d * kvd + 3 * d * c.d_ffn;
+  const double weights = static_cast<double>(c.layers) * layer_params * static_cast<double>(dtype_bytes(c.param_dtype));
+  return 2 * weights + engine_activation_model(c, b, s).total();
+}
+
 }  // namespace moc

@@ -31,6 +31,12 @@ ActivationBreakdown paper_activation_model(const ModelConfig& cfg, std::int64_t 
                                            double bytes_per_element = 2.0);
 ActivationBreakdown engine_activation_model(const ModelConfig& cfg, std::int64_t batch, std::int64_t seq);
 
+// A lower bound of what a training step of this model holds at its peak: the layers' weights and their
+// gradients (embedding and head left out, so a tied or untied head cannot make it an overestimate) plus
+// the activations the engine keeps (engine_activation_model). A point whose bound exceeds the memory
+// available cannot fit, whatever else it allocates: the runner refuses it before allocating anything.
+double training_lower_bound_bytes(const ModelConfig& cfg, std::int64_t batch, std::int64_t seq);
+
 // The paper's FFN activation in units of bsd (11.67 / 6.33 / 3.67 / 2.6 at d_ffn = 8d/3, K = 0.2 d_ffn).
 double paper_ffn_bsd(const ModelConfig& cfg);
 

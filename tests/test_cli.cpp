@@ -112,9 +112,19 @@ TEST_F(Cli, RunListShowExportCompare) {
   EXPECT_NE(list.out.find("smoke_cpu"), std::string::npos);
   EXPECT_NE(list.out.find("\n2 "), std::string::npos) << list.out;
 
+  // run ends with the summary; show prints it again, and as Markdown.
+  EXPECT_NE(r1.out.find("vs dense (speed)"), std::string::npos) << r1.out;
   auto show = mocbench("show 1 --db " + db);
   ASSERT_EQ(show.code, 0);
-  EXPECT_NE(show.out.find("mode=ffn-decode ffn=moc"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("ffn-decode: one FFN layer"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("latency (µs)"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("moc vs dense: "), std::string::npos) << show.out;
+  EXPECT_EQ(show.out.find('\033'), std::string::npos) << "no colours off a terminal";
+  EXPECT_NE(r1.out.find(show.out), std::string::npos) << "run prints what show prints";
+  auto md = mocbench("show 1 --format markdown --db " + db);
+  ASSERT_EQ(md.code, 0);
+  EXPECT_NE(md.out.find("| ffn |"), std::string::npos) << md.out;
+  EXPECT_EQ(mocbench("show 1 --format xml --db " + db).code, 2);
 
   const std::string csv = path("out.csv");
   ASSERT_EQ(mocbench("export --all --format csv -o " + csv + " --db " + db).code, 0);
@@ -578,15 +588,21 @@ TEST_F(Cli, ShowHasKernelsPerStepAndBusyTimeColumns) {
   auto r = mocbench("show 1 --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("kernels/step"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("gpu_busy_ms"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GPU busy (ms)"), std::string::npos) << r.out;
+  // One table per mode; the profiled train point shows 2 kernels and 0.0035 ms busy per step, the decode
+  // point (no profile) has no such columns.
   std::istringstream lines(r.out);
-  std::string line;
-  std::map<std::string, std::string> by_point;
-  while (std::getline(lines, line))
-    if (!line.empty() && line[0] >= '0' && line[0] <= '9') by_point[line.substr(0, line.find(' '))] = line;
-  ASSERT_EQ(by_point.size(), 3u) << r.out;
-  EXPECT_EQ(by_point["0"].substr(by_point["0"].size() - 30), "              2         0.0035");
-  EXPECT_EQ(by_point["1"].substr(by_point["1"].size() - 30), "              -              -");
+  std::string line, section;
+  std::map<std::string, std::string> row_of;  // mode -> its one row
+  while (std::getline(lines, line)) {
+    if (line.find(": ") != std::string::npos && line.find("run ") != 0) section = line.substr(0, line.find(':'));
+    if (line.rfind("ok ", 0) == 0) row_of[section] = line;
+  }
+  ASSERT_EQ(row_of.size(), 3u) << r.out;
+  EXPECT_NE(row_of["train"].find("  2.0  "), std::string::npos) << row_of["train"];
+  EXPECT_EQ(row_of["train"].substr(row_of["train"].size() - 6), "0.0035") << row_of["train"];
+  EXPECT_EQ(row_of["ffn-decode"].substr(row_of["ffn-decode"].size() - 6, 5), "0.001") << row_of["ffn-decode"];
+  EXPECT_EQ(row_of["decode"].find("0.00"), std::string::npos) << row_of["decode"];
 }
 }  // namespace
 }  // namespace moc

@@ -1,6 +1,8 @@
 // The measuring loop (with synthetic timings: no clocks asserted) and one point of every mode on the CPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "app/measure.h"
 #include "app/point_bench.h"
 #include "model/memory_model.h"
@@ -131,11 +133,60 @@ TEST(Point, FfnDecodeReportsTheByteFloorOfEachVariant) {
   EXPECT_DOUBLE_EQ(metric(one, "floor_bytes"), (d * F + 2 * K * d) * 4);
 }
 
+// Both decode implementations run on the CPU (the persistent one is Ops::decode_step's composed ops there):
+// the same greedy step, prefill timed with repetitions; the persistent ffn-decode has no part timings.
+TEST(Point, DecodeAndFfnDecodeRunWithBothImplementations) {
+  for (bool persistent : {false, true}) {
+    SCOPED_TRACE(persistent ? "persistent" : "kernels");
+    auto ops = make_cpu_ops();
+    auto dec = tiny_point("decode", "moc");
+    dec.persistent_decode = persistent;
+    const auto d = run_point(*ops, dec);
+    EXPECT_GT(metric(d, "ms_per_token"), 0);
+    EXPECT_GT(metric(d, "prefill_ms"), 0);
+    EXPECT_GE(metric(d, "prefill_reps"), dec.measure.min_reps);
+    EXPECT_GE(metric(d, "prefill_noise"), 0);
+    auto ffn = tiny_point("ffn-decode", "moc");
+    ffn.persistent_decode = persistent;
+    const auto f = run_point(*ops, ffn);
+    EXPECT_GT(metric(f, "latency_us"), 0);
+    EXPECT_GE(metric(f, "union_channels"), 17);
+    const bool has_parts = std::any_of(f.metrics.begin(), f.metrics.end(), [](const auto& m) { return m.first == "gate_us"; });
+    EXPECT_EQ(has_parts, !persistent) << "the persistent kernel's parts are not timed apart";
+  }
+}
+
 TEST(Point, AnOversizedPointRaisesOutOfMemory) {
   auto ops = make_cpu_ops(256 << 10);
   auto spec = tiny_point("train", "dense");
   spec.batch = 64;
   EXPECT_THROW(run_point(*ops, spec), OutOfMemory);
+}
+
+// Where the memory model can tell, a train point that cannot fit is refused before anything is allocated,
+// with the bytes needed and the limit; the bound it uses never exceeds what a step really holds.
+TEST(Point, ATrainPointBeyondTheLimitIsRefusedBeforeAllocating) {
+  auto ops = make_cpu_ops();
+  auto spec = tiny_point("train", "moc");
+  spec.batch = 64;
+  spec.memory_limit_bytes = 256 << 10;
+  try {
+    run_point(*ops, spec);
+    FAIL() << "not refused";
+  } catch (const OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("refused before allocating"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("256.00 KiB"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ops->memory().peak_total(), 0) << "nothing allocated";
+  for (const char* ffn : {"dense", "moc", "moc_2:8"})
+    for (bool gcp : {false, true}) {
+      SCOPED_TRACE(std::string(ffn) + (gcp ? "+gcp" : ""));
+      auto cpu = make_cpu_ops();
+      auto fits = tiny_point("train", ffn);
+      fits.model.ffn.gcp = gcp;
+      const auto out = run_point(*cpu, fits);
+      EXPECT_LE(training_lower_bound_bytes(fits.model, fits.batch, fits.seq), metric(out, "peak_bytes"));
+    }
 }
 
 TEST(Point, AnUnknownModeIsAConfigError) {

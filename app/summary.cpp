@@ -1,0 +1,395 @@
+#include "app/summary.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <ostream>
+#include <set>
+#include <stdexcept>
+
+#include "app/json_text.h"
+#include "app/report.h"
+
+namespace moc {
+namespace {
+
+using Metrics = std::vector<std::pair<std::string, double>>;
+using Getter = std::function<std::optional<double>(const Metrics&)>;
+
+std::optional<double> metric(const Metrics& m, std::string_view name) {
+  for (const auto& [k, v] : m)
+    if (k == name && std::isfinite(v)) return v;
+  return std::nullopt;
+}
+
+Getter scaled(std::string name, double scale) {
+  return [name = std::move(name), scale](const Metrics& m) -> std::optional<double> {
+    if (auto v = metric(m, name)) return *v * scale;
+    return std::nullopt;
+  };
+}
+
+// The first of several metrics a point has (older or hand-made points may lack the mode's own name).
+Getter first_of(std::vector<std::pair<std::string, double>> names) {
+  return [names = std::move(names)](const Metrics& m) -> std::optional<double> {
+    for (const auto& [name, scale] : names)
+      if (auto v = metric(m, name)) return *v * scale;
+    return std::nullopt;
+  };
+}
+
+constexpr double kGiB = 1.0 / (1024.0 * 1024.0 * 1024.0);
+constexpr double kMiB = 1.0 / (1024.0 * 1024.0);
+
+struct ValueSpec {
+  SummaryColumn column;
+  Getter get;
+};
+
+// What each mode is for: its main timing first (lower is better; the speedup's basis: dense / this), then
+// its noise, rates, floors and memory. A mode this list does not know gets the generic median.
+struct ModeSpec {
+  std::string title;
+  std::vector<ValueSpec> values;
+  std::string memory_metric;  // "peak vs dense" basis; empty: none
+};
+
+ValueSpec value(std::string key, std::string title, std::string unit, Getter get, int decimals = -1) {
+  return {{std::move(key), std::move(title), std::move(unit), false, decimals}, std::move(get)};
+}
+
+ValueSpec noise() { return value("noise_pct", "± %", "%", scaled("noise", 100.0), 1); }
+
+ModeSpec spec_of(const std::string& mode) {
+  if (mode == "train")
+    return {"training step",
+            {value("step_ms", "step (ms)", "ms", first_of({{"step_ms", 1}, {"median_ms", 1}})), noise(),
+             value("tokens_per_s", "tokens/s", "1/s", scaled("tokens_per_s", 1), 0),
+             value("mfu_pct", "MFU (%)", "%", scaled("mfu_pct", 1), 1),
+             value("peak_GiB", "peak (GiB)", "GiB", scaled("peak_bytes", kGiB), 2),
+             value("activations_GiB", "activations (GiB)", "GiB", scaled("peak_activations_bytes", kGiB), 2),
+             value("optimizer_GiB", "optimizer (GiB)", "GiB", scaled("peak_optimizer_state_bytes", kGiB), 2)},
+            "peak_bytes"};
+  if (mode == "decode")
+    return {"end-to-end greedy decoding (one step = one token per row)",
+            {value("ms_per_token", "ms/token", "ms", first_of({{"ms_per_token", 1}, {"median_ms", 1}})), noise(),
+             value("tokens_per_s", "tokens/s", "1/s", scaled("tokens_per_s", 1), 0),
+             value("prefill_ms", "prefill (ms)", "ms", scaled("prefill_ms", 1)),
+             value("peak_GiB", "peak (GiB)", "GiB", scaled("peak_bytes", kGiB), 2)},
+            ""};
+  if (mode == "ffn-decode")
+    return {"one FFN layer, one token per row (weight-bandwidth bound)",
+            {value("latency_us", "latency (µs)", "us", first_of({{"latency_us", 1}, {"median_ms", 1e3}})), noise(),
+             value("TBps", "TB/s", "TB/s", scaled("achieved_GBps", 1e-3), 2),
+             value("floor_us", "floor (µs)", "us", scaled("floor_us", 1)),
+             value("pct_of_floor", "% of floor", "%", scaled("pct_of_floor", 1), 0),
+             value("channels_read", "channels read", "", scaled("union_channels", 1), 0)},
+            ""};
+  if (mode == "ffn-train")
+    return {"one FFN layer, forward + backward",
+            {value("fwd_bwd_ms", "fwd+bwd (ms)", "ms", first_of({{"fwd_bwd_ms", 1}, {"median_ms", 1}})), noise(),
+             value("forward_ms", "forward (ms)", "ms", scaled("forward_ms", 1)),
+             value("backward_ms", "backward (ms)", "ms", scaled("backward_ms", 1)),
+             value("activations_MiB", "stored activations (MiB)", "MiB", scaled("ffn_activation_bytes", kMiB), 1)},
+            "ffn_activation_bytes"};
+  if (mode == "topk")
+    return {"row top-K selection",
+            {value("latency_us", "latency (µs)", "us", first_of({{"latency_us", 1}, {"median_ms", 1e3}})), noise(),
+             value("Mrows_per_s", "rows/s (M)", "1/s", scaled("rows_per_s", 1e-6))},
+            ""};
+  return {mode, {value("median_ms", "median (ms)", "ms", scaled("median_ms", 1)), noise()}, ""};
+}
+
+// 3 significant digits without an exponent (1.72, 30.1, 581, 2175).
+std::string number(double v, int decimals) {
+  char buf[64];
+  if (decimals < 0) {
+    const double a = std::fabs(v);
+    decimals = a >= 100 || a == 0 ? 0 : a >= 10 ? 1 : a >= 1 ? 2 : 3;
+    if (a != 0 && a < 0.01) decimals = 4;
+  }
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string axis_value(const db::PointRecord& p, const std::string& name) {
+  for (const auto& [k, v] : p.axes)
+    if (k == name) return v;
+  return "";
+}
+
+// The key that pairs a point with its dense twin: every axis but the FFN's kind and K.
+std::string twin_key(const db::PointRecord& p) {
+  std::string key;
+  for (const auto& [k, v] : p.axes)
+    if (k != "ffn" && k != "k" && k != "mode") key += k + "=" + v + " ";
+  return key;
+}
+
+std::string ratio_text(double r) { return number(r, 2) + "x"; }
+
+SummaryTable table_of(const std::string& mode, const std::vector<const db::PointRecord*>& pts) {
+  const ModeSpec spec = spec_of(mode);
+  SummaryTable t;
+  t.mode = mode;
+  t.title = mode + ": " + spec.title;
+  // Axis columns: the axes whose value varies among this mode's points (the FFN's always, when swept).
+  std::vector<std::string> axes;
+  for (const auto* p : pts)
+    for (const auto& [k, v] : p->axes)
+      if (k != "mode" && std::find(axes.begin(), axes.end(), k) == axes.end()) axes.push_back(k);
+  std::erase_if(axes, [&](const std::string& a) {
+    if (a == "ffn") return false;
+    std::set<std::string> seen;
+    for (const auto* p : pts) seen.insert(axis_value(*p, a));
+    return seen.size() < 2;
+  });
+  for (const auto& a : axes) t.columns.push_back({a, a, "", true, -1});
+  t.columns.push_back({"status", "status", "", true, -1});
+  // Profiled points: kernels per step and the GPU's busy time per step (`mocbench stats` has the rest).
+  std::vector<ValueSpec> values = spec.values;
+  if (std::any_of(pts.begin(), pts.end(), [](const auto* p) { return metric(p->metrics, "profile_kernels").has_value(); })) {
+    values.push_back(value("kernels_per_step", "kernels/step", "", scaled("profile_kernels", 1), 1));
+    values.push_back(value("gpu_busy_ms", "GPU busy (ms)", "ms", scaled("profile_gpu_busy_ms", 1)));
+  }
+  for (const auto& v : values) t.columns.push_back(v.column);
+  const bool has_ffn = std::find(axes.begin(), axes.end(), "ffn") != axes.end();
+  std::map<std::string, const db::PointRecord*> dense;
+  if (has_ffn)
+    for (const auto* p : pts)
+      if (axis_value(*p, "ffn") == "dense" && p->status == "ok") dense.emplace(twin_key(*p), p);
+  const bool speedups = !dense.empty() && std::any_of(pts.begin(), pts.end(), [](const auto* p) {
+    return axis_value(*p, "ffn") != "dense";
+  });
+  if (speedups) {
+    t.columns.push_back({"speedup_vs_dense", "vs dense (speed)", "x", false, 2});
+    if (!spec.memory_metric.empty()) t.columns.push_back({"memory_vs_dense", "vs dense (memory)", "x", false, 2});
+  }
+  // Per FFN variant: speedups and the points they were seen at, for the headline.
+  std::map<std::string, std::vector<std::pair<double, std::string>>> by_ffn;
+  for (const auto* p : pts) {
+    std::vector<SummaryCell> row;
+    for (const auto& a : axes) row.push_back({axis_value(*p, a), std::nullopt});
+    row.push_back({p->status, std::nullopt});
+    const bool ok = p->status == "ok";
+    for (const auto& v : values) {
+      const auto x = ok ? v.get(p->metrics) : std::nullopt;
+      row.push_back({x ? number(*x, v.column.decimals) : "-", x});
+    }
+    if (speedups) {
+      std::optional<double> s, mem;
+      const auto it = dense.find(twin_key(*p));
+      if (ok && it != dense.end()) {
+        const auto a = spec.values[0].get(it->second->metrics), b = spec.values[0].get(p->metrics);
+        if (a && b && *b > 0) s = *a / *b;
+        if (!spec.memory_metric.empty()) {
+          const auto ma = metric(it->second->metrics, spec.memory_metric), mb = metric(p->metrics, spec.memory_metric);
+          if (ma && mb && *ma > 0) mem = *mb / *ma;
+        }
+      }
+      row.push_back({s ? ratio_text(*s) : "-", s});
+      if (!spec.memory_metric.empty()) row.push_back({mem ? ratio_text(*mem) : "-", mem});
+      const std::string ffn = axis_value(*p, "ffn");
+      if (s && ffn != "dense") {
+        std::string where = twin_key(*p);
+        if (!where.empty()) where.pop_back();
+        by_ffn[ffn].push_back({*s, where});
+      }
+    }
+    t.rows.push_back(std::move(row));
+  }
+  for (auto& [ffn, v] : by_ffn) {
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    auto at = [](const std::pair<double, std::string>& e) {
+      return ratio_text(e.first) + (e.second.empty() ? "" : " (" + e.second + ")");
+    };
+    t.headlines.push_back(ffn + " vs dense: " + (v.size() > 1 ? "best " + at(*hi) + ", worst " + at(*lo) : at(*hi)) +
+                          " (speed; > 1 is faster)");
+  }
+  return t;
+}
+
+// Column widths in characters (µs and ± count one each).
+std::size_t width_of(const std::string& s) {
+  std::size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+std::string pad(const std::string& s, std::size_t w, bool right) {
+  const std::size_t n = width_of(s);
+  if (n >= w) return s;
+  return right ? std::string(w - n, ' ') + s : s + std::string(w - n, ' ');
+}
+
+const char* colour_of(const SummaryColumn& c, const SummaryCell& cell) {
+  if (c.key == "status") return cell.text == "ok" ? nullptr : "\033[33m";
+  if (c.key == "speedup_vs_dense" && cell.value) return *cell.value >= 1.0 ? "\033[32m" : "\033[31m";
+  if (c.key == "memory_vs_dense" && cell.value) return *cell.value <= 1.0 ? "\033[32m" : "\033[31m";
+  return nullptr;
+}
+
+void print_text(const RunSummary& s, std::ostream& out, bool colour) {
+  out << s.heading << "\n";
+  if (!s.error.empty()) out << (colour ? "\033[33m" : "") << "  " << s.error << (colour ? "\033[0m" : "") << "\n";
+  for (const auto& t : s.tables) {
+    out << "\n" << (colour ? "\033[1m" : "") << t.title << (colour ? "\033[0m" : "") << "\n";
+    std::vector<std::size_t> w(t.columns.size());
+    for (std::size_t c = 0; c < t.columns.size(); ++c) {
+      w[c] = width_of(t.columns[c].title);
+      for (const auto& r : t.rows) w[c] = std::max(w[c], width_of(r[c].text));
+    }
+    for (std::size_t c = 0; c < t.columns.size(); ++c)
+      out << (c ? "  " : "") << pad(t.columns[c].title, w[c], !t.columns[c].axis);
+    out << "\n";
+    for (std::size_t c = 0; c < t.columns.size(); ++c) out << (c ? "  " : "") << std::string(w[c], '-');
+    out << "\n";
+    for (const auto& r : t.rows) {
+      for (std::size_t c = 0; c < t.columns.size(); ++c) {
+        const char* col = colour ? colour_of(t.columns[c], r[c]) : nullptr;
+        out << (c ? "  " : "") << (col ? col : "") << pad(r[c].text, w[c], !t.columns[c].axis) << (col ? "\033[0m" : "");
+      }
+      out << "\n";
+    }
+    for (const auto& h : t.headlines) out << "  " << h << "\n";
+  }
+}
+
+void print_markdown(const RunSummary& s, std::ostream& out) {
+  out << "**" << s.heading << "**\n";
+  if (!s.error.empty()) out << "\n" << s.error << "\n";
+  for (const auto& t : s.tables) {
+    out << "\n" << t.title << "\n\n|";
+    for (const auto& c : t.columns) out << " " << c.title << " |";
+    out << "\n|";
+    for (const auto& c : t.columns) out << (c.axis ? "---|" : "---:|");
+    out << "\n";
+    for (const auto& r : t.rows) {
+      out << "|";
+      for (const auto& cell : r) out << " " << cell.text << " |";
+      out << "\n";
+    }
+    if (!t.headlines.empty()) out << "\n";
+    for (const auto& h : t.headlines) out << "- " << h << "\n";
+  }
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+// One CSV for every mode: run, mode, then the union of the tables' columns (by key, in first-seen order);
+// headers carry the unit ("latency_us", "peak_GiB"); values unrounded.
+void print_csv(const RunSummary& s, std::ostream& out) {
+  std::vector<std::string> keys;
+  for (const auto& t : s.tables)
+    for (const auto& c : t.columns)
+      if (std::find(keys.begin(), keys.end(), c.key) == keys.end()) keys.push_back(c.key);
+  out << "run,mode";
+  for (const auto& k : keys) out << "," << csv_field(k);
+  out << "\n";
+  for (const auto& t : s.tables)
+    for (const auto& r : t.rows) {
+      out << s.run_id << "," << csv_field(t.mode);
+      for (const auto& k : keys) {
+        out << ",";
+        for (std::size_t c = 0; c < t.columns.size(); ++c)
+          if (t.columns[c].key == k) {
+            if (t.columns[c].axis) out << csv_field(r[c].text);
+            else if (r[c].value) {
+              char buf[64];
+              std::snprintf(buf, sizeof buf, "%.9g", *r[c].value);
+              out << buf;
+            }
+          }
+      }
+      out << "\n";
+    }
+}
+
+void print_json(const RunSummary& s, std::ostream& out) {
+  out << "{\"run\":" << s.run_id << ",\"heading\":\"" << json_escape(s.heading) << "\",\"error\":\"" << json_escape(s.error) << "\",\"tables\":[";
+  for (std::size_t i = 0; i < s.tables.size(); ++i) {
+    const auto& t = s.tables[i];
+    out << (i ? "," : "") << "{\"mode\":\"" << json_escape(t.mode) << "\",\"title\":\"" << json_escape(t.title)
+        << "\",\"columns\":[";
+    for (std::size_t c = 0; c < t.columns.size(); ++c)
+      out << (c ? "," : "") << "{\"key\":\"" << json_escape(t.columns[c].key) << "\",\"title\":\""
+          << json_escape(t.columns[c].title) << "\",\"unit\":\"" << json_escape(t.columns[c].unit) << "\"}";
+    out << "],\"rows\":[";
+    for (std::size_t r = 0; r < t.rows.size(); ++r) {
+      out << (r ? "," : "") << "{";
+      for (std::size_t c = 0; c < t.columns.size(); ++c) {
+        out << (c ? "," : "") << "\"" << json_escape(t.columns[c].key) << "\":";
+        const auto& cell = t.rows[r][c];
+        if (t.columns[c].axis) out << "\"" << json_escape(cell.text) << "\"";
+        else if (cell.value) {
+          char buf[64];
+          std::snprintf(buf, sizeof buf, "%.9g", *cell.value);
+          out << buf;
+        } else out << "null";
+      }
+      out << "}";
+    }
+    out << "],\"headlines\":[";
+    for (std::size_t h = 0; h < t.headlines.size(); ++h) out << (h ? "," : "") << "\"" << json_escape(t.headlines[h]) << "\"";
+    out << "]}";
+  }
+  out << "]}\n";
+}
+
+}  // namespace
+
+RunSummary summarize_run(const db::ResultsDb& store, std::int64_t run_id) {
+  const auto run = store.run(run_id);
+  if (!run) throw std::invalid_argument("no run " + std::to_string(run_id) + " in " + store.path());
+  const auto points = store.points(run_id);
+  RunSummary s;
+  s.run_id = run_id;
+  s.heading = "run " + std::to_string(run_id) + ": " + run->scenario_name + " on " + run->device_kind +
+              (run->device_name.empty() ? "" : " " + run->device_name) + ", " + run->status + ", " +
+              std::to_string(points.size()) + " point" + (points.size() == 1 ? "" : "s");
+  s.error = run->error;
+  std::vector<std::string> modes;
+  std::map<std::string, std::vector<const db::PointRecord*>> by_mode;
+  for (const auto& p : points) {
+    const std::string m = point_mode(*run, p);
+    if (!by_mode.contains(m)) modes.push_back(m);
+    by_mode[m].push_back(&p);
+  }
+  for (const auto& m : modes) s.tables.push_back(table_of(m, by_mode[m]));
+  return s;
+}
+
+SummaryFormat parse_summary_format(const std::string& text) {
+  if (text == "table") return SummaryFormat::table;
+  if (text == "csv") return SummaryFormat::csv;
+  if (text == "json") return SummaryFormat::json;
+  if (text == "markdown" || text == "md") return SummaryFormat::markdown;
+  throw std::invalid_argument("unknown format '" + text + "'; use table, csv, json or markdown");
+}
+
+bool colour_terminal(std::FILE* f) {
+  if (!isatty(fileno(f)) || std::getenv("NO_COLOR")) return false;
+  const char* term = std::getenv("TERM");
+  return !term || std::string_view(term) != "dumb";
+}
+
+void print_summary(const RunSummary& s, SummaryFormat format, std::ostream& out, bool colour) {
+  switch (format) {
+    case SummaryFormat::table: print_text(s, out, colour); break;
+    case SummaryFormat::markdown: print_markdown(s, out); break;
+    case SummaryFormat::csv: print_csv(s, out); break;
+    case SummaryFormat::json: print_json(s, out); break;
+  }
+}
+
+}  // namespace moc

@@ -1,0 +1,58 @@
+// The summary of a run, as a person reads it: one table per mode in human units (the unit in the header),
+// the noise of each median, and the comparisons a user came for -- speedup and memory against the dense
+// point with the same other axes, % of the byte floor, peak memory in GiB -- with a headline per FFN
+// variant ("moc vs dense: 1.04x-1.16x"). `mocbench run` prints it at the end; `mocbench show` prints it
+// as a table, CSV, JSON or Markdown (one model, four printers, as nvbench's).
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "db/results_db.h"
+
+namespace moc {
+
+struct SummaryColumn {
+  std::string key;    // machine name: an axis name, "status", or a value's name (ms_per_token, speedup, ...)
+  std::string title;  // header text with the unit: "ms/token", "latency (µs)", "peak (GiB)"
+  std::string unit;   // "ms", "us", "GiB", "x", "%", "" (axes and counts)
+  bool axis = false;  // an axis column (text) rather than a value
+  int decimals = -1;  // fixed decimals for this column; -1: 3 significant digits
+};
+
+struct SummaryCell {
+  std::string text;             // axis value or status; for values the printed number
+  std::optional<double> value;  // a value column's number in the column's unit (none: not measured)
+};
+
+struct SummaryTable {
+  std::string mode;  // train | decode | ffn-train | ffn-decode | topk
+  std::string title;
+  std::vector<SummaryColumn> columns;
+  std::vector<std::vector<SummaryCell>> rows;  // one per point of this mode, in sweep order
+  std::vector<std::string> headlines;          // "moc vs dense: 1.04x (batch=1) .. 0.91x (batch=4)"
+};
+
+struct RunSummary {
+  std::int64_t run_id = 0;
+  std::string heading;  // "run 3: decode_bs1_4 on cuda NVIDIA H100 80GB HBM3, ok, 48 points"
+  std::string error;    // why the run failed or was abandoned ("" otherwise)
+  std::vector<SummaryTable> tables;
+};
+
+RunSummary summarize_run(const db::ResultsDb& store, std::int64_t run_id);
+
+enum class SummaryFormat { table, csv, json, markdown };
+SummaryFormat parse_summary_format(const std::string& text);  // throws std::invalid_argument
+
+// colour: ANSI colours in the table format (speedups green / red, non-ok points yellow); the caller passes
+// true only for a terminal.
+void print_summary(const RunSummary& s, SummaryFormat format, std::ostream& out, bool colour = false);
+
+// Colours only on a terminal, and not when NO_COLOR is set or TERM is "dumb".
+bool colour_terminal(std::FILE* f);
+
+}  // namespace moc

@@ -1,0 +1,187 @@
+// The run summary (`mocbench run`'s closing tables, `mocbench show`): units in headers, speedups and memory
+// against the dense twin, noise, non-ok points, and the four printers, on a database with known values.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "app/summary.h"
+#include "db/results_db.h"
+
+namespace moc {
+namespace {
+
+namespace fs = std::filesystem;
+using db::PointRecord;
+using db::ResultsDb;
+using db::RunRecord;
+
+class Summary : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = (fs::temp_directory_path() / ("mocbench_summary_" + std::to_string(::getpid()) + "_" +
+                                          ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".db"))
+                .string();
+    fs::remove(path_);
+    auto store = ResultsDb::open(path_, db::OpenMode::read_write);
+    RunRecord r;
+    r.scenario_name = "decode_bs1_4";
+    r.scenario_path = "scenarios/decode_bs1_4.toml";
+    r.scenario_text = "";
+    r.scenario_hash = "sha256:0";
+    r.config_json = r.overrides_json = r.machine_json = "{}";
+    r.device_kind = "cuda";
+    r.device_name = "NVIDIA H100 80GB HBM3";
+    r.mocbench_version = "test";
+    r.started_unix_ms = 1'700'000'000'000;
+    run_ = store.begin_run(r);
+    int index = 0;
+    // ffn-decode: dense 30 µs, moc 20 µs (1.5x), moc_2:8 40 µs (0.75x) at batch 1; moc at batch 2 is oom.
+    auto ffn = [&](const std::string& f, int batch, const char* status, double us, double noise) {
+      PointRecord p;
+      p.run_id = run_;
+      p.index = index++;
+      p.mode = "ffn-decode";
+      p.status = status;
+      p.axes = {{"mode", "ffn-decode"}, {"ffn", f}, {"batch", std::to_string(batch)}};
+      if (p.status == "ok")
+        p.metrics = {{"latency_us", us}, {"noise", noise}, {"achieved_GBps", 2500.0}, {"floor_us", 20.0},
+                     {"pct_of_floor", 100.0 * 20.0 / us}, {"union_channels", 1024}, {"peak_bytes", 3.0 * (1 << 30)}};
+      else p.error = "out of memory";
+      store.add_point(p, {}, {}, nullptr);
+    };
+    ffn("dense", 1, "ok", 30.0, 0.012);
+    ffn("moc", 1, "ok", 20.0, 0.034);
+    ffn("moc_2:8", 1, "ok", 40.0, 0.0);
+    ffn("dense", 2, "ok", 32.0, 0.01);
+    ffn("moc", 2, "oom", 0, 0);
+    // train: the memory comparison (MoC's peak 0.75 of dense's).
+    auto train = [&](const std::string& f, double step_ms, double peak_gib) {
+      PointRecord p;
+      p.run_id = run_;
+      p.index = index++;
+      p.mode = "train";
+      p.status = "ok";
+      p.axes = {{"mode", "train"}, {"ffn", f}, {"batch", "64"}};
+      p.metrics = {{"step_ms", step_ms}, {"noise", 0.005}, {"tokens_per_s", 64 * 256 / step_ms * 1e3},
+                   {"mfu_pct", 46.04}, {"peak_bytes", peak_gib * (1 << 30)}, {"peak_activations_bytes", 1.5 * (1 << 30)}};
+      store.add_point(p, {}, {}, nullptr);
+    };
+    train("dense", 400.0, 40.0);
+    train("moc", 380.0, 30.0);
+    store.finish_run(run_, "ok", 1'700'000'100'000);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    for (const char* ext : {"", "-wal", "-shm"}) fs::remove(path_ + ext, ec);
+  }
+  RunSummary summary() const {
+    auto store = ResultsDb::open(path_, db::OpenMode::read_only);
+    return summarize_run(store, run_);
+  }
+  std::string printed(SummaryFormat f) const {
+    std::ostringstream o;
+    print_summary(summary(), f, o, false);
+    return o.str();
+  }
+  static const SummaryColumn& column(const SummaryTable& t, const std::string& key, std::size_t* at = nullptr) {
+    for (std::size_t i = 0; i < t.columns.size(); ++i)
+      if (t.columns[i].key == key) {
+        if (at) *at = i;
+        return t.columns[i];
+      }
+    throw std::runtime_error("no column " + key);
+  }
+
+  std::string path_;
+  std::int64_t run_ = 0;
+};
+
+TEST_F(Summary, OneTablePerModeWithUnitsInTheHeaders) {
+  const auto s = summary();
+  ASSERT_EQ(s.tables.size(), 2u);
+  EXPECT_EQ(s.tables[0].mode, "ffn-decode");
+  EXPECT_EQ(s.tables[1].mode, "train");
+  EXPECT_NE(s.heading.find("NVIDIA H100 80GB HBM3"), std::string::npos) << s.heading;
+  const auto& t = s.tables[0];
+  EXPECT_EQ(column(t, "latency_us").title, "latency (µs)");
+  EXPECT_EQ(column(t, "latency_us").unit, "us");
+  EXPECT_EQ(column(t, "TBps").unit, "TB/s");
+  EXPECT_TRUE(column(t, "ffn").axis);
+  EXPECT_TRUE(column(t, "batch").axis);
+  EXPECT_EQ(column(s.tables[1], "peak_GiB").title, "peak (GiB)");
+  // A value that does not vary (batch 64 in train) is not a column.
+  EXPECT_THROW(column(s.tables[1], "batch"), std::runtime_error);
+}
+
+TEST_F(Summary, SpeedupAndNoiseAreAgainstTheDenseTwinWithTheSameOtherAxes) {
+  const auto s = summary();
+  const auto& t = s.tables[0];
+  std::size_t sp = 0, lat = 0, noise = 0, st = 0, tb = 0;
+  column(t, "speedup_vs_dense", &sp);
+  column(t, "latency_us", &lat);
+  column(t, "noise_pct", &noise);
+  column(t, "status", &st);
+  column(t, "TBps", &tb);
+  ASSERT_EQ(t.rows.size(), 5u);
+  EXPECT_DOUBLE_EQ(*t.rows[0][sp].value, 1.0);
+  EXPECT_DOUBLE_EQ(*t.rows[1][sp].value, 1.5);
+  EXPECT_EQ(t.rows[1][sp].text, "1.50x");
+  EXPECT_DOUBLE_EQ(*t.rows[2][sp].value, 0.75);
+  EXPECT_EQ(t.rows[1][lat].text, "20.0");
+  EXPECT_EQ(t.rows[1][noise].text, "3.4");
+  EXPECT_DOUBLE_EQ(*t.rows[1][tb].value, 2.5);
+  // The oom point shows its status and no numbers.
+  EXPECT_EQ(t.rows[4][st].text, "oom");
+  EXPECT_FALSE(t.rows[4][lat].value);
+  EXPECT_EQ(t.rows[4][sp].text, "-");
+  ASSERT_EQ(t.headlines.size(), 2u);
+  EXPECT_NE(t.headlines[0].find("moc vs dense: 1.50x"), std::string::npos) << t.headlines[0];
+  EXPECT_NE(t.headlines[1].find("moc_2:8 vs dense: 0.75x"), std::string::npos) << t.headlines[1];
+  // Training also compares memory: MoC's peak is 0.75 of dense's.
+  const auto& tr = s.tables[1];
+  std::size_t mem = 0, peak = 0;
+  column(tr, "memory_vs_dense", &mem);
+  column(tr, "peak_GiB", &peak);
+  EXPECT_DOUBLE_EQ(*tr.rows[1][mem].value, 0.75);
+  EXPECT_EQ(tr.rows[1][peak].text, "30.00");
+}
+
+TEST_F(Summary, MarkdownCsvAndJsonCarryTheSameTable) {
+  const std::string md = printed(SummaryFormat::markdown);
+  EXPECT_NE(md.find("| ffn | batch | status | latency (µs) |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| moc | 1 | ok | 20.0 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("|---|---|---|---:|"), std::string::npos) << md;
+
+  const std::string csv = printed(SummaryFormat::csv);
+  std::istringstream lines(csv);
+  std::string header;
+  std::getline(lines, header);
+  EXPECT_EQ(header.rfind("run,mode,ffn,batch,status,latency_us,noise_pct,TBps", 0), 0u) << header;
+  int rows = 0;
+  for (std::string l; std::getline(lines, l);) ++rows;
+  EXPECT_EQ(rows, 7);
+
+  const auto j = nlohmann::json::parse(printed(SummaryFormat::json));
+  EXPECT_EQ(j["run"], run_);
+  ASSERT_EQ(j["tables"].size(), 2u);
+  EXPECT_EQ(j["tables"][0]["rows"][1]["latency_us"], 20.0);
+  EXPECT_EQ(j["tables"][0]["rows"][1]["speedup_vs_dense"], 1.5);
+  EXPECT_TRUE(j["tables"][0]["rows"][4]["latency_us"].is_null());
+  EXPECT_EQ(j["tables"][0]["columns"][3]["unit"], "us");
+}
+
+TEST_F(Summary, ColoursOnlyWhenAskedFor) {
+  std::ostringstream plain, coloured;
+  print_summary(summary(), SummaryFormat::table, plain, false);
+  print_summary(summary(), SummaryFormat::table, coloured, true);
+  EXPECT_EQ(plain.str().find('\033'), std::string::npos);
+  EXPECT_NE(coloured.str().find("\033[32m"), std::string::npos);
+  EXPECT_NE(plain.str().find("latency (µs)"), std::string::npos) << plain.str();
+  EXPECT_THROW(parse_summary_format("xml"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace moc
