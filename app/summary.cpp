@@ -85,7 +85,7 @@ ModeSpec spec_of(const std::string& mode) {
   if (mode == "ffn-decode")
     return {"one FFN layer, one token per row (weight-bandwidth bound)",
             {value("latency_us", "latency (µs)", "us", first_of({{"latency_us", 1}, {"median_ms", 1e3}})), noise(),
-             value("TBps", "TB/s", "TB/s", scaled("achieved_GBps", 1e-3), 2),
+             value("GBps", "GB/s", "GB/s", scaled("achieved_GBps", 1)),
              value("floor_us", "floor (µs)", "us", scaled("floor_us", 1)),
              value("pct_of_floor", "% of floor", "%", scaled("pct_of_floor", 1), 0),
              value("channels_read", "channels read", "", scaled("union_channels", 1), 0)},
@@ -133,7 +133,7 @@ std::string twin_key(const db::PointRecord& p) {
 
 std::string ratio_text(double r) { return number(r, 2) + "x"; }
 
-SummaryTable table_of(const std::string& mode, const std::vector<const db::PointRecord*>& pts) {
+SummaryTable table_of(const std::string& mode, const std::vector<const db::PointRecord*>& pts, bool gpu) {
   const ModeSpec spec = spec_of(mode);
   SummaryTable t;
   t.mode = mode;
@@ -154,8 +154,8 @@ SummaryTable table_of(const std::string& mode, const std::vector<const db::Point
   // Profiled points: kernels per step and the GPU's busy time per step (`mocbench stats` has the rest).
   std::vector<ValueSpec> values = spec.values;
   if (std::any_of(pts.begin(), pts.end(), [](const auto* p) { return metric(p->metrics, "profile_kernels").has_value(); })) {
-    values.push_back(value("kernels_per_step", "kernels/step", "", scaled("profile_kernels", 1), 1));
-    values.push_back(value("gpu_busy_ms", "GPU busy (ms)", "ms", scaled("profile_gpu_busy_ms", 1)));
+    values.push_back(value("kernels_per_step", gpu ? "kernels/step" : "ops/step", "", scaled("profile_kernels", 1), 1));
+    values.push_back(value("gpu_busy_ms", gpu ? "GPU busy (ms)" : "busy (ms)", "ms", scaled("profile_gpu_busy_ms", 1)));
   }
   for (const auto& v : values) t.columns.push_back(v.column);
   const bool has_ffn = std::find(axes.begin(), axes.end(), "ffn") != axes.end();
@@ -196,8 +196,9 @@ SummaryTable table_of(const std::string& mode, const std::vector<const db::Point
       if (!spec.memory_metric.empty()) row.push_back({mem ? ratio_text(*mem) : "-", mem});
       const std::string ffn = axis_value(*p, "ffn");
       if (s && ffn != "dense") {
-        std::string where = twin_key(*p);
-        if (!where.empty()) where.pop_back();
+        std::string where;  // the point's other shown axes
+        for (const auto& a : axes)
+          if (a != "ffn") where += (where.empty() ? "" : " ") + a + "=" + axis_value(*p, a);
         by_ffn[ffn].push_back({*s, where});
       }
     }
@@ -365,7 +366,7 @@ RunSummary summarize_run(const db::ResultsDb& store, std::int64_t run_id) {
     if (!by_mode.contains(m)) modes.push_back(m);
     by_mode[m].push_back(&p);
   }
-  for (const auto& m : modes) s.tables.push_back(table_of(m, by_mode[m]));
+  for (const auto& m : modes) s.tables.push_back(table_of(m, by_mode[m], run->device_kind != "cpu"));
   return s;
 }
 

@@ -108,7 +108,7 @@ TEST_F(Summary, OneTablePerModeWithUnitsInTheHeaders) {
   const auto& t = s.tables[0];
   EXPECT_EQ(column(t, "latency_us").title, "latency (µs)");
   EXPECT_EQ(column(t, "latency_us").unit, "us");
-  EXPECT_EQ(column(t, "TBps").unit, "TB/s");
+  EXPECT_EQ(column(t, "GBps").unit, "GB/s");
   EXPECT_TRUE(column(t, "ffn").axis);
   EXPECT_TRUE(column(t, "batch").axis);
   EXPECT_EQ(column(s.tables[1], "peak_GiB").title, "peak (GiB)");
@@ -119,12 +119,12 @@ TEST_F(Summary, OneTablePerModeWithUnitsInTheHeaders) {
 TEST_F(Summary, SpeedupAndNoiseAreAgainstTheDenseTwinWithTheSameOtherAxes) {
   const auto s = summary();
   const auto& t = s.tables[0];
-  std::size_t sp = 0, lat = 0, noise = 0, st = 0, tb = 0;
+  std::size_t sp = 0, lat = 0, noise = 0, st = 0, gb = 0;
   column(t, "speedup_vs_dense", &sp);
   column(t, "latency_us", &lat);
   column(t, "noise_pct", &noise);
   column(t, "status", &st);
-  column(t, "TBps", &tb);
+  column(t, "GBps", &gb);
   ASSERT_EQ(t.rows.size(), 5u);
   EXPECT_DOUBLE_EQ(*t.rows[0][sp].value, 1.0);
   EXPECT_DOUBLE_EQ(*t.rows[1][sp].value, 1.5);
@@ -132,13 +132,13 @@ TEST_F(Summary, SpeedupAndNoiseAreAgainstTheDenseTwinWithTheSameOtherAxes) {
   EXPECT_DOUBLE_EQ(*t.rows[2][sp].value, 0.75);
   EXPECT_EQ(t.rows[1][lat].text, "20.0");
   EXPECT_EQ(t.rows[1][noise].text, "3.4");
-  EXPECT_DOUBLE_EQ(*t.rows[1][tb].value, 2.5);
+  EXPECT_DOUBLE_EQ(*t.rows[1][gb].value, 2500.0);
   // The oom point shows its status and no numbers.
   EXPECT_EQ(t.rows[4][st].text, "oom");
   EXPECT_FALSE(t.rows[4][lat].value);
   EXPECT_EQ(t.rows[4][sp].text, "-");
   ASSERT_EQ(t.headlines.size(), 2u);
-  EXPECT_NE(t.headlines[0].find("moc vs dense: 1.50x"), std::string::npos) << t.headlines[0];
+  EXPECT_NE(t.headlines[0].find("moc vs dense: 1.50x (batch=1)"), std::string::npos) << t.headlines[0];
   EXPECT_NE(t.headlines[1].find("moc_2:8 vs dense: 0.75x"), std::string::npos) << t.headlines[1];
   // Training also compares memory: MoC's peak is 0.75 of dense's.
   const auto& tr = s.tables[1];
@@ -159,7 +159,7 @@ TEST_F(Summary, MarkdownCsvAndJsonCarryTheSameTable) {
   std::istringstream lines(csv);
   std::string header;
   std::getline(lines, header);
-  EXPECT_EQ(header.rfind("run,mode,ffn,batch,status,latency_us,noise_pct,TBps", 0), 0u) << header;
+  EXPECT_EQ(header.rfind("run,mode,ffn,batch,status,latency_us,noise_pct,GBps", 0), 0u) << header;
   int rows = 0;
   for (std::string l; std::getline(lines, l);) ++rows;
   EXPECT_EQ(rows, 7);
