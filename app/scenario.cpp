@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <charconv>
 #include <climits>
 #include <cmath>
@@ -683,6 +684,27 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
          "min_reps (" + std::to_string(m.min_reps) + ") exceeds max_reps (" + std::to_string(m.max_reps) +
              ") for backend " + backend,
          "raise max_reps or lower min_reps (defaults: min_reps 5, max_reps 100)");
+  }
+
+  // The sweep's size is bounded before anything is built: a few long axes in a 1 KiB file would otherwise
+  // ask for billions of points (and the memory to hold them) before the run could refuse them.
+  {
+    double product = 1;  // a double: no overflow, exact far beyond any count worth printing
+    const ScenarioAxis* longest = nullptr;
+    for (const auto& a : ax) {
+      product *= static_cast<double>(a.values.size());
+      if (!longest || a.values.size() > longest->values.size()) longest = &a;
+    }
+    if (product > static_cast<double>(kMaxSweepPoints)) {
+      char count[64];
+      std::snprintf(count, sizeof count, "%.0f", product);
+      fail(path, longest->pos,
+           std::string("the sweep has ") + count + " points for backend " + backend +
+               " (the product of the axes' lengths, before [[exclude]]); at most " + std::to_string(kMaxSweepPoints) +
+               " are allowed",
+           "shorten the axes (the longest, '" + longest->name + "', has " + std::to_string(longest->values.size()) +
+               " values) or split the study into several scenarios");
+    }
   }
 
   // Cartesian product, first axis slowest.

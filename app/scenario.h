@@ -71,6 +71,10 @@ struct ScenarioOverride {  // [overrides.<backend>]
   std::vector<ScenarioAxis> axes;  // replace the values of axes declared in [axes]
 };
 
+// The most points one sweep may expand to (per backend, counted as the product of the axes' lengths before
+// [[exclude]]); a larger sweep is refused at its longest axis.
+inline constexpr std::size_t kMaxSweepPoints = 10000;
+
 // One point of a sweep, fully resolved for one backend.
 // The decode implementation a point runs when the scenario does not say (bench/RESULTS.md: the faster one).
 inline constexpr const char* kDefaultDecodeImpl = "kernels";
