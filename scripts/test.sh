@@ -8,3 +8,5 @@ scripts/setup.sh
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" -j "$(nproc)"
 ctest --preset "$preset" -j "$(nproc)"
+# The fuzz targets (issue #16): build them and fuzz each for a bounded 20 s with ASan + UBSan (tests/fuzz/README.md).
+scripts/fuzz.sh smoke
