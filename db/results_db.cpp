@@ -576,6 +576,8 @@ void check_ours(const std::string& path, const FileState& s, OpenMode mode) {
     refuse_not_ours(path, "an SQLite file of another application: application_id " + hex32(s.application_id) +
                               ", mocbench's is " + hex32(kApplicationId) + " \"MOCB\"");
   if (s.version > kSchemaVersion) refuse_newer(path, s.version);
+  // No mocbench wrote a negative version; migrating from one would index the migrations out of bounds.
+  if (s.version < 0) refuse_corrupt(path, "its schema version is " + std::to_string(s.version));
   if (s.version < kSchemaVersion) {
     if (mode == OpenMode::read_only)
       throw DbError(in_quotes(path) + " has schema version " + std::to_string(s.version) + " and this mocbench reads version " +
@@ -1156,6 +1158,15 @@ std::vector<PointRecord> ResultsDb::points(std::int64_t run_id) const {
   Transaction tx(db, path_, "BEGIN", "points: reading the points" + of);
   std::vector<PointRecord> out;
   std::unordered_map<std::int64_t, std::size_t> slot;
+  // The joins below only return rows of this run's points; one that names no point read above can only come
+  // from a damaged index (found by fuzzing: a NULL point id in point_axes' index).
+  auto point_slot = [&](std::int64_t id) {
+    const auto it = slot.find(id);
+    if (it == slot.end())
+      refuse_corrupt(path_, "a row of point_axes or metrics names point id " + std::to_string(id) +
+                                ", which run " + std::to_string(run_id) + " does not have");
+    return it->second;
+  };
   {
     Stmt q(db, path_,
            "SELECT id, sweep_index, mode, status, error FROM points WHERE run_id = ? ORDER BY sweep_index",
@@ -1179,7 +1190,7 @@ std::vector<PointRecord> ResultsDb::points(std::int64_t run_id) const {
            "WHERE p.run_id = ? ORDER BY a.point_id, a.position",
            "points: reading the axes" + of);
     q.bind(1, run_id);
-    while (q.step()) out[slot.at(q.i64(0))].axes.emplace_back(q.text(1), q.text(2));
+    while (q.step()) out[point_slot(q.i64(0))].axes.emplace_back(q.text(1), q.text(2));
   }
   {
     Stmt q(db, path_,
@@ -1187,7 +1198,7 @@ std::vector<PointRecord> ResultsDb::points(std::int64_t run_id) const {
            "WHERE p.run_id = ? ORDER BY m.point_id, m.id",
            "points: reading the metrics" + of);
     q.bind(1, run_id);
-    while (q.step()) out[slot.at(q.i64(0))].metrics.emplace_back(q.text(1), q.f64(2));
+    while (q.step()) out[point_slot(q.i64(0))].metrics.emplace_back(q.text(1), q.f64(2));
   }
   tx.commit();
   return out;

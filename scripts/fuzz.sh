@@ -57,6 +57,8 @@ export FUZZ_TMPDIR="$tmp"
 
 cp scenarios/*.toml tests/fuzz/seeds/scenario/*.toml "$run/fuzz_scenario/"
 "$build/make_db_seeds" "$run/fuzz_results_db"
+# Inputs that once found bugs in the store (fixed): replayed first, as every seed is.
+for f in tests/fuzz/seeds/db/*.sqlite.gz; do gzip -dc "$f" >"$run/fuzz_results_db/$(basename "$f" .gz)"; done
 
 status=0
 for target in "${targets[@]}"; do

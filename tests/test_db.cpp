@@ -1230,6 +1230,18 @@ TEST_F(ResultsDbRefusal, NewerSchemaIsRefusedNamingItsVersionAndFileIsUntouched)
   expect_refused(path, "Upgrade mocbench");
 }
 
+// Found by fuzzing: opened for writing, a negative version was "migrated" from, indexing the migrations out
+// of bounds. It is refused as corrupt in both modes, the file untouched.
+TEST_F(ResultsDbRefusal, NegativeSchemaVersionIsRefusedAsCorruptAndFileIsUntouched) {
+  const auto path = file("negative.db");
+  {
+    auto db = ResultsDb::open(path, OpenMode::read_write);
+    db.begin_run(sample_run());
+  }
+  RawDb(path).exec("PRAGMA user_version = -1");
+  expect_refused(path, "corrupt or truncated (its schema version is -1");
+}
+
 TEST_F(ResultsDbRefusal, TextFileIsRefusedAndUntouched) {
   const auto path = file("scenario.toml");
   write_bytes(path, "[model]\npreset = \"tiny\"\nbatch = [1, 4]\n# a scenario, not a results database\n"

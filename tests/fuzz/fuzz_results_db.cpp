@@ -30,8 +30,6 @@ namespace {
 constexpr std::size_t kMaxRuns = 8, kMaxPoints = 8;
 
 std::string g_dir;  // a private folder for the file and its -wal/-shm companions
-// FUZZ_NO_SKIP=1 lets the known finding below end the run (replays tests/fuzz/crashes/db-*).
-const bool kNoSkip = std::getenv("FUZZ_NO_SKIP") != nullptr;
 
 [[noreturn]] void finding(const std::string& what) {
   std::fprintf(stderr, "fuzz_results_db: %s\n", what.c_str());
@@ -62,16 +60,7 @@ void read_everything(const ResultsDb& db) {
     (void)db.devices(run.id);
     (void)db.gpu_info(run.id);
     (void)db.kernel_summary(run.id, "gemm");
-    std::vector<moc::db::PointRecord> points;
-    try {
-      points = db.points(run.id);
-    } catch (const std::out_of_range&) {
-      // Known finding (tests/fuzz/crashes/db-points-out-of-range.sqlite.gz, tests/fuzz/README.md): a corrupt
-      // index can hand points() an axis or metric row whose point id is not among the run's points, and
-      // its unordered_map::at throws std::out_of_range instead of a DbError. Looked past until fixed.
-      if (kNoSkip) throw;
-      continue;
-    }
+    const auto points = db.points(run.id);
     std::size_t npoints = 0;
     for (const auto& point : points) {
       if (++npoints > kMaxPoints) break;
@@ -134,12 +123,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string path = g_dir + "/fuzz.db";
   write_file(path, data, size);
   open_and_read(path, OpenMode::read_only);
-  // Known finding (tests/fuzz/crashes/db-negative-user-version.sqlite.gz, tests/fuzz/README.md): opened for
-  // writing, a mocbench file whose schema version (PRAGMA user_version, header bytes 60..63, signed) is
-  // negative is "migrated" from that version: migrate() indexes its script table with it, out of bounds.
-  // The read-write pass skips such files until that is fixed.
-  const bool negative_version = size >= 64 && (data[60] & 0x80) != 0;
-  if (negative_version && !kNoSkip) return 0;
   write_file(path, data, size);  // the read-only pass may have left a -wal/-shm behind
   open_and_read(path, OpenMode::read_write);
   return 0;
