@@ -191,10 +191,10 @@ enum class Rule : std::uint8_t {
 Rule rule_of(std::string_view key) {
   static const std::vector<std::pair<Rule, std::vector<std::string>>> groups = {
       {Rule::pos_int, {"batch", "seq", "vocab", "hidden", "d_ffn", "heads", "kv_heads", "layers", "seq_len",
-                       "min_reps", "max_reps", "steps", "prompt", "generate"}},
-      {Rule::nonneg_int, {"seed", "warmup"}},
+                       "min_reps", "max_reps", "steps", "prompt", "generate", "experts_per_token"}},
+      {Rule::nonneg_int, {"seed", "warmup", "experts"}},
       {Rule::pos_number, {"rope_theta", "norm_eps", "init_std", "time_bound_s", "target_noise"}},
-      {Rule::boolean, {"gcp", "cold", "kernels"}},
+      {Rule::boolean, {"gcp", "cold", "kernels", "qk_norm"}},
       {Rule::text, {"name", "description"}},
       {Rule::mode, {"mode"}},
       {Rule::device, {"device"}},
@@ -224,7 +224,7 @@ std::string example_of(std::string_view key) {
       {"param_dtype", "\"bf16\""}, {"act_dtype", "\"bf16\""}, {"name", "\"decode_bs1_4\""},
       {"description", "\"...\""}, {"rope_theta", "10000.0"}, {"norm_eps", "1e-6"}, {"init_std", "0.02"},
       {"layers", "4"}, {"hidden", "2048"}, {"d_ffn", "5461"}, {"heads", "32"}, {"kv_heads", "8"},
-      {"vocab", "32000"}, {"seq_len", "256"},
+      {"vocab", "32000"}, {"seq_len", "256"}, {"qk_norm", "true"}, {"experts", "8"}, {"experts_per_token", "2"},
   };
   for (const auto& [k, ex] : examples)
     if (k == key) return k + " = " + ex;
@@ -843,6 +843,21 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
     if (const ScenarioValue* v = find_value(rp, "decode_impl")) pt.decode_impl = v->text;
     pt.precision = precision_default;
     if (const ScenarioValue* v = find_value(rp, "precision")) pt.precision = v->text;
+    // What the engine cannot run is refused here, before any point runs.
+    auto model_pos = [&](const std::string& key) {
+      for (const auto& [k, v] : keys)
+        if (k == key) return v->pos;
+      return preset_value->pos;
+    };
+    if (pt.model.moe() && pt.mode != "train")
+      fail(path, model_pos("experts"),
+           "a mixture-of-experts model (" + std::to_string(pt.model.experts) + " experts) runs in mode train only, not " +
+               pt.mode + context,
+           "the router groups tokens per expert on the host, which the decode step's captured graph cannot do; "
+           "use mode = \"train\", or experts = 0 (a dense-FFN model) for " + pt.mode);
+    if (pt.model.qk_norm && pt.mode == "decode" && pt.decode_impl == "persistent")
+      fail(path, model_pos("qk_norm"), "the persistent decode step has no QK-norm" + context,
+           "use decode_impl = \"kernels\" for QK-norm models (qwen3 presets), or qk_norm = false");
     points.push_back(std::move(pt));
   }
   return points;

@@ -214,6 +214,15 @@ class Ops {
   virtual void sparse_rows_matmul_backward(const Tensor& dout, const Tensor& z, const Tensor& idx, const Tensor& w,
                                            Tensor& dz, Tensor& dw) = 0;
 
+  // ---- mixture of experts: tokens grouped per expert (model/moe.h)
+  // out[i, :] = scale[i] * src[rows[i], :] for rows i32 [n], scale f32 [n] (null: 1), out [n, d].
+  virtual void gather_rows(const Tensor& src, const Tensor& rows, const Tensor* scale, Tensor& out) = 0;
+  // out[rows[i], :] += scale[i] * src[i, :] (null scale: 1). The rows of one call are distinct (an expert
+  // sees a token once), so no two i write the same row; accumulated in fp32, rounded once per element.
+  virtual void scatter_add_rows(const Tensor& src, const Tensor& rows, const Tensor* scale, Tensor& out) = 0;
+  // out[i] = a[rows[i], :] . b[i, :] (out f32 [n]), accumulated in fp32.
+  virtual void rows_dot(const Tensor& a, const Tensor& rows, const Tensor& b, Tensor& out) = 0;
+
   // ---- decode-time FFN (a few rows: bound by streaming the weights)
   // out[i, :] += FFN(x[i, :]) for x [rows, d], weights in decode layout. sel null: dense SwiGLU.
   // MoC: g = x W_gate accumulated in fp32 (not rounded to x's dtype); each row keeps the channels

@@ -24,6 +24,17 @@ constexpr PresetRow kPresets[] = {
     {"130m-gqa", 32000, 768, 2048, 12, 4, 12, 384},
     {"350m-gqa", 32000, 1024, 2736, 16, 4, 24, 512},
     {"1b-gqa", 32000, 2048, 5461, 32, 8, 24, 1024},
+    // Qwen3-like (GQA + QK-norm): Qwen3-0.6B's hidden 1024, intermediate 3072, 16 query / 8 KV heads,
+    // rope_theta 1e6, eps 1e-6 (its config.json), with head_dim = hidden / heads = 64 (Qwen3 decouples it:
+    // 128), 18 layers instead of 28 and the paper's 32000-token vocabulary: 292M parameters, the paper's
+    // "Qwen3-300M" (it gives no configuration). K = hidden / 2 as for the LLaMA presets.
+    {"qwen3-300m", 32000, 1024, 3072, 16, 8, 18, 512},
+    {"tiny-qwen3", 64, 32, 85, 4, 2, 2, 17},
+    // Mixtral-like: the paper's Table 13 (tab:mixtral_setup), 8 experts, top-2, K = d_model / 2 (Table 7's
+    // caption; its "512 / 1024" for 530M contradicts the 768 hidden of Table 13, so K = 384 here).
+    {"mixtral-180m", 32000, 512, 1376, 8, 8, 8, 256},
+    {"mixtral-530m", 32000, 768, 2048, 12, 12, 12, 384},
+    {"tiny-moe", 64, 32, 85, 4, 4, 2, 17},
 };
 
 int parse_int(std::string_view key, std::string_view v) {
@@ -70,7 +81,16 @@ ModelConfig preset(std::string_view name) {
     c.kv_heads = p.kv_heads;
     c.layers = p.layers;
     c.ffn.k = p.k;
-    if (std::string_view(p.name).starts_with("tiny")) c.seq_len = 16;
+    const std::string_view nm(p.name);
+    if (nm.starts_with("tiny")) c.seq_len = 16;
+    if (nm.find("qwen3") != std::string_view::npos) {
+      c.qk_norm = true;
+      c.rope_theta = 1e6f;
+    }
+    if (nm.starts_with("mixtral") || nm == "tiny-moe") {
+      c.experts = nm == "tiny-moe" ? 4 : 8;
+      c.experts_per_token = 2;
+    }
     return c;
   }
   std::string list;
@@ -96,7 +116,8 @@ std::string_view select_rule_name(SelectRule r) {
 
 std::vector<std::string> override_keys() {
   return {"vocab", "hidden", "d_ffn", "heads", "kv_heads", "layers", "seq_len", "rope_theta", "norm_eps",
-          "init_std", "seed", "param_dtype", "act_dtype", "ffn", "k", "gcp", "select"};
+          "init_std", "seed", "param_dtype", "act_dtype", "ffn", "k", "gcp", "select", "qk_norm", "experts",
+          "experts_per_token"};
 }
 
 void apply_override(ModelConfig& c, std::string_view key, std::string_view v) {
@@ -114,6 +135,9 @@ void apply_override(ModelConfig& c, std::string_view key, std::string_view v) {
   else if (key == "param_dtype") c.param_dtype = parse_dtype(v);
   else if (key == "act_dtype") c.act_dtype = parse_dtype(v);
   else if (key == "gcp") c.ffn.gcp = parse_bool(key, v);
+  else if (key == "qk_norm") c.qk_norm = parse_bool(key, v);
+  else if (key == "experts") c.experts = parse_int(key, v);
+  else if (key == "experts_per_token") c.experts_per_token = parse_int(key, v);
   else if (key == "select") c.ffn.rule = parse_select_rule(v);
   else if (key == "k") {
     if (v.find('.') != std::string_view::npos) {
@@ -167,6 +191,11 @@ void ModelConfig::validate() const {
   if (kv_heads <= 0 || heads % kv_heads != 0)
     fail("kv_heads (" + std::to_string(kv_heads) + ") must divide heads (" + std::to_string(heads) +
          "); use a divisor of heads (kv_heads = heads is plain multi-head attention)");
+  if (experts < 0 || experts > 256)
+    fail("experts must be 0 (no mixture of experts) to 256, got " + std::to_string(experts));
+  if (experts > 0 && (experts_per_token < 1 || experts_per_token > experts))
+    fail("experts_per_token (" + std::to_string(experts_per_token) + ") must be 1 to experts (" +
+         std::to_string(experts) + "); Mixtral routes each token to 2 of 8");
   if (param_dtype != DType::f32 && param_dtype != DType::bf16) fail("param_dtype must be f32 or bf16");
   if (act_dtype != DType::f32 && act_dtype != DType::bf16) fail("act_dtype must be f32 or bf16");
   if (ffn.kind == FfnKind::moc) {
@@ -198,7 +227,8 @@ std::string ModelConfig::ffn_name() const {
 std::string ModelConfig::describe() const {
   std::ostringstream o;
   o << preset << " (d " << hidden << ", d_ffn " << d_ffn << ", heads " << heads << "/" << kv_heads << " kv, layers "
-    << layers << ", vocab " << vocab << ") ffn " << ffn_name();
+    << layers << ", vocab " << vocab << (qk_norm ? ", qk-norm" : "") << ") ffn " << ffn_name();
+  if (experts > 0) o << " x " << experts << " experts (top " << experts_per_token << ")";
   if (ffn.kind == FfnKind::moc) o << " kept " << kept_channels() << " select " << select_rule_name(ffn.rule);
   o << " params " << dtype_name(param_dtype) << " acts " << dtype_name(act_dtype);
   return o.str();

@@ -34,6 +34,14 @@ struct ModelConfig {
   int layers = 8;
   int seq_len = 256;
   float rope_theta = 10000.0f;
+  // Qwen3-style attention: RMSNorm (one gain of head_dim shared by the heads) on every head's q and k,
+  // after the projections and before RoPE.
+  bool qk_norm = false;
+  // Mixtral-style mixture of experts in place of each layer's FFN when experts > 0: a router (softmax
+  // over the experts' logits, the top experts_per_token kept and their weights renormalized) and
+  // `experts` FFNs of d_ffn channels, each of the `ffn` variant (dense or MoC, a:b, GCP).
+  int experts = 0;
+  int experts_per_token = 2;
   float norm_eps = 1e-6f;
   float init_std = 0.02f;
   std::uint64_t seed = 1;
@@ -42,6 +50,9 @@ struct ModelConfig {
   FfnConfig ffn;
 
   int head_dim() const { return hidden / heads; }
+  bool moe() const { return experts > 0; }
+  // FFN blocks per layer: the experts, or the one FFN.
+  int ffn_blocks() const { return experts > 0 ? experts : 1; }
   // Columns the FFN's weights and [rows, d_ffn] activations are stored with: d_ffn rounded up to a multiple
   // of 8, so every row starts on a 16-byte boundary (cuBLASLt's fast GEMM kernels need aligned leading
   // dimensions; an odd d_ffn such as 5461 would otherwise fall onto slow ones). The extra channels have

@@ -1,6 +1,7 @@
 #include "model/memory_model.h"
 
 #include "model/ffn.h"
+#include "model/moe.h"
 
 namespace moc {
 
@@ -17,7 +18,8 @@ ActivationBreakdown paper_activation_model(const ModelConfig& c, std::int64_t b,
   ActivationBreakdown r;
   r.layers = c.layers;
   r.attention = 5 * bs * d * bpe;
-  r.ffn = paper_ffn_bsd(c) * bs * d * bpe;
+  // A mixture of experts (no formula in the paper): each token's FFN activations in each of its experts.
+  r.ffn = paper_ffn_bsd(c) * bs * d * bpe * (c.moe() ? c.experts_per_token : 1);
   r.norm = 2 * bs * d * bpe;
   r.residual = 2 * bs * d * bpe;
   r.head = bs * c.vocab * 4.0 + bs * d * bpe;
@@ -31,7 +33,8 @@ ActivationBreakdown engine_activation_model(const ModelConfig& c, std::int64_t b
   ActivationBreakdown r;
   r.layers = c.layers;
   r.attention = n * (2 * d + 2 * kvd) * act + static_cast<double>(b) * c.heads * static_cast<double>(s) * 4.0;
-  r.ffn = static_cast<double>(Ffn::stored_bytes(c, b * s));
+  if (c.qk_norm) r.attention += n * (d + kvd) * act + n * (c.heads + c.kv_heads) * 4.0;  // q, k before the norm; 1/rms
+  r.ffn = static_cast<double>(c.moe() ? MoeFfn::stored_bytes(c, b * s) : Ffn::stored_bytes(c, b * s));
   r.norm = 2 * n * 4.0;  // 1/rms of both norms (the normalized inputs are recomputed in backward)
   r.residual = 2 * n * d * act;
   r.head = 2 * n * d * act + n * 4.0 + n * c.vocab * act;  // final residual, its norm, 1/rms, logits
@@ -40,7 +43,7 @@ ActivationBreakdown engine_activation_model(const ModelConfig& c, std::int64_t b
 
 double training_lower_bound_bytes(const ModelConfig& c, std::int64_t b, std::int64_t s) {
   const double d = c.hidden, kvd = static_cast<double>(c.kv_heads) * c.head_dim();
-  const double layer_params = 2 * d * d + 2 * d * kvd + 3 * d * c.d_ffn;
+  const double layer_params = 2 * d * d + 2 * d * kvd + 3 * d * c.d_ffn * c.ffn_blocks() + d * c.experts;
   const double weights = static_cast<double>(c.layers) * layer_params * static_cast<double>(dtype_bytes(c.param_dtype));
   return 2 * weights + engine_activation_model(c, b, s).total();
 }

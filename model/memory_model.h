@@ -8,6 +8,10 @@
 //           and without the RMSNorm outputs (recomputed in backward from the kept residual and 1/rms),
 //           plus the small f32 side tensors (log-sum-exp, 1/rms), the i16 channel indices, and the LM head's
 //           logits in the activation dtype.
+//   Qwen3-like QK-norm adds q and k before the norm and their 1/rms per head to attention (engine only:
+//   the paper gives no formula); a mixture of experts keeps, per token, experts_per_token rows of expert
+//   input, output, token id, weight and FFN activations (model/moe.h); the paper model counts its FFN term
+//   experts_per_token times.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -53,8 +53,10 @@ std::vector<std::int32_t> row_positions(int batch, int seq) {
 Transformer::Transformer(Ops& ops, const ModelConfig& cfg) : ops_(&ops), cfg_(cfg) {
   cfg_.validate();
   // FFN weights hold ffn_cols() >= d_ffn channels (aligned rows); the padding channels are zero.
-  const int d = cfg_.hidden, F = cfg_.ffn_cols(), kvd = cfg_.kv_heads * cfg_.head_dim();
-  params_.reserve(3 + 9 * static_cast<std::size_t>(cfg_.layers));  // Param addresses stay stable
+  const int d = cfg_.hidden, F = cfg_.ffn_cols(), kvd = cfg_.kv_heads * cfg_.head_dim(), hd = cfg_.head_dim();
+  // Param addresses must stay stable: room for every parameter up front.
+  params_.reserve(3 + static_cast<std::size_t>(cfg_.layers) * (9 + 3 + 3 * static_cast<std::size_t>(cfg_.ffn_blocks())));
+  if (cfg_.moe()) moes_.reserve(static_cast<std::size_t>(cfg_.layers));
   embed_ = &add_param("embed", {cfg_.vocab, d}, cfg_.init_std, true);
   for (int l = 0; l < cfg_.layers; ++l) {
     const std::string p = "layer" + std::to_string(l) + ".";
@@ -64,10 +66,28 @@ Transformer::Transformer(Ops& ops, const ModelConfig& cfg) : ops_(&ops), cfg_(cf
     lp.wk = &add_param(p + "wk", {d, kvd}, cfg_.init_std, true);
     lp.wv = &add_param(p + "wv", {d, kvd}, cfg_.init_std, true);
     lp.wo = &add_param(p + "wo", {d, d}, cfg_.init_std, true);
+    if (cfg_.qk_norm) {
+      lp.q_norm = &add_param(p + "q_norm", {hd}, 0.0f, false);
+      lp.k_norm = &add_param(p + "k_norm", {hd}, 0.0f, false);
+    }
     lp.ffn_norm = &add_param(p + "ffn_norm", {d}, 0.0f, false);
-    lp.w_gate = &add_param(p + "w_gate", {d, F}, cfg_.init_std, true);
-    lp.w_up = &add_param(p + "w_up", {d, F}, cfg_.init_std, true);
-    lp.w_down = &add_param(p + "w_down", {F, d}, cfg_.init_std, true);
+    if (cfg_.moe()) {
+      lp.router = &add_param(p + "router", {d, cfg_.experts}, cfg_.init_std, true);
+      for (int e = 0; e < cfg_.experts; ++e) {
+        const std::string pe = p + "expert" + std::to_string(e) + ".";
+        lp.expert_gate.push_back(&add_param(pe + "w_gate", {d, F}, cfg_.init_std, true));
+        lp.expert_up.push_back(&add_param(pe + "w_up", {d, F}, cfg_.init_std, true));
+        lp.expert_down.push_back(&add_param(pe + "w_down", {F, d}, cfg_.init_std, true));
+      }
+      lp.w_gate = lp.expert_gate[0];
+      lp.w_up = lp.expert_up[0];
+      lp.w_down = lp.expert_down[0];
+      moes_.emplace_back(ops, cfg_, l);
+    } else {
+      lp.w_gate = &add_param(p + "w_gate", {d, F}, cfg_.init_std, true);
+      lp.w_up = &add_param(p + "w_up", {d, F}, cfg_.init_std, true);
+      lp.w_down = &add_param(p + "w_down", {F, d}, cfg_.init_std, true);
+    }
     layers_.push_back(lp);
     ffns_.emplace_back(ops, cfg_, l);
   }
@@ -118,7 +138,7 @@ std::int64_t Transformer::parameter_count() const {
   std::int64_t n = 0;
   for (const auto& p : params_) n += p.value.numel();
   // The FFN's zero padding channels are storage, not parameters.
-  return n - 3LL * cfg_.layers * cfg_.hidden * (cfg_.ffn_cols() - cfg_.d_ffn);
+  return n - 3LL * cfg_.layers * cfg_.ffn_blocks() * cfg_.hidden * (cfg_.ffn_cols() - cfg_.d_ffn);
 }
 
 void Transformer::allocate_grads() {
@@ -135,6 +155,30 @@ void Transformer::zero_grads() {
 FfnWeights Transformer::ffn_weights(int l) const {
   const auto& lp = layers_[static_cast<std::size_t>(l)];
   return {&lp.w_gate->value, &lp.w_up->value, &lp.w_down->value, decode_layout_};
+}
+
+std::vector<FfnWeights> Transformer::expert_weights(int l) const {
+  const auto& lp = layers_[static_cast<std::size_t>(l)];
+  std::vector<FfnWeights> w;
+  for (std::size_t e = 0; e < lp.expert_gate.size(); ++e)
+    w.push_back({&lp.expert_gate[e]->value, &lp.expert_up[e]->value, &lp.expert_down[e]->value, decode_layout_});
+  return w;
+}
+
+void Transformer::project_qk(const Tensor& xn, const LayerParams& lp, Tensor& q2, Tensor& k2, Tensor* q_raw,
+                             Tensor* k_raw, Tensor* rstd_q, Tensor* rstd_k) {
+  if (!cfg_.qk_norm) {
+    proj(xn, *lp.wq, q2);
+    proj(xn, *lp.wk, k2);
+    return;
+  }
+  const std::int64_t hd = cfg_.head_dim(), rq = q2.numel() / hd, rk = k2.numel() / hd;
+  proj(xn, *lp.wq, *q_raw);
+  proj(xn, *lp.wk, *k_raw);
+  Tensor qr = q_raw->reshape({rq, hd}), kr = k_raw->reshape({rk, hd});
+  Tensor qo = q2.reshape({rq, hd}), ko = k2.reshape({rk, hd});
+  ops_->rmsnorm_forward(qr, lp.q_norm->value, cfg_.norm_eps, qo, *rstd_q);
+  ops_->rmsnorm_forward(kr, lp.k_norm->value, cfg_.norm_eps, ko, *rstd_k);
 }
 
 Tensor Transformer::run_layers(const Tensor& tokens, int batch, int seq, Mode mode, KvCache* cache) {
@@ -176,8 +220,13 @@ Tensor Transformer::run_layers(const Tensor& tokens, int batch, int seq, Mode mo
       s.k = o.empty({batch, seq, kvh, hd}, act, tag(ActModule::attention, l));
       s.v = o.empty({batch, seq, kvh, hd}, act, tag(ActModule::attention, l));
       Tensor q2 = s.q.reshape({n, h * hd}), k2 = s.k.reshape({n, kvh * hd}), v2 = s.v.reshape({n, kvh * hd});
-      proj(s.xn1, *lp.wq, q2);
-      proj(s.xn1, *lp.wk, k2);
+      if (cfg_.qk_norm) {
+        s.q_raw = o.empty({n, h * hd}, act, tag(ActModule::attention, l));
+        s.k_raw = o.empty({n, kvh * hd}, act, tag(ActModule::attention, l));
+        s.rstd_q = o.empty({n * h}, DType::f32, tag(ActModule::attention, l));
+        s.rstd_k = o.empty({n * kvh}, DType::f32, tag(ActModule::attention, l));
+      }
+      project_qk(s.xn1, lp, q2, k2, &s.q_raw, &s.k_raw, &s.rstd_q, &s.rstd_k);
       proj(s.xn1, *lp.wv, v2);
       Tensor q3 = s.q.reshape({n, h, hd}), k3 = s.k.reshape({n, kvh, hd});
       o.rope(q3, pos, cfg_.rope_theta, false);
@@ -201,7 +250,10 @@ Tensor Transformer::run_layers(const Tensor& tokens, int batch, int seq, Mode mo
       const bool last = l + 1 == cfg_.layers;
       Tensor h_out = o.empty({n, d}, act, last ? tag(ActModule::head, -1) : tag(ActModule::residual, l + 1));
       o.copy(h_out, s.h_mid);
-      ffns_[static_cast<std::size_t>(l)].forward(s.xn2, ffn_weights(l), h_out, 1.0f, keep, ranges_);
+      if (cfg_.moe())
+        moes_[static_cast<std::size_t>(l)].forward(s.xn2, lp.router->value, expert_weights(l), h_out, keep, ranges_);
+      else
+        ffns_[static_cast<std::size_t>(l)].forward(s.xn2, ffn_weights(l), h_out, 1.0f, keep, ranges_);
       hcur = h_out;
     }
     if (keep) {
@@ -274,6 +326,7 @@ double Transformer::forward(const Tensor& tokens, const Tensor& targets, int bat
 void Transformer::release_activations() {
   saved_.clear();
   for (auto& f : ffns_) f.release();
+  for (auto& m : moes_) m.release();
   tokens_.reset();
   targets_.reset();
   h_final_.reset();
@@ -318,8 +371,16 @@ void Transformer::backward() {
       Tensor xn2 = ws({n, d}, act), rstd = ws({n}, DType::f32);  // recomputed: the forward's values exactly
       o.rmsnorm_forward(s.h_mid, lp.ffn_norm->value, cfg_.norm_eps, xn2, rstd);
       Tensor dxn2 = ws({n, d}, act);
-      const FfnGrads g{&lp.w_gate->grad, &lp.w_up->grad, &lp.w_down->grad};
-      ffns_[static_cast<std::size_t>(l)].backward(xn2, dh, ffn_weights(l), dxn2, g, ranges_);
+      if (cfg_.moe()) {
+        std::vector<FfnGrads> g;
+        for (std::size_t e = 0; e < lp.expert_gate.size(); ++e)
+          g.push_back({&lp.expert_gate[e]->grad, &lp.expert_up[e]->grad, &lp.expert_down[e]->grad});
+        moes_[static_cast<std::size_t>(l)].backward(xn2, dh, lp.router->value, expert_weights(l), dxn2, lp.router->grad, g,
+                                                    ranges_);
+      } else {
+        const FfnGrads g{&lp.w_gate->grad, &lp.w_up->grad, &lp.w_down->grad};
+        ffns_[static_cast<std::size_t>(l)].backward(xn2, dh, ffn_weights(l), dxn2, g, ranges_);
+      }
       o.rmsnorm_backward(dxn2, s.h_mid, lp.ffn_norm->value, s.rstd2, dh, lp.ffn_norm->grad);  // dh: ∂/∂h_mid
     }
     {
@@ -337,6 +398,18 @@ void Transformer::backward() {
       Tensor dq3 = dq.reshape({n, h, hd}), dk3 = dk.reshape({n, kvh, hd});
       o.rope(dq3, pos, cfg_.rope_theta, true);  // RoPE is a rotation: its backward rotates back
       o.rope(dk3, pos, cfg_.rope_theta, true);
+      if (cfg_.qk_norm) {  // back through the per-head RMSNorm: the projections' outputs were q_raw, k_raw
+        const std::int64_t rq = n * h, rk = n * kvh;
+        Tensor dq_raw = ws({n, h * hd}, act), dk_raw = ws({n, kvh * hd}, act);
+        o.fill(dq_raw, 0.0f);
+        o.fill(dk_raw, 0.0f);
+        Tensor dqv = dq.reshape({rq, hd}), dkv = dk.reshape({rk, hd}), qr = s.q_raw.reshape({rq, hd}),
+               kr = s.k_raw.reshape({rk, hd}), dqr = dq_raw.reshape({rq, hd}), dkr = dk_raw.reshape({rk, hd});
+        o.rmsnorm_backward(dqv, qr, lp.q_norm->value, s.rstd_q, dqr, lp.q_norm->grad);
+        o.rmsnorm_backward(dkv, kr, lp.k_norm->value, s.rstd_k, dkr, lp.k_norm->grad);
+        dq = dq_raw;
+        dk = dk_raw;
+      }
       Tensor dq2 = dq.reshape({n, h * hd}), dk2 = dk.reshape({n, kvh * hd}), dv2 = dv.reshape({n, kvh * hd});
       Tensor dxn1 = ws({n, d}, act);
       o.gemm(dq2, false, lp.wq->value, true, dxn1);
@@ -380,6 +453,11 @@ void Transformer::proj(const Tensor& x, const Param& w, Tensor& out, float beta)
 }
 
 void Transformer::prepare_decode(DecodeImpl impl) {
+  if (cfg_.moe())
+    throw std::invalid_argument("prepare_decode: a mixture-of-experts model does not decode (its router groups "
+                                "tokens per expert on the host, which a captured decode step cannot do)");
+  if (impl == DecodeImpl::persistent && cfg_.qk_norm)
+    throw std::invalid_argument("prepare_decode: the persistent decode step has no QK-norm; use DecodeImpl::kernels");
   const bool want_proj = impl == DecodeImpl::persistent;
   if (decode_layout_ && (proj_transposed_ || !want_proj)) {
     decode_impl_ = impl;
@@ -446,14 +524,20 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
   Tensor attn = ws({b, h, hd}, act);
   Tensor q2 = q.reshape({b, h * hd}), k2 = k.reshape({b, kvh * hd}), v2 = v.reshape({b, kvh * hd});
   Tensor k3 = k.reshape({b, kvh, hd}), attn2 = attn.reshape({b, d});
+  Tensor q_raw, k_raw, rstd_q, rstd_k;
+  if (cfg_.qk_norm) {
+    q_raw = ws({b, h * hd}, act);
+    k_raw = ws({b, kvh * hd}, act);
+    rstd_q = ws({b * h}, DType::f32);
+    rstd_k = ws({b * kvh}, DType::f32);
+  }
   for (int l = 0; l < cfg_.layers; ++l) {
     ScopedRange layer_range(ranges_, "layer." + std::to_string(l));
     const auto& lp = layers_[static_cast<std::size_t>(l)];
     {
       ScopedRange sr(ranges_, "attention");
       o.rmsnorm_forward(x, lp.attn_norm->value, cfg_.norm_eps, xn, rstd);
-      proj(xn, *lp.wq, q2);
-      proj(xn, *lp.wk, k2);
+      project_qk(xn, lp, q2, k2, &q_raw, &k_raw, &rstd_q, &rstd_k);
       proj(xn, *lp.wv, v2);
       o.rope(q, pos, cfg_.rope_theta, false);
       o.rope(k3, pos, cfg_.rope_theta, false);

@@ -1,7 +1,10 @@
 // LLaMA-style decoder-only transformer written once against the Ops interface:
 // embedding -> L x [RMSNorm -> causal MHA/GQA with RoPE -> residual -> RMSNorm -> FFN -> residual]
-// -> RMSNorm -> LM head -> cross-entropy. Training keeps, per layer, only:
-//   attention: Q, K, V (after RoPE), attention output, log-sum-exp (what flash attention keeps)
+// -> RMSNorm -> LM head -> cross-entropy. Qwen3-like models (qk_norm) add an RMSNorm on each head's q and
+// k before RoPE; Mixtral-like models (experts > 0) replace each FFN by a mixture of experts (model/moe.h).
+// Training keeps, per layer, only:
+//   attention: Q, K, V (after RoPE), attention output, log-sum-exp (what flash attention keeps); with
+//              QK-norm also q and k before the norm and their 1/rms per head
 //   norm:      both normalized outputs (inputs of the following projections) and 1/rms
 //   residual:  the layer input and the mid-layer residual stream (inputs of the two norms)
 //   ffn:       what the FFN variant declares (model/ffn.h)
@@ -14,6 +17,7 @@
 #include "kernels/ops.h"
 #include "model/config.h"
 #include "model/ffn.h"
+#include "model/moe.h"
 #include "profiling/ranges.h"
 
 namespace moc {
@@ -77,16 +81,22 @@ class Transformer {
   // Reads only tensors, so it can be captured in an OpGraph and replayed.
   void decode_step(const Tensor& tokens, const Tensor& pos, KvCache& cache, Tensor& logits);
 
-  // The FFN of a layer (tests inspect MoC selections).
+  // The FFN of a layer (tests inspect MoC selections); unused in a mixture-of-experts model.
   const Ffn& ffn(int layer) const { return ffns_[static_cast<std::size_t>(layer)]; }
   Ffn& ffn(int layer) { return ffns_[static_cast<std::size_t>(layer)]; }
+  // The mixture of experts of a layer (experts > 0).
+  MoeFfn& moe(int layer) { return moes_.at(static_cast<std::size_t>(layer)); }
 
  private:
   struct LayerParams {
     Param *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+    Param *q_norm = nullptr, *k_norm = nullptr;  // QK-norm gains [head_dim]
+    Param* router = nullptr;                     // MoE: [d, experts]
+    std::vector<Param*> expert_gate, expert_up, expert_down;  // MoE: per expert (w_gate.. then null)
   };
   struct LayerSaved {
     Tensor h_in, xn1, rstd1, q, k, v, attn, lse, h_mid, xn2, rstd2;
+    Tensor q_raw, k_raw, rstd_q, rstd_k;  // QK-norm
   };
   enum class Mode { train, infer, prefill };
 
@@ -102,6 +112,11 @@ class Transformer {
   Tensor run_layers(const Tensor& tokens, int batch, int seq, Mode mode, KvCache* cache);
   Tensor head_logits(const Tensor& xf, bool keep);
   FfnWeights ffn_weights(int l) const;
+  std::vector<FfnWeights> expert_weights(int l) const;
+  // q and k of n rows projected from xn, QK-normed when the model has it (raw/rstd receive the pre-norm
+  // values and 1/rms per head), not yet rotated.
+  void project_qk(const Tensor& xn, const LayerParams& lp, Tensor& q2, Tensor& k2, Tensor* q_raw, Tensor* k_raw,
+                  Tensor* rstd_q, Tensor* rstd_k);
 
   Ops* ops_;
   ModelConfig cfg_;
@@ -110,6 +125,7 @@ class Transformer {
   Param *embed_ = nullptr, *final_norm_ = nullptr, *lm_head_ = nullptr;
   std::vector<LayerParams> layers_;
   std::vector<Ffn> ffns_;
+  std::vector<MoeFfn> moes_;
 
   // Kept between forward and backward.
   std::vector<LayerSaved> saved_;

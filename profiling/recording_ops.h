@@ -94,6 +94,15 @@ class RecordingOps final : public Ops {
   void sparse_rows_matmul_backward(const Tensor& dout, const Tensor& z, const Tensor& idx, const Tensor& w, Tensor& dz, Tensor& dw) override {
     run("sparse_rows_matmul_backward", [&] { inner_.sparse_rows_matmul_backward(dout, z, idx, w, dz, dw); });
   }
+  void gather_rows(const Tensor& src, const Tensor& rows, const Tensor* scale, Tensor& out) override {
+    run("gather_rows", [&] { inner_.gather_rows(src, rows, scale, out); });
+  }
+  void scatter_add_rows(const Tensor& src, const Tensor& rows, const Tensor* scale, Tensor& out) override {
+    run("scatter_add_rows", [&] { inner_.scatter_add_rows(src, rows, scale, out); });
+  }
+  void rows_dot(const Tensor& a, const Tensor& rows, const Tensor& b, Tensor& out) override {
+    run("rows_dot", [&] { inner_.rows_dot(a, rows, b, out); });
+  }
   void ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out, const Tensor* force_idx = nullptr, Tensor* idx_out = nullptr, unsigned parts = kFfnAll) override {
     run("ffn_decode", [&] { inner_.ffn_decode(x, w, sel, out, force_idx, idx_out, parts); });
   }

@@ -36,6 +36,26 @@ inline void impose_selection(Transformer& gpu, Ops& gops, Transformer& cpu, Ops&
   }
 }
 
+// A mixture-of-experts model: the GPU's routing of every layer and each expert's MoC selection, forced
+// onto the CPU model (routing near a tie of two logits, like a selection near the K-th value, may differ).
+inline void impose_routing(Transformer& gpu, Ops& gops, Transformer& cpu, Ops& cops) {
+  for (int l = 0; l < gpu.config().layers; ++l) {
+    cpu.moe(l).force_routing(gpu.moe(l).routing());
+    for (int e = 0; e < gpu.config().experts; ++e) {
+      const Tensor& g = gpu.moe(l).expert(e).selected();
+      if (!g.defined()) {
+        cpu.moe(l).expert(e).clear_forced_selection();
+        continue;
+      }
+      Tensor c = cops.empty(g.shape(), DType::i16, workspace_tag());
+      const auto ids = gops.download_i32(g);
+      std::vector<std::uint16_t> h(ids.begin(), ids.end());
+      cops.upload(c, h.data());
+      cpu.moe(l).expert(e).force_selection(c);
+    }
+  }
+}
+
 }  // namespace moc::testing
 
 // In a test body: `MOC_GPU_OR_SKIP(gpu);` declares std::unique_ptr<Ops> gpu or skips the test.

@@ -136,6 +136,10 @@ class CudaOps final : public Ops {
   void sparse_rows_matmul(const Tensor& z, const Tensor& idx, const Tensor& w, Tensor& out, float beta) override;
   void sparse_rows_matmul_backward(const Tensor& dout, const Tensor& z, const Tensor& idx, const Tensor& w,
                                    Tensor& dz, Tensor& dw) override;
+  void gather_rows(const Tensor& src, const Tensor& rows, const Tensor* scale, Tensor& out) override;
+  void scatter_add_rows(const Tensor& src, const Tensor& rows, const Tensor* scale, Tensor& out) override;
+  void rows_dot(const Tensor& a, const Tensor& rows, const Tensor& b, Tensor& out) override;
+
   void ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
                   const Tensor* force_idx, Tensor* idx_out, unsigned parts) override;
   void decode_step(const DecodeStepArgs& a) override;
