@@ -312,7 +312,9 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
     // projection on its kept channels only -- and the LM head; not the embedding lookup) plus
     // 12 x layers x hidden x seq for the attention scores and values (causal counted in full, as PaLM).
     const double d = cfg.hidden, kvd = static_cast<double>(cfg.kv_heads) * cfg.head_dim(), F = cfg.d_ffn;
-    const double ffn_params = cfg.ffn.kind == FfnKind::dense ? 3 * d * F : 2 * d * F + d * cfg.kept_channels();
+    // A mixture of experts: each token runs through its experts_per_token experts and the router.
+    const double ffn_one = cfg.ffn.kind == FfnKind::dense ? 3 * d * F : 2 * d * F + d * cfg.kept_channels();
+    const double ffn_params = cfg.moe() ? cfg.experts_per_token * ffn_one + d * cfg.experts : ffn_one;
     const double matmul_params = cfg.layers * (2 * d * d + 2 * d * kvd + ffn_params) + d * cfg.vocab;
     const double flops_per_token = 6 * matmul_params + 12.0 * cfg.layers * d * s;
     const double tflops = flops_per_token * b * s / out.stats.median_s / 1e12;
