@@ -75,7 +75,11 @@ int cmd_memory_model(const std::string& preset_name, long batch, long seq, const
   const auto engine = engine_activation_model(bf, batch, seq);
   std::printf("%s\nbatch %ld, seq %ld; bf16 activations (paper: 2 bytes per element)\n", cfg.describe().c_str(), batch,
               seq);
-  std::printf("FFN activation (paper Table 2): %.2f bsd\n\n", paper_ffn_bsd(cfg));
+  if (cfg.moe())
+    std::printf("FFN activation (paper Table 2): %.2f bsd per expert, x %d experts per token\n\n", paper_ffn_bsd(cfg),
+                cfg.experts_per_token);
+  else
+    std::printf("FFN activation (paper Table 2): %.2f bsd\n\n", paper_ffn_bsd(cfg));
   // The paper's profiled table (§2: batch 64, seq 256, dense, bf16) where it applies.
   struct Measured {
     double attention, ffn, others, head, total;
