@@ -323,6 +323,17 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
     if (spec.peak_flops > 0) m.push_back({"mfu_pct", 100.0 * tflops * 1e12 / spec.peak_flops});
     m.push_back({"loss_first", first_loss});
     m.push_back({"loss_last", last_loss});
+    // Activations by module, measured: what one training forward keeps (the allocator's live bytes per
+    // module tag once forward returns), for the paper's §2 profile and Table 2. One extra forward after the
+    // timed steps; it stays below a step's peak (no backward workspace, no gradients in flight).
+    {
+      model.forward(tok, tgt, spec.batch, spec.seq, true);
+      const auto live = ops.memory().live();
+      for (ActModule mod : {ActModule::attention, ActModule::ffn, ActModule::norm, ActModule::residual, ActModule::head})
+        m.push_back({"act_" + std::string(module_name(mod)) + "_bytes", static_cast<double>(live.module(mod))});
+      m.push_back({"act_total_bytes", static_cast<double>(live.category(MemCategory::activations))});
+      model.release_activations();
+    }
     m.push_back({"activation_model_bytes", engine.total()});
     m.push_back({"activation_paper_bytes", paper_activation_model(cfg, spec.batch, spec.seq,
                                                                    static_cast<double>(dtype_bytes(cfg.act_dtype)))
