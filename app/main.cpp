@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "app/paper_report.h"
 #include "app/json_text.h"
 #include "app/perfetto_export.h"
 #include "app/profile_stats.h"
@@ -568,6 +569,18 @@ int main(int argc, char** argv) {
   cmp->add_option("--format", cmp_format, "csv | json instead of the table")->check(CLI::IsMember({"csv", "json"}));
   cmp->add_flag("--force", cmp_force, "Compare runs of different scenarios");
 
+  auto* rep = app.add_subcommand("report", "Rebuild the paper's tables and figures from stored runs of the paper "
+                                          "scenarios (scenarios/paper/), beside the paper's published A800 numbers");
+  moc::PaperReportOptions rep_opt;
+  std::vector<long long> rep_runs;
+  rep->add_option("--db", rep_opt.db_paths, "Results database (repeatable; default: mocbench.db)");
+  rep->add_option("--run", rep_runs, "Runs to report (repeatable, one database only; default: the newest run of "
+                                     "each paper scenario in every database)");
+  rep->add_option("-o,--output", rep_opt.out_dir, "Output folder: report.md, figures, data.json")->capture_default_str();
+  rep->add_option("--python", rep_opt.python, "Python interpreter with matplotlib (default: $MOCBENCH_PYTHON, "
+                                              "/usr/bin/python3, python3)");
+  rep->add_flag("--require-figures", rep_opt.require_figures, "Fail when the figures cannot be drawn (no matplotlib)");
+
   auto* gui = app.add_subcommand("gui", "Open the dashboard (mocbench-gui) on results databases; the arguments after "
                                        "`gui` go to it (mocbench-gui --help lists them)");
   gui->prefix_command();  // everything after `gui` is the dashboard's, --help included
@@ -593,6 +606,11 @@ int main(int argc, char** argv) {
     if (*exp) return cmd_export(db_path, exp_runs, exp_all, exp_format, exp_out, exp_point);
     if (*st) return cmd_stats(db_path, st_run, st_point, st_reports, st_format);
     if (*cmp) return cmd_compare(cmp_a, cmp_b, db_path, cmp_metrics, cmp_format, cmp_force);
+    if (*rep) {
+      if (rep_opt.db_paths.empty()) rep_opt.db_paths.push_back(db_path);
+      for (long long r : rep_runs) rep_opt.run_ids.push_back(r);
+      return moc::write_paper_report(rep_opt);
+    }
   } catch (const moc::ConfigError& e) {
     std::fprintf(stderr, "mocbench: %s\n", e.what());
     return kExitBadInput;

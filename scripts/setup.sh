@@ -11,6 +11,7 @@ debian_packages=(
   libtomlplusplus-dev  # scenario files
   libsqlite3-dev       # results database
   nlohmann-json3-dev   # tests: JSON parsed back (stats, Perfetto export)
+  python3-matplotlib   # `mocbench report`: the paper figures (scripts/paper_report.py, Debian's python3)
   # the dashboard (mocbench-gui): OpenGL and the X11 libraries GLFW opens, PNG screenshots, and the headless
   # X server + Mesa's software renderer its tests and screenshots run under
   libgl-dev libx11-dev libxrandr-dev libxinerama-dev libxcursor-dev libxi-dev libstb-dev

@@ -1,0 +1,144 @@
+// `mocbench report` end to end on the CPU: every paper scenario (scenarios/paper/*.toml, with their CPU
+// overrides) runs into a fresh database through the real executable, then the report is written from it:
+// every table's section is there with our numbers or marked "not measured", the paper numbers file parses,
+// and the figures are PNG files with content (when matplotlib is there to draw them). An empty database
+// gives a report whose every table says "not measured".
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#if defined(MOCBENCH_BIN) && defined(MOCBENCH_SOURCE_DIR)
+namespace moc {
+namespace {
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+Result sh(const std::string& cmd) {
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+const char* kSections[] = {"§2 profiling", "Table 2:", "Figure 1:", "Table 3 (memory)", "Table 5 (memory)", "Table 6:",
+                           "Table 7 (memory)", "Tables 8 and 11", "Table 9:", "Tables 10 and 14", "Table 12:",
+                           "K ablation"};
+
+std::string python() { return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3"; }
+bool have_matplotlib() { return sh(python() + " -c 'import matplotlib'").code == 0; }
+
+class PaperReport : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("mocbench_paper_" + std::to_string(getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(PaperReport, ThePaperNumbersFileParsesAndNamesItsTables) {
+  const fs::path src(MOCBENCH_SOURCE_DIR);
+  const auto r = sh(python() + " " + (src / "scripts/paper_report.py").string() + " --check-paper --paper " +
+                    (src / "scenarios/paper/paper_numbers.toml").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("entries in"), std::string::npos) << r.out;
+  // Every entry names the table of the paper it came from (its \label).
+  const std::string text = read(src / "scenarios/paper/paper_numbers.toml");
+  std::size_t entries = 0, labels = 0, pos = 0;
+  while ((pos = text.find("[[number]]", pos)) != std::string::npos) ++entries, ++pos;
+  pos = 0;
+  while ((pos = text.find("\nlabel = \"", pos)) != std::string::npos) ++labels, ++pos;
+  EXPECT_GT(entries, 50u);
+  EXPECT_EQ(entries, labels);
+}
+
+TEST_F(PaperReport, EveryPaperScenarioRunsOnTheCpuAndTheReportFillsEveryTable) {
+  const fs::path src(MOCBENCH_SOURCE_DIR);
+  const std::string db = (dir_ / "paper.db").string();
+  int scenarios = 0;
+  for (const auto& e : fs::directory_iterator(src / "scenarios/paper")) {
+    if (e.path().extension() != ".toml" || e.path().filename() == "paper_numbers.toml") continue;
+    ++scenarios;
+    const auto r = sh(std::string(MOCBENCH_BIN) + " run " + e.path().string() +
+                      " --db " + db + " --quiet");
+    EXPECT_EQ(r.code, 0) << e.path() << "\n" << r.out;
+  }
+  EXPECT_EQ(scenarios, 12);
+  const fs::path out = dir_ / "report";
+  const auto r = sh("cd " + src.string() + " && " + std::string(MOCBENCH_BIN) + " report --db " + db + " -o " +
+                    out.string() + " --python " + python());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(out.string()), std::string::npos) << "report says where it wrote: " << r.out;
+  const std::string md = read(out / "report.md");
+  for (const char* s : kSections) EXPECT_NE(md.find(std::string("## ") + s), std::string::npos) << s;
+  EXPECT_EQ(md.find("**Not measured**"), std::string::npos) << "every table has a run";
+  EXPECT_NE(md.find("(cpu)"), std::string::npos) << "the device of our runs is named";
+  EXPECT_NE(md.find("**not measured** (needs the real-text training runs"), std::string::npos)
+      << "perplexity is marked as not measured";
+  EXPECT_TRUE(fs::exists(out / "data.json"));
+  if (!have_matplotlib()) GTEST_SKIP() << "no matplotlib for " << python() << ": figures are listed as missing";
+  int pngs = 0;
+  for (const auto& e : fs::directory_iterator(out))
+    if (e.path().extension() == ".png") {
+      ++pngs;
+      EXPECT_GT(fs::file_size(e.path()), 5000u) << e.path();
+      std::ifstream f(e.path(), std::ios::binary);
+      char sig[8] = {};
+      f.read(sig, 8);
+      EXPECT_EQ(std::string(sig + 1, 3), "PNG") << e.path();
+      EXPECT_NE(md.find("](" + e.path().filename().string() + ")"), std::string::npos) << "linked from report.md";
+    }
+  EXPECT_GE(pngs, 6);
+}
+
+TEST_F(PaperReport, AnEmptyDatabaseGivesEveryTableMarkedNotMeasured) {
+  const fs::path src(MOCBENCH_SOURCE_DIR);
+  const std::string db = (dir_ / "empty.db").string();
+  // A database with one non-paper run only.
+  const auto run = sh(std::string(MOCBENCH_BIN) + " run " + (src / "scenarios/smoke_cpu.toml").string() + " --db " + db +
+                      " --quiet");
+  ASSERT_EQ(run.code, 0) << run.out;
+  const fs::path out = dir_ / "report";
+  const auto r = sh(std::string(MOCBENCH_BIN) + " report --db " + db + " -o " + out.string() + " --python " + python());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string md = read(out / "report.md");
+  for (const char* s : kSections) {
+    const auto at = md.find(std::string("## ") + s);
+    ASSERT_NE(at, std::string::npos) << s;
+    EXPECT_NE(md.find("**Not measured**", at), std::string::npos) << s;
+  }
+  // A run id the database lacks is refused with a message.
+  const auto bad = sh(std::string(MOCBENCH_BIN) + " report --db " + db + " --run 99 -o " + out.string());
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("no run 99"), std::string::npos) << bad.out;
+}
+
+}  // namespace
+}  // namespace moc
+#endif
