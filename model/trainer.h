@@ -32,6 +32,16 @@ class Trainer {
   StepResult step(const Tensor& tokens, const Tensor& targets, int batch, int seq);
   float lr_at(int step) const;  // step is 1-based
   int steps_done() const { return step_; }
+  // The optimizer's state, per parameter in Transformer::params() order (checkpoints): AdamW's m and v and,
+  // with fp32_master, the f32 master weights; set_steps_done restores the schedule's position.
+  std::vector<Tensor>& m_state() { return m_; }
+  std::vector<Tensor>& v_state() { return v_; }
+  std::vector<Tensor>& master_state() { return master_; }
+  const std::vector<Tensor>& m_state() const { return m_; }
+  const std::vector<Tensor>& v_state() const { return v_; }
+  const std::vector<Tensor>& master_state() const { return master_; }
+  bool has_master() const { return !master_.empty(); }
+  void set_steps_done(int s) { step_ = s; }
 
  private:
   Transformer* model_;
