@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -199,6 +200,71 @@ TEST_F(Checkpoint, ResumingFromACheckpointEqualsUninterruptedTraining) {
     Trainer t3(again, tc);
     EXPECT_THROW(load_checkpoint(path("w.safetensors"), again, t3), std::invalid_argument);
   }
+}
+
+// Against Python's `safetensors` (the GPU machine has it): with MOCBENCH_SAFETENSORS_DIR set, writes
+// mocbench.safetensors and the values it holds (mocbench.expected.json) for
+// `scripts/safetensors_crosscheck.py read`, and reads python.safetensors made by `... write` when present.
+TEST_F(Checkpoint, CrossCheckWithPythonSafetensors) {
+  const char* dir = std::getenv("MOCBENCH_SAFETENSORS_DIR");
+  if (!dir) GTEST_SKIP() << "set MOCBENCH_SAFETENSORS_DIR (see scripts/safetensors_crosscheck.py)";
+  auto ops = make_cpu_ops();
+  Transformer m(*ops, cfg_of("tiny-gqa", "moc", DType::bf16, 7));
+  TrainConfig tc;
+  tc.fp32_master = true;
+  Trainer tr(m, tc);
+  std::mt19937 rng(1);
+  const auto ids = random_ids(rng, 2 * 8 + 1, m.config().vocab);
+  Tensor tok = ops->empty({16}, DType::i32, workspace_tag()), tgt = ops->empty({16}, DType::i32, workspace_tag());
+  ops->upload_i32(tok, std::vector<std::int32_t>(ids.begin(), ids.end() - 1));
+  ops->upload_i32(tgt, std::vector<std::int32_t>(ids.begin() + 1, ids.end()));
+  tr.step(tok, tgt, 2, 8);
+  const std::string out = std::string(dir) + "/mocbench.safetensors";
+  save_checkpoint(out, m, &tr);
+  std::ofstream j(std::string(dir) + "/mocbench.expected.json");
+  j << "{";
+  bool first = true;
+  for (const auto& t : read_safetensors(out).tensors) {
+    const std::size_t es = safetensors_dtype_size(t.dtype), n = t.data.size() / es;
+    j << (first ? "" : ",") << "\"" << t.name << "\": {\"dtype\": \"" << t.dtype << "\", \"shape\": [";
+    first = false;
+    for (std::size_t i = 0; i < t.shape.size(); ++i) j << (i ? "," : "") << t.shape[i];
+    j << "], \"values\": [";
+    for (std::size_t i = 0; i < n; ++i) {
+      float v = 0;
+      if (t.dtype == "F32") std::memcpy(&v, t.data.data() + 4 * i, 4);
+      else if (t.dtype == "BF16") {
+        std::uint16_t h;
+        std::memcpy(&h, t.data.data() + 2 * i, 2);
+        v = bf16_to_f32(h);
+      }
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+      j << (i ? "," : "") << buf;
+    }
+    j << "]}";
+  }
+  j << "}\n";
+  const std::string py = std::string(dir) + "/python.safetensors";
+  if (!fs::exists(py)) GTEST_SKIP() << "wrote " << out << "; no " << py << " to read yet";
+  const auto f = read_safetensors(py);
+  EXPECT_EQ(f.metadata.at("by"), "python");
+  const SafeTensor* a = f.find("a");
+  const SafeTensor* b = f.find("b");
+  const SafeTensor* c = f.find("c");
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(a->dtype, "F32");
+  EXPECT_EQ(a->shape, (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(a->data, bytes_of({0, 1, 2, 3, 4, 5}));
+  ASSERT_EQ(b->dtype, "BF16");
+  const std::vector<float> bv = {1.5f, -2.25f, 3.0f};
+  for (std::size_t i = 0; i < 3; ++i) {
+    std::uint16_t h;
+    std::memcpy(&h, b->data.data() + 2 * i, 2);
+    EXPECT_EQ(bf16_to_f32(h), bv[i]);
+  }
+  EXPECT_EQ(c->dtype, "I32");
+  EXPECT_EQ(c->data, (std::vector<unsigned char>{7, 0, 0, 0, 8, 0, 0, 0}));
 }
 
 }  // namespace
