@@ -6,6 +6,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "model/checkpoint.h"
 #include "model/decoder.h"
 #include "model/ffn.h"
 #include "model/memory_model.h"
@@ -284,6 +285,7 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
                           "limit is " + format_bytes(static_cast<std::int64_t>(spec.memory_limit_bytes)));
     }
     Transformer model(ops, cfg);
+    if (!spec.weights.empty()) load_weights(spec.weights, model);
     model.set_ranges(sink);
     const std::int64_t n = static_cast<std::int64_t>(spec.batch) * spec.seq;
     auto ids = random_ids(rng, static_cast<std::size_t>(n + 1), cfg.vocab);
@@ -340,6 +342,7 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
                                                 .total()});
   } else if (spec.mode == "decode") {
     Transformer model(ops, cfg);
+    if (!spec.weights.empty()) load_weights(spec.weights, model);
     model.set_ranges(sink);
     model.prepare_decode(spec.persistent_decode ? DecodeImpl::persistent : DecodeImpl::kernels);
     const int max_seq = spec.prompt + spec.generate;

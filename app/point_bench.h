@@ -29,6 +29,7 @@ struct PointSpec {
   std::size_t cold_bytes = std::size_t{256} << 20;  // weight bytes to rotate through when cold
   bool fp32_master = false;
   bool persistent_decode = false;
+  std::string weights;  // train / decode: load these weights (a safetensors checkpoint) instead of random ones
   // The backend's memory limit when known (0: none): a train point whose memory-model lower bound exceeds
   // it is refused as OutOfMemory before anything is allocated, with the bytes needed and available.
   std::size_t memory_limit_bytes = 0;  // decode / ffn-decode: Ops::decode_step / ffn_decode_layers (one kernel)

@@ -130,6 +130,7 @@ PointSpec to_spec(const ScenarioPoint& p, bool no_profile) {
   s.fp32_master = p.precision == "bf16-fp32master";
   s.model.ffn.topk_backend = p.topk_backend == "raft" ? TopkBackend::raft : TopkBackend::own;
   s.persistent_decode = p.decode_impl == "persistent";
+  s.weights = p.weights;
   return s;
 }
 }  // namespace

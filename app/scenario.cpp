@@ -63,7 +63,7 @@ std::string join(const std::vector<std::string>& v) {
 
 // Keys [model] accepts: the preset and everything apply_override understands.
 std::vector<std::string> model_keys() {
-  std::vector<std::string> k = {"preset"};
+  std::vector<std::string> k = {"preset", "weights"};
   for (auto& o : override_keys()) k.push_back(o);
   return k;
 }
@@ -195,7 +195,7 @@ Rule rule_of(std::string_view key) {
       {Rule::nonneg_int, {"seed", "warmup", "experts"}},
       {Rule::pos_number, {"rope_theta", "norm_eps", "init_std", "time_bound_s", "target_noise"}},
       {Rule::boolean, {"gcp", "cold", "kernels", "qk_norm"}},
-      {Rule::text, {"name", "description"}},
+      {Rule::text, {"name", "description", "weights"}},
       {Rule::mode, {"mode"}},
       {Rule::device, {"device"}},
       {Rule::preset, {"preset"}},
@@ -609,7 +609,7 @@ std::string ScenarioPoint::describe() const {
   o << "#" << index << " " << mode;
   for (const auto& [n, v] : axes)
     if (n != "mode") o << " " << n << "=" << v;
-  o << " | " << model.describe() << " | batch " << batch;
+  o << " | " << model.describe() << (weights.empty() ? "" : " weights " + weights) << " | batch " << batch;
   if (mode == "decode")
     o << " prompt " << measure.prompt << " generate " << measure.generate;
   else if (mode != "ffn-decode")
@@ -794,8 +794,11 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
         if (x.first == k) return void(x.second = v);
       keys.emplace_back(k, v);
     };
-    for (const auto& s : mdl)
-      if (s.key != "preset") set_key(s.key, &s.value);
+    const ScenarioValue* weights = nullptr;
+    for (const auto& s : mdl) {
+      if (s.key == "weights") weights = &s.value;
+      else if (s.key != "preset") set_key(s.key, &s.value);
+    }
     for (const auto& [n, v] : rp)
       if (auto mk = model_key_of_axis(n); !mk.empty()) set_key(mk, v);
     auto apply = [&](const std::string& k, const ScenarioValue* v) {
@@ -849,6 +852,17 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
         if (k == key) return v->pos;
       return preset_value->pos;
     };
+    if (weights) {
+      if (pt.mode != "train" && pt.mode != "decode")
+        fail(path, weights->pos, "[model] weights apply to train and decode points, not " + pt.mode + context,
+             "drop weights for this mode, or exclude its points");
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(weights->text, ec))
+        fail(path, weights->pos, "[model] weights: no file '" + weights->text + "'",
+             "a safetensors checkpoint (mocbench's save_checkpoint); a relative path is taken from the current "
+             "directory");
+      pt.weights = weights->text;
+    }
     if (pt.model.moe() && pt.mode != "train")
       fail(path, model_pos("experts"),
            "a mixture-of-experts model (" + std::to_string(pt.model.experts) + " experts) runs in mode train only, not " +

@@ -92,6 +92,7 @@ struct ScenarioPoint {
   // decode and ffn-decode: the step as one kernel per op (kernels) or one persistent kernel (persistent).
   std::string decode_impl = kDefaultDecodeImpl;
   std::string precision;             // bf16 | bf16-fp32master | fp32 (default: fp32 on cpu, bf16 on cuda)
+  std::string weights;               // [model] weights: a safetensors checkpoint loaded into the model ("": random)
   // [profile]: trace every kernel (CPU ops on the CPU backend) of profile_steps extra repetitions.
   bool profile_kernels = true;
   int profile_steps = 1;
