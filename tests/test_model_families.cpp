@@ -257,7 +257,8 @@ TEST(QkNorm, KvCacheDecodingReproducesFullForwardLogits) {
     m.prepare_decode(DecodeImpl::kernels);
     Decoder dec(m, batch, S);
     std::vector<std::int32_t> prompt;
-    for (int i = 0; i < batch; ++i) prompt.insert(prompt.end(), ids.begin() + i * S, ids.begin() + i * S + P);
+    for (int i = 0; i < batch; ++i)  // element by element: GCC 12 -O3 misreads a range insert here (-Wstringop-overflow)
+        for (int t = 0; t < P; ++t) prompt.push_back(ids[static_cast<std::size_t>(i * S + t)]);
     const auto pre = ops->download_f32(dec.prefill(prompt, P));
     for (int i = 0; i < batch; ++i)
       for (int t = 0; t < P; ++t)
