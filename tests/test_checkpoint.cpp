@@ -65,11 +65,12 @@ TEST_F(Checkpoint, SafetensorsRoundTripsAndMatchesTheFormatByteForByte) {
   EXPECT_NE(header.find("\"b\":{\"data_offsets\":[0,24],\"dtype\":\"F32\",\"shape\":[2,3]}"), std::string::npos) << header;
   // A file written by hand from the specification reads back.
   const std::string h = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
-  std::vector<unsigned char> hand(8, 0);
-  hand[0] = static_cast<unsigned char>(h.size());
-  hand.insert(hand.end(), h.begin(), h.end());
   const auto w = bytes_of({0.5f, -2.0f});
-  hand.insert(hand.end(), w.begin(), w.end());
+  // Byte by byte: GCC 12 -O3 misreads range inserts into a small vector as out-of-bounds copies.
+  std::vector<unsigned char> hand;
+  for (int i = 0; i < 8; ++i) hand.push_back(i == 0 ? static_cast<unsigned char>(h.size()) : 0);
+  for (char ch : h) hand.push_back(static_cast<unsigned char>(ch));
+  for (unsigned char x : w) hand.push_back(x);
   const auto g = parse_safetensors(hand, "hand");
   ASSERT_EQ(g.tensors.size(), 1u);
   EXPECT_EQ(g.tensors[0].data, w);
@@ -77,9 +78,9 @@ TEST_F(Checkpoint, SafetensorsRoundTripsAndMatchesTheFormatByteForByte) {
 
 TEST_F(Checkpoint, CorruptSafetensorsFilesAreRefusedWithAMessage) {
   auto file = [](const std::string& header, std::size_t buffer) {
-    std::vector<unsigned char> b(8, 0);
-    for (int i = 0; i < 8; ++i) b[static_cast<std::size_t>(i)] = static_cast<unsigned char>(header.size() >> (8 * i));
-    b.insert(b.end(), header.begin(), header.end());
+    std::vector<unsigned char> b;
+    for (int i = 0; i < 8; ++i) b.push_back(static_cast<unsigned char>(header.size() >> (8 * i)));
+    for (char ch : header) b.push_back(static_cast<unsigned char>(ch));
     b.resize(b.size() + buffer, 0);
     return b;
   };
