@@ -30,14 +30,6 @@ std::string num(double v) {
   return buf;
 }
 
-// Parameters of the model as the engine builds it (logical d_ffn, not its zero padding).
-double parameter_count(const ModelConfig& c) {
-  const double d = c.hidden, kvd = static_cast<double>(c.kv_heads) * c.head_dim();
-  const double layer = 2 * d * d + 2 * d * kvd + 3 * d * c.d_ffn * c.ffn_blocks() + d * c.experts + 2 * d +
-                       (c.qk_norm ? 2.0 * c.head_dim() : 0.0);
-  return c.layers * layer + 2 * d * c.vocab + d;
-}
-
 // The resolved model of a point, and for training points the memory model's estimate of a step's memory:
 // weights, gradients and optimizer states of the precision mode, plus the activations the engine keeps
 // (a lower bound of the peak: workspace is left out).

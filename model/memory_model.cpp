@@ -41,6 +41,13 @@ ActivationBreakdown engine_activation_model(const ModelConfig& c, std::int64_t b
   return r;
 }
 
+double parameter_count(const ModelConfig& c) {
+  const double d = c.hidden, kvd = static_cast<double>(c.kv_heads) * c.head_dim();
+  const double layer = 2 * d * d + 2 * d * kvd + 3 * d * c.d_ffn * c.ffn_blocks() + d * c.experts + 2 * d +
+                       (c.qk_norm ? 2.0 * c.head_dim() : 0.0);
+  return c.layers * layer + 2 * d * c.vocab + d;  // + embedding, LM head, final norm
+}
+
 double training_lower_bound_bytes(const ModelConfig& c, std::int64_t b, std::int64_t s) {
   const double d = c.hidden, kvd = static_cast<double>(c.kv_heads) * c.head_dim();
   const double layer_params = 2 * d * d + 2 * d * kvd + 3 * d * c.d_ffn * c.ffn_blocks() + d * c.experts;

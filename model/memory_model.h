@@ -41,6 +41,10 @@ ActivationBreakdown engine_activation_model(const ModelConfig& cfg, std::int64_t
 // available cannot fit, whatever else it allocates: the runner refuses it before allocating anything.
 double training_lower_bound_bytes(const ModelConfig& cfg, std::int64_t batch, std::int64_t seq);
 
+// Parameters of the model as the engine builds it (the FFN's logical d_ffn, not its zero padding), from the
+// configuration alone: Transformer::parameter_count() without allocating.
+double parameter_count(const ModelConfig& cfg);
+
 // The paper's FFN activation in units of bsd (11.67 / 6.33 / 3.67 / 2.6 at d_ffn = 8d/3, K = 0.2 d_ffn).
 double paper_ffn_bsd(const ModelConfig& cfg);
 

@@ -337,11 +337,12 @@ TEST(FamilyPresets, PaperSizesAndParameterCounts) {
   EXPECT_NEAR(params(q) / 1e6, 300, 15);
   EXPECT_NEAR(params(m180) / 1e6, 180, 10);
   EXPECT_NEAR(params(m530) / 1e6, 530, 15);
-  // And the engine counts the same on a tiny member of each family.
-  for (const char* p : {"tiny-qwen3", "tiny-moe"}) {
+  // And the engine counts the same on a tiny member of each family, as does the memory model's count.
+  for (const char* p : {"tiny", "tiny-qwen3", "tiny-moe"}) {
     const ModelConfig c = preset(p);
     Transformer t(*ops, c);
     EXPECT_EQ(static_cast<double>(t.parameter_count()), params(c)) << p;
+    EXPECT_EQ(static_cast<double>(t.parameter_count()), parameter_count(c)) << p;
   }
 }
 
