@@ -13,6 +13,7 @@
 
 #include "model/checkpoint.h"
 #include "model/safetensors.h"
+#include "shell_util.h"
 #include "test_util.h"
 
 namespace moc {
@@ -20,18 +21,7 @@ namespace {
 using namespace moc::test;
 namespace fs = std::filesystem;
 
-class Checkpoint : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("mocbench_ckpt_" + std::to_string(getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& n) const { return (dir_ / n).string(); }
-  fs::path dir_;
-};
+class Checkpoint : public moc::test::ScratchDirTest {};
 
 std::vector<unsigned char> bytes_of(const std::vector<float>& v) {
   std::vector<unsigned char> b(v.size() * 4);

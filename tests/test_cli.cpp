@@ -25,50 +25,24 @@
 #include <vector>
 
 #include "db/results_db.h"
+#include "shell_util.h"
 
 #ifdef MOCBENCH_BIN
 namespace moc {
 namespace {
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
+using Result = moc::test::ShellResult;
 
 // Runs the executable with arguments (no shell quoting needed for the paths used here); stdout captured.
 // env: "NAME=value ..." set for this command only ("" for none).
 Result mocbench_env(const std::string& env, const std::string& args) {
-  const std::string cmd = (env.empty() ? std::string() : "env " + env + " ") + std::string(MOCBENCH_BIN) + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return moc::test::shell((env.empty() ? std::string() : "env " + env + " ") + std::string(MOCBENCH_BIN) + " " + args);
 }
 
 Result mocbench(const std::string& args) { return mocbench_env("", args); }
 
-class Cli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("mocbench_cli_" + std::to_string(getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path(name)) << text;
-    return path(name);
-  }
-  fs::path dir_;
-};
+class Cli : public moc::test::ScratchDirTest {};
 
 // RFC 4180: quoted cells may hold commas, quotes ("") and newlines.
 std::vector<std::vector<std::string>> parse_csv(const std::string& text) {

@@ -14,27 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "shell_util.h"
+
 #if defined(MOCBENCH_BIN) && defined(MOCBENCH_SOURCE_DIR)
 namespace moc {
 namespace {
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
-
-Result sh(const std::string& cmd) {
-  Result r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using moc::test::shell;
 
 std::string read(const fs::path& p) {
   std::ifstream f(p);
@@ -48,23 +35,13 @@ const char* kSections[] = {"§2 profiling", "Table 2:", "Figure 1:", "Table 3 (m
                            "K ablation"};
 
 std::string python() { return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3"; }
-bool have_matplotlib() { return sh(python() + " -c 'import matplotlib'").code == 0; }
+bool have_matplotlib() { return shell(python() + " -c 'import matplotlib'").code == 0; }
 
-class PaperReport : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("mocbench_paper_" + std::to_string(getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
+class PaperReport : public moc::test::ScratchDirTest {};
 
 TEST_F(PaperReport, ThePaperNumbersFileParsesAndNamesItsTables) {
   const fs::path src(MOCBENCH_SOURCE_DIR);
-  const auto r = sh(python() + " " + (src / "scripts/paper_report.py").string() + " --check-paper --paper " +
+  const auto r = shell(python() + " " + (src / "scripts/paper_report.py").string() + " --check-paper --paper " +
                     (src / "scenarios/paper/paper_numbers.toml").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("entries in"), std::string::npos) << r.out;
@@ -85,13 +62,13 @@ TEST_F(PaperReport, EveryPaperScenarioRunsOnTheCpuAndTheReportFillsEveryTable) {
   for (const auto& e : fs::directory_iterator(src / "scenarios/paper")) {
     if (e.path().extension() != ".toml" || e.path().filename() == "paper_numbers.toml") continue;
     ++scenarios;
-    const auto r = sh(std::string(MOCBENCH_BIN) + " run " + e.path().string() +
+    const auto r = shell(std::string(MOCBENCH_BIN) + " run " + e.path().string() +
                       " --db " + db + " --quiet");
     EXPECT_EQ(r.code, 0) << e.path() << "\n" << r.out;
   }
   EXPECT_EQ(scenarios, 12);
   const fs::path out = dir_ / "report";
-  const auto r = sh("cd " + src.string() + " && " + std::string(MOCBENCH_BIN) + " report --db " + db + " -o " +
+  const auto r = shell("cd " + src.string() + " && " + std::string(MOCBENCH_BIN) + " report --db " + db + " -o " +
                     out.string() + " --python " + python());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(out.string()), std::string::npos) << "report says where it wrote: " << r.out;
@@ -121,11 +98,11 @@ TEST_F(PaperReport, AnEmptyDatabaseGivesEveryTableMarkedNotMeasured) {
   const fs::path src(MOCBENCH_SOURCE_DIR);
   const std::string db = (dir_ / "empty.db").string();
   // A database with one non-paper run only.
-  const auto run = sh(std::string(MOCBENCH_BIN) + " run " + (src / "scenarios/smoke_cpu.toml").string() + " --db " + db +
+  const auto run = shell(std::string(MOCBENCH_BIN) + " run " + (src / "scenarios/smoke_cpu.toml").string() + " --db " + db +
                       " --quiet");
   ASSERT_EQ(run.code, 0) << run.out;
   const fs::path out = dir_ / "report";
-  const auto r = sh(std::string(MOCBENCH_BIN) + " report --db " + db + " -o " + out.string() + " --python " + python());
+  const auto r = shell(std::string(MOCBENCH_BIN) + " report --db " + db + " -o " + out.string() + " --python " + python());
   ASSERT_EQ(r.code, 0) << r.out;
   const std::string md = read(out / "report.md");
   for (const char* s : kSections) {
@@ -134,7 +111,7 @@ TEST_F(PaperReport, AnEmptyDatabaseGivesEveryTableMarkedNotMeasured) {
     EXPECT_NE(md.find("**Not measured**", at), std::string::npos) << s;
   }
   // A run id the database lacks is refused with a message.
-  const auto bad = sh(std::string(MOCBENCH_BIN) + " report --db " + db + " --run 99 -o " + out.string());
+  const auto bad = shell(std::string(MOCBENCH_BIN) + " report --db " + db + " --run 99 -o " + out.string());
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("no run 99"), std::string::npos) << bad.out;
 }

@@ -17,40 +17,20 @@
 #include <thread>
 
 #include "db/results_db.h"
+#include "shell_util.h"
 
 #ifdef MOCBENCH_BIN
 namespace moc {
 namespace {
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
+using Result = moc::test::ShellResult;
 
 // The executable with arguments (no shell quoting needed for the paths used here); stdout and stderr.
-Result mocbench(const std::string& args) {
-  Result r;
-  FILE* p = popen((std::string(MOCBENCH_BIN) + " " + args + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Result mocbench(const std::string& args) { return moc::test::shell(std::string(MOCBENCH_BIN) + " " + args); }
 
-class StaleRunsCli : public ::testing::Test {
+class StaleRunsCli : public moc::test::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("mocbench_stale_" + std::to_string(getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
   // Tiny FFN-training points; `time_bound_s` sets how long each one measures.
   std::string scenario(double time_bound_s, int points) const {
     std::string batches;
@@ -62,7 +42,6 @@ class StaleRunsCli : public ::testing::Test {
                         << "]\nseq = [8]\n";
     return file;
   }
-  fs::path dir_;
 };
 
 void exec_sql(const std::string& db_path, const std::string& sql) {

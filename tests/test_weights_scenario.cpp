@@ -12,27 +12,14 @@
 
 #include "db/results_db.h"
 #include "model/checkpoint.h"
+#include "shell_util.h"
 
 #ifdef MOCBENCH_BIN
 namespace moc {
 namespace {
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
-Result sh(const std::string& cmd) {
-  Result r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using moc::test::shell;
 
 TEST(WeightsScenario, DecodeAndTrainPointsRunOnACheckpointAndABadOneFailsItsPointOnly) {
   const fs::path dir = fs::temp_directory_path() / ("mocbench_weights_" + std::to_string(getpid()));
@@ -53,11 +40,11 @@ TEST(WeightsScenario, DecodeAndTrainPointsRunOnACheckpointAndABadOneFailsItsPoin
   };
   const std::string db = (dir / "w.db").string();
   for (const char* mode : {"decode", "train"}) {
-    const auto ok = sh(std::string(MOCBENCH_BIN) + " run " + scenario(std::string("ok_") + mode, (dir / "tiny.safetensors").string(), mode) +
+    const auto ok = shell(std::string(MOCBENCH_BIN) + " run " + scenario(std::string("ok_") + mode, (dir / "tiny.safetensors").string(), mode) +
                        " --db " + db + " --quiet");
     EXPECT_EQ(ok.code, 0) << ok.out;
   }
-  const auto bad = sh(std::string(MOCBENCH_BIN) + " run " + scenario("bad", (dir / "gqa.safetensors").string(), "decode") +
+  const auto bad = shell(std::string(MOCBENCH_BIN) + " run " + scenario("bad", (dir / "gqa.safetensors").string(), "decode") +
                       " --db " + db + " --quiet");
   EXPECT_EQ(bad.code, 1) << bad.out;
   auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
@@ -70,11 +57,11 @@ TEST(WeightsScenario, DecodeAndTrainPointsRunOnACheckpointAndABadOneFailsItsPoin
   for (const auto& p : store.points(runs[1].id)) EXPECT_EQ(p.status, "ok") << p.error;
   for (const auto& p : store.points(runs[2].id)) EXPECT_EQ(p.status, "ok") << p.error;
   // Refused before any work: a missing file, and weights on a mode that cannot use them.
-  const auto missing = sh(std::string(MOCBENCH_BIN) + " run " + scenario("missing", (dir / "nope.safetensors").string(), "decode") +
+  const auto missing = shell(std::string(MOCBENCH_BIN) + " run " + scenario("missing", (dir / "nope.safetensors").string(), "decode") +
                           " --db " + db + " --quiet");
   EXPECT_EQ(missing.code, 2) << missing.out;
   EXPECT_NE(missing.out.find("no file"), std::string::npos) << missing.out;
-  const auto mode = sh(std::string(MOCBENCH_BIN) + " run " + scenario("mode", (dir / "tiny.safetensors").string(), "ffn-decode") +
+  const auto mode = shell(std::string(MOCBENCH_BIN) + " run " + scenario("mode", (dir / "tiny.safetensors").string(), "ffn-decode") +
                        " --db " + db + " --quiet");
   EXPECT_EQ(mode.code, 2) << mode.out;
   EXPECT_NE(mode.out.find("apply to train and decode"), std::string::npos) << mode.out;
