@@ -9,6 +9,7 @@
 
 #include "kernels/ops.h"
 #include "model/transformer.h"
+#include "test_util.h"
 #ifdef MOCBENCH_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
@@ -53,6 +54,18 @@ inline void impose_routing(Transformer& gpu, Ops& gops, Transformer& cpu, Ops& c
       cops.upload(c, h.data());
       cpu.moe(l).expert(e).force_selection(c);
     }
+  }
+}
+
+// After backward() on both: every parameter's gradient on the GPU within rel_tol of the CPU's (same order,
+// same names).
+inline void expect_gradients_match(Transformer& gpu, Ops& gops, Transformer& cpu, Ops& cops, double rel_tol) {
+  const auto& gp = gpu.params();
+  const auto& cp = cpu.params();
+  ASSERT_EQ(gp.size(), cp.size());
+  for (std::size_t i = 0; i < gp.size(); ++i) {
+    ASSERT_EQ(gp[i].name, cp[i].name);
+    EXPECT_LT(moc::test::rel_err(gops.download_f32(gp[i].grad), cops.download_f32(cp[i].grad)), rel_tol) << gp[i].name;
   }
 }
 

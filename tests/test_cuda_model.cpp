@@ -1,7 +1,8 @@
 // The whole tiny model on the GPU against the CPU oracle: prefill and decode-step logits for batch 1 and 3
-// (dense, MoC, MoC 2:8, bf16 weights) with the MoC selections of the GPU imposed on the CPU (selection
-// ties and bf16 rounding may pick a different channel near the K-th value; under one selection the
-// outputs must agree), and KV-cache decoding against the full forward on the GPU itself.
+// (dense, MoC, MoC 2:8, bf16 weights; the Qwen3-like QK-norm model dense and MoC) with the MoC selections of
+// the GPU imposed on the CPU (selection ties and bf16 rounding may pick a different channel near the K-th
+// value; under one selection the outputs must agree), and KV-cache decoding against the full forward on the
+// GPU itself.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,16 +18,16 @@ namespace {
 using namespace moc::test;
 using moc::testing::impose_selection;
 
-class GpuModel : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
+class GpuModel : public ::testing::TestWithParam<std::tuple<const char*, const char*, int>> {};
 
 TEST_P(GpuModel, PrefillAndDecodeLogitsMatchTheCpuUnderOneSelection) {
   MOC_GPU_OR_SKIP(gpu);
   auto cpu = make_cpu_ops();
-  const auto [ffn, batch] = GetParam();
+  const auto [preset_name, ffn, batch] = GetParam();
   const auto seed = fresh_seed();
   SCOPED_TRACE(seed);
   std::mt19937 rng(seed);
-  ModelConfig cfg = preset("tiny-gqa");
+  ModelConfig cfg = preset(preset_name);  // tiny-qwen3: QK-norm in the prefill and the decode kernels
   apply_override(cfg, "ffn", ffn);
   cfg.d_ffn = 85;  // odd
   cfg.ffn.k = 17;
@@ -54,13 +55,19 @@ TEST_P(GpuModel, PrefillAndDecodeLogitsMatchTheCpuUnderOneSelection) {
   }
 }
 
+std::string gpu_model_name(const ::testing::TestParamInfo<std::tuple<const char*, const char*, int>>& i) {
+  std::string n = std::string(std::get<1>(i.param)) + "_batch" + std::to_string(std::get<2>(i.param));
+  std::replace(n.begin(), n.end(), ':', 'x');
+  return n;
+}
 INSTANTIATE_TEST_SUITE_P(GpuBatchOneAndThree, GpuModel,
-                         ::testing::Combine(::testing::Values("dense", "moc", "moc_2:8"), ::testing::Values(1, 3)),
-                         [](const ::testing::TestParamInfo<std::tuple<const char*, int>>& i) {
-                           std::string n = std::string(std::get<0>(i.param)) + "_batch" + std::to_string(std::get<1>(i.param));
-                           std::replace(n.begin(), n.end(), ':', 'x');
-                           return n;
-                         });
+                         ::testing::Combine(::testing::Values("tiny-gqa"), ::testing::Values("dense", "moc", "moc_2:8"),
+                                            ::testing::Values(1, 3)),
+                         gpu_model_name);
+INSTANTIATE_TEST_SUITE_P(GpuQkNorm, GpuModel,
+                         ::testing::Combine(::testing::Values("tiny-qwen3"), ::testing::Values("dense", "moc"),
+                                            ::testing::Values(1, 3)),
+                         gpu_model_name);
 
 // KV-cache decoding reproduces the full forward's logits on the GPU (dense: no selection can differ
 // between the prefill's bf16 G and the decode kernels' fp32 g), and the captured step replays it.

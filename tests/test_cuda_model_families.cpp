@@ -2,7 +2,8 @@
 // ops (gather_rows, scatter_add_rows, rows_dot) on fresh random odd-size inputs with poisoned outputs, f32
 // and bf16; a training step's loss and every parameter gradient (the GPU's routing and MoC selections
 // imposed on the CPU: a near-tie of two router logits, like a near-tie at the K-th channel, may go either
-// way under bf16 rounding); QK-norm prefill and decode logits. Skipped without a GPU.
+// way under bf16 rounding). QK-norm prefill and decode logits: GpuModel (test_cuda_model.cpp). Skipped
+// without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +15,6 @@
 #include <tuple>
 
 #include "gpu_util.h"
-#include "model/decoder.h"
 #include "model/transformer.h"
 #include "test_util.h"
 
@@ -121,14 +121,7 @@ TEST_P(GpuFamilyTrain, LossAndEveryParameterGradientMatchTheCpu) {
   EXPECT_NEAR(lg, lc, (bf16 ? 3e-2 : 2e-3) * std::fabs(lc)) << "loss";
   mg.backward();
   mc.backward();
-  ASSERT_EQ(mg.params().size(), mc.params().size());
-  for (std::size_t i = 0; i < mg.params().size(); ++i) {
-    const Param& pg = mg.params()[i];
-    const Param& pc = mc.params()[i];
-    ASSERT_EQ(pg.name, pc.name);
-    const auto g = gpu->download_f32(pg.grad), c = cpu->download_f32(pc.grad);
-    EXPECT_LT(rel_err(g, c), bf16 ? 5e-2 : 5e-3) << pg.name;
-  }
+  moc::testing::expect_gradients_match(mg, *gpu, mc, *cpu, bf16 ? 5e-2 : 5e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GpuFamilyTrain,
@@ -147,39 +140,6 @@ INSTANTIATE_TEST_SUITE_P(Families, GpuFamilyTrain,
                              if (ch == ':' || ch == '-') ch = 'x';
                            return n;
                          });
-
-TEST(GpuQkNorm, PrefillAndDecodeLogitsMatchTheCpuUnderOneSelection) {
-  MOC_GPU_OR_SKIP(gpu);
-  auto cpu = make_cpu_ops();
-  for (const char* ffn : {"dense", "moc"})
-    for (int batch : {1, 3}) {
-      SCOPED_TRACE(std::string(ffn) + " batch " + std::to_string(batch));
-      const auto seed = fresh_seed();
-      SCOPED_TRACE(seed);
-      std::mt19937 rng(seed);
-      const ModelConfig cfg = family("tiny-qwen3", ffn, false, DType::bf16, seed);
-      Transformer mg(*gpu, cfg), mc(*cpu, cfg);
-      const int S = 12, P = 5, V = cfg.vocab;
-      Decoder dg(mg, batch, S), dc(mc, batch, S);
-      for (int l = 0; l < cfg.layers; ++l) mg.ffn(l).set_record_selection(true);
-      auto ids = random_ids(rng, static_cast<std::size_t>(batch) * S, V);
-      std::vector<std::int32_t> prompt;
-      for (int i = 0; i < batch; ++i)  // element by element: GCC 12 -O3 misreads a range insert here (-Wstringop-overflow)
-        for (int t = 0; t < P; ++t) prompt.push_back(ids[static_cast<std::size_t>(i * S + t)]);
-      const auto pg = gpu->download_f32(dg.prefill(prompt, P));
-      impose_selection(mg, *gpu, mc, *cpu);
-      const auto pc = cpu->download_f32(dc.prefill(prompt, P));
-      EXPECT_LT(rel_err(pg, pc), 2e-2) << "prefill logits";
-      for (int t = P; t < S; ++t) {
-        std::vector<std::int32_t> step;
-        for (int i = 0; i < batch; ++i) step.push_back(ids[static_cast<std::size_t>(i * S + t)]);
-        const auto lg = gpu->download_f32(dg.step(step));
-        impose_selection(mg, *gpu, mc, *cpu);
-        const auto lc = cpu->download_f32(dc.step(step));
-        EXPECT_LT(rel_err(lg, lc), 2e-2) << "decode logits at position " << t;
-      }
-    }
-}
 
 }  // namespace
 }  // namespace moc

@@ -67,14 +67,7 @@ TEST_P(GpuTrainGrad, LossAndEveryParameterGradientMatchTheCpu) {
   EXPECT_NEAR(lg, lc, tol * std::fabs(lc)) << "loss";
   mg.backward();
   mc.backward();
-  ASSERT_EQ(mg.params().size(), mc.params().size());
-  for (std::size_t i = 0; i < mg.params().size(); ++i) {
-    const Param& pg = mg.params()[i];
-    const Param& pc = mc.params()[i];
-    ASSERT_EQ(pg.name, pc.name);
-    const auto g = gpu->download_f32(pg.grad), c = cpu->download_f32(pc.grad);
-    EXPECT_LT(rel_err(g, c), bf16 ? 5e-2 : 5e-3) << pg.name;
-  }
+  moc::testing::expect_gradients_match(mg, *gpu, mc, *cpu, bf16 ? 5e-2 : 5e-3);
   // The padding channels of the FFN weights (85 of 88 columns are real) get no gradient on the GPU either.
   const int d = cfg.hidden, F = cfg.d_ffn, Fp = cfg.ffn_cols();
   ASSERT_GT(Fp, F);
