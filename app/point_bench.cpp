@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <numeric>
 #include <random>
 #include <stdexcept>
 
@@ -275,15 +276,18 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
   auto& m = out.metrics;
   const double b = spec.batch, s = spec.seq;
 
-  if (spec.mode == "train") {
-    if (spec.memory_limit_bytes) {
-      const double need = training_lower_bound_bytes(cfg, spec.batch, spec.seq);
-      if (need > static_cast<double>(spec.memory_limit_bytes))
-        throw OutOfMemory("refused before allocating: a training step of this model needs at least " +
-                          format_bytes(static_cast<std::int64_t>(need)) +
-                          " (the layers' weights and gradients and the activations kept, by the memory model), the "
-                          "limit is " + format_bytes(static_cast<std::int64_t>(spec.memory_limit_bytes)));
-    }
+  if (spec.mode == "train" && spec.memory_limit_bytes) {
+    const double need = training_lower_bound_bytes(cfg, spec.batch, spec.seq);
+    if (need > static_cast<double>(spec.memory_limit_bytes))
+      throw OutOfMemory("refused before allocating: a training step of this model needs at least " +
+                        format_bytes(static_cast<std::int64_t>(need)) +
+                        " (the layers' weights and gradients and the activations kept, by the memory model), the "
+                        "limit is " + format_bytes(static_cast<std::int64_t>(spec.memory_limit_bytes)));
+  }
+  if (spec.mode == "train" && spec.data.active()) {
+    // A training run on real text (app/text_train.h): the steps are the run, not timed repetitions.
+    run_text_train(ops, spec, cfg, out);
+  } else if (spec.mode == "train") {
     Transformer model(ops, cfg);
     if (!spec.weights.empty()) load_weights(spec.weights, model);
     model.set_ranges(sink);
@@ -347,7 +351,18 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
     model.prepare_decode(spec.persistent_decode ? DecodeImpl::persistent : DecodeImpl::kernels);
     const int max_seq = spec.prompt + spec.generate;
     Decoder dec(model, spec.batch, max_seq);
-    auto prompt = random_ids(rng, static_cast<std::size_t>(spec.batch) * spec.prompt, cfg.vocab);
+    // Prompts: random ids, or [data]'s validation text; `follow` more tokens per row feed the union
+    // measurement below (the text that continues each prompt, or random ids).
+    const int follow = std::min(16, spec.generate);
+    std::vector<std::int32_t> rows = spec.data.active()
+        ? validation_prompts(spec.data, cfg.vocab, spec.batch, spec.prompt, follow)
+        : random_ids(rng, static_cast<std::size_t>(spec.batch) * static_cast<std::size_t>(spec.prompt + follow), cfg.vocab);
+    const auto row_at = [&](int row, int t) {
+      return rows[static_cast<std::size_t>(row) * static_cast<std::size_t>(spec.prompt + follow) + static_cast<std::size_t>(t)];
+    };
+    std::vector<std::int32_t> prompt;
+    for (int r = 0; r < spec.batch; ++r)
+      for (int t = 0; t < spec.prompt; ++t) prompt.push_back(row_at(r, t));
     auto refill = [&] { dec.prefill(prompt, spec.prompt); };
     refill();
     std::vector<std::int32_t> first(static_cast<std::size_t>(spec.batch), 1);
@@ -380,6 +395,36 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
     m.push_back({"prefill_ms", pre.median_s * 1e3});
     m.push_back({"prefill_noise", pre.noise});
     m.push_back({"prefill_reps", pre.reps});
+    // The channels a MoC step reads: per layer, the union of the batch's selections, over `follow` steps
+    // fed with the prompts' continuations (steps outside the timed graph, selections recorded).
+    if (cfg.ffn.kind == FfnKind::moc && follow > 0) {
+      refill();
+      for (int l = 0; l < cfg.layers; ++l) model.ffn(l).set_record_selection(true);
+      std::vector<double> per_step;
+      std::vector<char> used(static_cast<std::size_t>(cfg.d_ffn));
+      for (int t = 0; t < follow; ++t) {
+        std::vector<std::int32_t> next;
+        for (int r = 0; r < spec.batch; ++r) next.push_back(row_at(r, spec.prompt + t));
+        dec.step(next);
+        double sum = 0;
+        for (int l = 0; l < cfg.layers; ++l) {
+          std::fill(used.begin(), used.end(), 0);
+          for (auto j : ops.download_i32(model.ffn(l).selected()))
+            if (j >= 0 && j < cfg.d_ffn) used[static_cast<std::size_t>(j)] = 1;
+          sum += static_cast<double>(std::count(used.begin(), used.end(), 1));
+        }
+        per_step.push_back(sum / cfg.layers);
+      }
+      for (int l = 0; l < cfg.layers; ++l) model.ffn(l).set_record_selection(false);
+      m.push_back({"union_channels", std::accumulate(per_step.begin(), per_step.end(), 0.0) / static_cast<double>(per_step.size())});
+      m.push_back({"kept_channels", static_cast<double>(cfg.kept_channels())});
+      Series us{"union_by_step", {}, {}};
+      for (std::size_t t = 0; t < per_step.size(); ++t) {
+        us.x.push_back(static_cast<double>(t));
+        us.y.push_back(per_step[t]);
+      }
+      out.series.push_back(std::move(us));
+    }
   } else if (spec.mode == "ffn-train" || spec.mode == "ffn-decode") {
     const bool train = spec.mode == "ffn-train";
     const std::int64_t rows = train ? static_cast<std::int64_t>(spec.batch) * spec.seq : spec.batch;

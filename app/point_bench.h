@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "app/measure.h"
+#include "app/text_train.h"
 #include "kernels/ops.h"
 #include "model/config.h"
 #include "profiling/ranges.h"
@@ -29,6 +30,7 @@ struct PointSpec {
   std::size_t cold_bytes = std::size_t{256} << 20;  // weight bytes to rotate through when cold
   bool fp32_master = false;
   bool persistent_decode = false;
+  TextData data;        // train: train on this corpus; decode: prompts from its validation documents
   std::string weights;  // train / decode: load these weights (a safetensors checkpoint) instead of random ones
   // The backend's memory limit when known (0: none): a train point whose memory-model lower bound exceeds
   // it is refused as OutOfMemory before anything is allocated, with the bytes needed and available.
@@ -47,6 +49,12 @@ class Interrupted : public std::runtime_error {
   Interrupted() : std::runtime_error("interrupted") {}
 };
 
+// A time series or histogram of a point (a training run's loss by step, a gate histogram by bin).
+struct Series {
+  std::string name;
+  std::vector<double> x, y;
+};
+
 struct PointOutcome {
   Stats stats;  // per repetition: a training step, a decode step, an FFN call, a selection
   std::vector<std::pair<std::string, double>> metrics;
@@ -58,6 +66,7 @@ struct PointOutcome {
   std::optional<prof::ProfileTrace> profile;  // the profiled steps, when profiling was on and possible
   std::string profile_note;                   // why a requested profile is missing (e.g. CUPTI is busy)
   std::vector<std::pair<std::string, double>> profile_metrics;  // profile_*: appended to metrics at the end
+  std::vector<Series> series;
 };
 
 std::vector<std::string> point_modes();

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -131,6 +132,7 @@ PointSpec to_spec(const ScenarioPoint& p, bool no_profile) {
   s.model.ffn.topk_backend = p.topk_backend == "raft" ? TopkBackend::raft : TopkBackend::own;
   s.persistent_decode = p.decode_impl == "persistent";
   s.weights = p.weights;
+  s.data = p.data;
   return s;
 }
 }  // namespace
@@ -202,6 +204,19 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
   if (opt.dry_run) {
     for (const auto& p : points) std::printf("%s\n", p.describe().c_str());
     return 0;
+  }
+  // Checkpoints named with placeholders (e.g. written by a training scenario's [data] save) must exist
+  // before any point runs.
+  for (const auto& p : points) {
+    std::error_code ec;
+    if (p.weights_deferred && !std::filesystem::is_regular_file(p.weights, ec)) {
+      std::fprintf(stderr,
+                   "%s: point #%d: [model] weights: no file '%s'\n  hint: a checkpoint that a training scenario "
+                   "writes with [data] save (e.g. mocbench run scenarios/quality_small.toml); run that first, from "
+                   "the same directory\n",
+                   path.c_str(), p.index, p.weights.c_str());
+      return 2;
+    }
   }
 
   db::ResultsDb store = db::ResultsDb::open(opt.db_path, db::OpenMode::read_write);
@@ -306,7 +321,9 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     if (!out.profile_note.empty())
       std::fprintf(stderr, "\nmocbench: point %d not profiled: %s\n", p.index, out.profile_note.c_str());
     try {
-      store.add_point(rec, ranges, mem, out.profile ? &*out.profile : nullptr);
+      std::vector<db::SeriesRecord> series;
+      for (auto& sr : out.series) series.push_back({std::move(sr.name), std::move(sr.x), std::move(sr.y)});
+      store.add_point(rec, ranges, mem, out.profile ? &*out.profile : nullptr, series);
     } catch (const std::exception& e) {
       // The run stops on a database error (disk full, I/O error): close it as failed where the file can still
       // be written, so it does not stay "running"; the caller reports the error either way.

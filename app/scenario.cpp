@@ -1,5 +1,8 @@
 #include "app/scenario.h"
 
+#include "model/data/corpus.h"
+#include "model/data/tokenizer.h"
+
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -36,11 +39,11 @@ std::vector<std::string> scenario_backends() { return {"cpu", "cuda"}; }
 namespace {
 
 const std::vector<std::string> kTopKeys = {"name",    "description", "mode",    "device",  "model",    "measure",
-                                           "profile", "axes",        "exclude", "include", "overrides"};
+                                           "profile", "data",        "axes",    "exclude", "include", "overrides"};
 const std::vector<std::string> kProfileKeys = {"kernels", "steps"};
 const std::vector<std::string> kMeasureKeys = {"warmup", "min_reps", "max_reps", "time_bound_s", "target_noise",
                                                "cold",   "steps",    "prompt",   "generate"};
-const std::vector<std::string> kOverrideKeys = {"model", "measure", "axes"};
+const std::vector<std::string> kOverrideKeys = {"model", "measure", "data", "axes"};
 const std::vector<std::string> kDevices = {"auto", "cpu", "cuda"};
 const std::vector<std::string> kSelectRules = {"gate", "silu", "abs_silu"};
 const std::vector<std::string> kTopkBackends = {"own", "raft"};
@@ -72,7 +75,8 @@ std::vector<std::string> model_keys() {
 // topk_position here, as in the paper's ablation, so `select` is not a second name for it).
 std::vector<std::string> axis_keys() {
   std::vector<std::string> k = {"mode", "batch", "seq",           "preset",       "ffn",
-                                "k",    "gcp",   "topk_position", "topk_backend", "precision", "decode_impl"};
+                                "k",    "gcp",   "topk_position", "topk_backend", "precision", "decode_impl",
+                                "weights"};
   for (auto& o : override_keys())
     if (!contains(k, o) && o != "select") k.push_back(o);
   return k;
@@ -184,7 +188,7 @@ std::string describe_node(const toml::node& n) {
 // What each key accepts. Keys apply_override knows but this table does not (added later) pass through
 // verbatim and are checked when the model is resolved.
 enum class Rule : std::uint8_t {
-  pos_int, nonneg_int, pos_number, boolean, text, mode, device, preset, ffn, k, select, topk_backend, precision,
+  pos_int, nonneg_int, pos_number, nonneg_number, boolean, text, mode, device, preset, ffn, k, select, topk_backend, precision,
   dtype, decode_impl, verbatim
 };
 
@@ -192,10 +196,12 @@ Rule rule_of(std::string_view key) {
   static const std::vector<std::pair<Rule, std::vector<std::string>>> groups = {
       {Rule::pos_int, {"batch", "seq", "vocab", "hidden", "d_ffn", "heads", "kv_heads", "layers", "seq_len",
                        "min_reps", "max_reps", "steps", "prompt", "generate", "experts_per_token"}},
-      {Rule::nonneg_int, {"seed", "warmup", "experts"}},
-      {Rule::pos_number, {"rope_theta", "norm_eps", "init_std", "time_bound_s", "target_noise"}},
-      {Rule::boolean, {"gcp", "cold", "kernels", "qk_norm"}},
-      {Rule::text, {"name", "description", "weights"}},
+      {Rule::nonneg_int, {"seed", "warmup", "experts", "eval_every", "eval_windows", "stop_at"}},
+      {Rule::pos_number, {"rope_theta", "norm_eps", "init_std", "time_bound_s", "target_noise", "val_fraction", "lr",
+                          "min_lr_ratio"}},
+      {Rule::nonneg_number, {"weight_decay"}},
+      {Rule::boolean, {"gcp", "cold", "kernels", "qk_norm", "analyze", "resume"}},
+      {Rule::text, {"name", "description", "weights", "corpus", "save", "cache"}},
       {Rule::mode, {"mode"}},
       {Rule::device, {"device"}},
       {Rule::preset, {"preset"}},
@@ -225,6 +231,9 @@ std::string example_of(std::string_view key) {
       {"description", "\"...\""}, {"rope_theta", "10000.0"}, {"norm_eps", "1e-6"}, {"init_std", "0.02"},
       {"layers", "4"}, {"hidden", "2048"}, {"d_ffn", "5461"}, {"heads", "32"}, {"kv_heads", "8"},
       {"vocab", "32000"}, {"seq_len", "256"}, {"qk_norm", "true"}, {"experts", "8"}, {"experts_per_token", "2"},
+      {"corpus", "\"python3.11-doc\""}, {"val_fraction", "0.05"}, {"eval_every", "100"}, {"eval_windows", "0 (all)"},
+      {"lr", "0.001"}, {"min_lr_ratio", "0.1"}, {"weight_decay", "0.1"}, {"save", "\"ckpt/{ffn}.safetensors\""},
+      {"cache", "\".local/data\""}, {"analyze", "true"}, {"resume", "true"},
   };
   for (const auto& [k, ex] : examples)
     if (k == key) return k + " = " + ex;
@@ -283,6 +292,11 @@ ScenarioValue read_value(const std::string& file, const toml::node& n, std::stri
       if (v.type != T::integer && v.type != T::floating) wrong_type("a positive number");
       if (!(v.f > 0) || !std::isfinite(v.f))
         fail(file, v.pos, k + in + " must be a positive number, got " + v.text, hint);
+      if (v.type == T::integer) v.type = T::floating, v.text = float_text(v.f);
+      break;
+    case Rule::nonneg_number:
+      if (v.type != T::integer && v.type != T::floating) wrong_type("a number >= 0");
+      if (!(v.f >= 0) || !std::isfinite(v.f)) fail(file, v.pos, k + in + " must be a number >= 0, got " + v.text, hint);
       if (v.type == T::integer) v.type = T::floating, v.text = float_text(v.f);
       break;
     case Rule::boolean:
@@ -396,6 +410,10 @@ class Parser {
       } else if (k == "profile") {
         settings(table(*node, "[profile]", "[profile] with kernels = true below it"), "[profile]", kProfileKeys,
                  sc_.profile);
+      } else if (k == "data") {
+        sc_.data_pos = kp;
+        settings(table(*node, "[data]", "[data] with corpus = \"python3.11-doc\" below it"), "[data]", text_data_keys(),
+                 sc_.data);
       } else if (k == "axes") {
         axes(table(*node, "[axes]", "[axes] with batch = [1, 2, 4] below it"), "[axes]", false, sc_.axes);
       } else if (k == "exclude") {
@@ -530,7 +548,7 @@ class Parser {
         fail(file_, kp, "unknown backend '" + backend + "' in [overrides]" + did_you_mean(backend, scenario_backends()),
              "overrides apply per backend; backends: " + join(scenario_backends()));
       const std::string where = "[overrides." + backend + "]";
-      ScenarioOverride ov{backend, kp, {}, {}, {}};
+      ScenarioOverride ov{backend, kp, {}, {}, {}, {}};
       for (auto [skey, snode] : ordered(table(*node, where, where + " with measure = { max_reps = 5 } below it"))) {
         const std::string s(skey->str());
         const SourcePos sp = pos_of(skey->source());
@@ -539,6 +557,8 @@ class Parser {
           settings(table(*snode, sub, "model = { preset = \"tiny\" }"), sub, model_keys(), ov.model);
         else if (s == "measure")
           settings(table(*snode, sub, "measure = { max_reps = 5 }"), sub, kMeasureKeys, ov.measure);
+        else if (s == "data")
+          settings(table(*snode, sub, "data = { steps = 20 }"), sub, text_data_keys(), ov.data);
         else if (s == "axes")
           axes(table(*snode, sub, "axes = { batch = [1, 2] }"), sub, true, ov.axes);
         else
@@ -637,7 +657,7 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
 
   // This backend's view of the tables: override settings replace same-named ones in place.
   std::vector<ScenarioAxis> ax = axes;
-  std::vector<ScenarioSetting> mdl = model, meas = measure;
+  std::vector<ScenarioSetting> mdl = model, meas = measure, dat = data;
   auto merge = [](std::vector<ScenarioSetting>& into, const ScenarioSetting& s) {
     for (auto& x : into)
       if (x.key == s.key) return void(x = s);
@@ -646,6 +666,7 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
   for (const auto& ov : overrides) {
     if (ov.backend != backend) continue;
     for (const auto& s : ov.model) merge(mdl, s), report("model", s.key, s.value.text);
+    for (const auto& s : ov.data) merge(dat, s), report("data", s.key, s.value.text);
     for (const auto& s : ov.measure) {
       // Moved to the end rather than replaced in place: the order tells which of min_reps/max_reps to blame.
       meas.erase(std::remove_if(meas.begin(), meas.end(), [&](const auto& x) { return x.key == s.key; }), meas.end());
@@ -684,6 +705,46 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
          "min_reps (" + std::to_string(m.min_reps) + ") exceeds max_reps (" + std::to_string(m.max_reps) +
              ") for backend " + backend,
          "raise max_reps or lower min_reps (defaults: min_reps 5, max_reps 100)");
+  }
+
+  // [data] (this backend's view): one TextData for every point, placeholders filled in per point below.
+  TextData data_base;
+  const ScenarioValue *corpus_value = nullptr, *save_value = nullptr;
+  for (const auto& st : dat) {
+    const auto& v = st.value;
+    if (st.key == "corpus") data_base.corpus = v.s, corpus_value = &v;
+    if (st.key == "val_fraction") {
+      if (v.f >= 1) fail(path, v.pos, "val_fraction must be below 1, got " + v.text, "e.g. val_fraction = 0.05");
+      data_base.val_fraction = v.f;
+    }
+    if (st.key == "seed") data_base.seed = static_cast<std::uint64_t>(v.i);
+    if (st.key == "steps") data_base.steps = static_cast<int>(v.i);
+    if (st.key == "stop_at") data_base.stop_at = static_cast<int>(v.i);
+    if (st.key == "eval_every") data_base.eval_every = static_cast<int>(v.i);
+    if (st.key == "eval_windows") data_base.eval_windows = static_cast<int>(v.i);
+    if (st.key == "lr") data_base.lr = v.f;
+    if (st.key == "warmup") data_base.warmup = static_cast<int>(v.i);
+    if (st.key == "min_lr_ratio") {
+      if (v.f > 1) fail(path, v.pos, "min_lr_ratio must be at most 1, got " + v.text, "e.g. min_lr_ratio = 0.1");
+      data_base.min_lr_ratio = v.f;
+    }
+    if (st.key == "weight_decay") data_base.weight_decay = v.f;
+    if (st.key == "save") data_base.save = v.s, save_value = &v;
+    if (st.key == "cache") data_base.cache = v.s;
+    if (st.key == "analyze") data_base.analyze = v.b;
+    if (st.key == "resume") data_base.resume = v.b;
+  }
+  if (!dat.empty() && !corpus_value)
+    fail(path, data_pos, "[data] has no corpus",
+         "name the text to train on: corpus = \"python3.11-doc\" (Debian's python3.11-doc, installed by "
+         "scripts/setup.sh) or a directory of text files");
+  if (corpus_value) {
+    try {
+      (void)data::resolve_corpus(data_base.corpus);
+    } catch (const data::DataError& e) {
+      fail(path, corpus_value->pos, std::string("[data] ") + e.what(),
+           "run scripts/setup.sh, or give a directory of text files");
+    }
   }
 
   // The sweep's size is bounded before anything is built: a few long axes in a 1 KiB file would otherwise
@@ -852,16 +913,67 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
         if (k == key) return v->pos;
       return preset_value->pos;
     };
+    // {name} in weights and [data] save: the point's value of axis `name` (or of preset, batch, seq, mode,
+    // precision when they are not swept).
+    auto fill = [&](const ScenarioValue& v, const char* what) {
+      std::string out;
+      for (std::size_t i = 0; i < v.s.size(); ++i) {
+        if (v.s[i] != '{') {
+          out += v.s[i];
+          continue;
+        }
+        const auto close = v.s.find('}', i);
+        if (close == std::string::npos)
+          fail(path, v.pos, std::string(what) + ": '{' without '}'", "placeholders look like {ffn}");
+        const std::string key = v.s.substr(i + 1, close - i - 1);
+        if (const ScenarioValue* av = find_value(rp, key)) out += av->text;
+        else if (key == "preset") out += preset_value->text;
+        else if (key == "mode") out += pt.mode;
+        else if (key == "batch") out += std::to_string(pt.batch);
+        else if (key == "seq") out += std::to_string(pt.seq);
+        else if (key == "precision") out += pt.precision;
+        else
+          fail(path, v.pos, std::string(what) + ": unknown placeholder {" + key + "}" + context,
+               "use an axis of the scenario (" + join(axis_names()) + ") or preset, mode, batch, seq, precision");
+        i = close;
+      }
+      return out;
+    };
+    if (const ScenarioValue* v = find_value(rp, "weights")) weights = v;  // a weights axis: per point
+    if (weights && (weights->s.empty() || weights->s == "random")) weights = nullptr;
     if (weights) {
       if (pt.mode != "train" && pt.mode != "decode")
         fail(path, weights->pos, "[model] weights apply to train and decode points, not " + pt.mode + context,
              "drop weights for this mode, or exclude its points");
+      pt.weights = fill(*weights, "[model] weights");
+      // A path with placeholders usually names checkpoints another scenario writes ([data] save): it is
+      // checked when a run starts, before any point, rather than whenever the scenario is read.
+      pt.weights_deferred = weights->s.find('{') != std::string::npos;
       std::error_code ec;
-      if (!std::filesystem::is_regular_file(weights->text, ec))
-        fail(path, weights->pos, "[model] weights: no file '" + weights->text + "'",
-             "a safetensors checkpoint (mocbench's save_checkpoint); a relative path is taken from the current "
-             "directory");
-      pt.weights = weights->text;
+      if (!pt.weights_deferred && !std::filesystem::is_regular_file(pt.weights, ec))
+        fail(path, weights->pos, "[model] weights: no file '" + pt.weights + "'",
+             "a safetensors checkpoint (mocbench's save_checkpoint, or [data] save); a relative path is taken from "
+             "the current directory");
+    }
+    if (corpus_value) {
+      if (pt.mode != "train" && pt.mode != "decode")
+        fail(path, data_pos, "[data] applies to train and decode points, not " + pt.mode + context,
+             "drop [data], or exclude this mode's points");
+      if (pt.model.vocab < data::kMinVocab)
+        fail(path, model_pos("vocab"),
+             "[data] trains a tokenizer of the model's vocabulary, " + std::to_string(pt.model.vocab) +
+                 " ids; it needs at least " + std::to_string(data::kMinVocab) + context,
+             "set [model] vocab = 512 (or more) for small models");
+      pt.data = data_base;
+      if (pt.data.resume && pt.mode == "train" && pt.weights.empty())
+        fail(path, data_pos, "[data] resume = true needs [model] weights: the checkpoint to continue" + context,
+             "set [model] weights = \"ckpt.safetensors\" (a checkpoint [data] save wrote), or drop resume");
+      if (save_value) {
+        if (pt.mode != "train")
+          fail(path, save_value->pos, "[data] save writes a checkpoint after training; a " + pt.mode + " point has none" + context,
+               "exclude non-train points or drop save");
+        pt.data.save = fill(*save_value, "[data] save");
+      }
     }
     if (pt.model.moe() && pt.mode != "train")
       fail(path, model_pos("experts"),

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "app/text_train.h"
 #include "model/config.h"
 
 namespace moc {
@@ -67,7 +68,7 @@ struct ScenarioAxis {  // name = [values...]; an exclude entry uses the same sha
 struct ScenarioOverride {  // [overrides.<backend>]
   std::string backend;
   SourcePos pos;
-  std::vector<ScenarioSetting> model, measure;
+  std::vector<ScenarioSetting> model, measure, data;
   std::vector<ScenarioAxis> axes;  // replace the values of axes declared in [axes]
 };
 
@@ -92,7 +93,10 @@ struct ScenarioPoint {
   // decode and ffn-decode: the step as one kernel per op (kernels) or one persistent kernel (persistent).
   std::string decode_impl = kDefaultDecodeImpl;
   std::string precision;             // bf16 | bf16-fp32master | fp32 (default: fp32 on cpu, bf16 on cuda)
-  std::string weights;               // [model] weights: a safetensors checkpoint loaded into the model ("": random)
+  std::string weights;               // [model] weights: a safetensors checkpoint loaded into the model ("": random),
+                                     // {axis} placeholders replaced by the point's values
+  bool weights_deferred = false;     // weights had placeholders: its existence is checked when the run starts
+  TextData data;                     // [data]: train on real text / decode real prompts (data.corpus "": none)
   // [profile]: trace every kernel (CPU ops on the CPU backend) of profile_steps extra repetitions.
   bool profile_kernels = true;
   int profile_steps = 1;
@@ -120,6 +124,8 @@ struct Scenario {
   std::vector<ScenarioSetting> model;                 // [model]: preset and moc::override_keys()
   std::vector<ScenarioSetting> measure;               // [measure]
   std::vector<ScenarioSetting> profile;               // [profile]: kernels, steps
+  std::vector<ScenarioSetting> data;                  // [data]: corpus, steps, ... (app/text_train.h)
+  SourcePos data_pos;                                 // where [data] is (for messages)
   std::vector<ScenarioAxis> axes;                     // [axes]
   std::vector<std::vector<ScenarioAxis>> exclude;     // [[exclude]]: a point goes when it matches every key
   std::vector<std::vector<ScenarioSetting>> include;  // [[include]]: extra points

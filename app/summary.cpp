@@ -157,6 +157,17 @@ SummaryTable table_of(const std::string& mode, const std::vector<const db::Point
     values.push_back(value("kernels_per_step", gpu ? "kernels/step" : "ops/step", "", scaled("profile_kernels", 1), 1));
     values.push_back(value("gpu_busy_ms", gpu ? "GPU busy (ms)" : "busy (ms)", "ms", scaled("profile_gpu_busy_ms", 1)));
   }
+  // Training on real text ([data]): the validation loss and perplexity after the last step; MoC decode
+  // points: the channels a step reads (the union over the batch).
+  auto any_has = [&](const char* key) {
+    return std::any_of(pts.begin(), pts.end(), [&](const auto* p) { return metric(p->metrics, key).has_value(); });
+  };
+  if (mode == "train" && any_has("val_ppl")) {
+    values.push_back(value("val_loss", "val loss", "", scaled("val_loss", 1), 3));
+    values.push_back(value("val_ppl", "val ppl", "", scaled("val_ppl", 1), 2));
+  }
+  if (mode == "decode" && any_has("union_channels"))
+    values.push_back(value("channels_read", "channels read", "", scaled("union_channels", 1), 0));
   for (const auto& v : values) t.columns.push_back(v.column);
   const bool has_ffn = std::find(axes.begin(), axes.end(), "ffn") != axes.end();
   std::map<std::string, const db::PointRecord*> dense;

@@ -334,11 +334,24 @@ ALTER TABLE runs ADD COLUMN pid_namespace TEXT NOT NULL DEFAULT '';
 ALTER TABLE runs ADD COLUMN pid INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN process_start_ticks INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 4 -> 5: time series of a point (a training run's loss curve and validation perplexity by step, the
+    // histograms of its trained activations): (x, y) pairs in order under a name. y NULL is NaN.
+    R"sql(
+CREATE TABLE point_series (
+  point_id INTEGER NOT NULL REFERENCES points(id) ON DELETE CASCADE,
+  name TEXT NOT NULL,
+  idx INTEGER NOT NULL,
+  x REAL NOT NULL,
+  y REAL,
+  PRIMARY KEY (point_id, name, idx)
+) WITHOUT ROWID;
+)sql",
 };
 
 // The tables a file of the current version must have.
-constexpr std::array<std::string_view, 17> kTables = {
+constexpr std::array<std::string_view, 18> kTables = {
     "runs", "points", "point_axes", "metrics", "ranges", "memory_events", "devices", "TARGET_INFO_GPU", "StringIds",
+    "point_series",
     "profiles", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
     "CUPTI_ACTIVITY_KIND_RUNTIME", "CUDA_GPU_MEMORY_USAGE_EVENTS", "NVTX_EVENTS", "ALLOCATOR_EVENTS"};
 
@@ -1080,7 +1093,8 @@ void ResultsDb::add_gpu_info(std::int64_t run_id, const GpuInfoRecord& g) {
 }
 
 std::int64_t ResultsDb::add_point(const PointRecord& p, const std::vector<RangeRecord>& ranges,
-                                  const std::vector<MemEventRecord>& mem, const prof::ProfileTrace* trace) {
+                                  const std::vector<MemEventRecord>& mem, const prof::ProfileTrace* trace,
+                                  const std::vector<SeriesRecord>& series) {
   require_writable("add_point");
   check_one_of(path_, p.status, {"ok", "oom", "interrupted", "failed"}, "add_point: point status");
   sqlite3* db = db_.get();
@@ -1117,6 +1131,18 @@ std::int64_t ResultsDb::add_point(const PointRecord& p, const std::vector<RangeR
       q.bind(1, id).bind(2, e.t_ns).bind(3, e.category).bind(4, e.module).bind(5, e.layer).bind(6, e.bytes).exec();
   }
   if (trace != nullptr) write_trace(db, path_, id, *trace, of);
+  {
+    Stmt q(db, path_, "INSERT INTO point_series (point_id, name, idx, x, y) VALUES (?, ?, ?, ?, ?)",
+           "add_point: recording the series" + of);
+    for (const auto& sr : series) {
+      if (sr.x.size() != sr.y.size())
+        throw DbError(in_quotes(path_) + ": add_point: series '" + sr.name + "'" + of + " has " +
+                      std::to_string(sr.x.size()) + " x values but " + std::to_string(sr.y.size()) + " y values");
+      for (std::size_t i = 0; i < sr.x.size(); ++i)
+        q.bind(1, id).bind(2, sr.name).bind(3, static_cast<std::int64_t>(i)).bind(4, sr.x[i]).bind(5, sr.y[i])
+            .exec("series '" + sr.name + "'");
+    }
+  }
   // The metrics last: a failure among them (a duplicated name) undoes everything written before.
   {
     Stmt q(db, path_, "INSERT INTO metrics (point_id, name, value) VALUES (?, ?, ?)",
@@ -1398,6 +1424,20 @@ std::vector<MemEventRecord> ResultsDb::memory_events(std::int64_t point_id) cons
   q.bind(1, point_id);
   std::vector<MemEventRecord> out;
   while (q.step()) out.push_back({q.i64(0), q.text(1), q.text(2), q.i32(3), q.i64(4)});
+  return out;
+}
+
+std::vector<SeriesRecord> ResultsDb::series(std::int64_t point_id) const {
+  Stmt q(db_.get(), path_, "SELECT name, x, y FROM point_series WHERE point_id = ? ORDER BY name, idx",
+         "series: reading the series of point id " + std::to_string(point_id));
+  q.bind(1, point_id);
+  std::vector<SeriesRecord> out;
+  while (q.step()) {
+    std::string name = q.text(0);
+    if (out.empty() || out.back().name != name) out.push_back({std::move(name), {}, {}});
+    out.back().x.push_back(q.f64(1));
+    out.back().y.push_back(q.f64(2));
+  }
   return out;
 }
 

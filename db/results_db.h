@@ -32,7 +32,7 @@ class DbError : public std::runtime_error {
 
 // The schema this build writes and reads. Older files are migrated forward when opened for writing;
 // newer files are refused (nothing is changed).
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 // PRAGMA application_id of every mocbench results file: "MOCB" in ASCII.
 inline constexpr std::int32_t kApplicationId = 0x4D4F4342;
 
@@ -106,6 +106,14 @@ struct MemEventRecord {
   bool operator==(const MemEventRecord&) const = default;
 };
 
+// A time series or a histogram of a point, e.g. "train_loss" by step, "val_ppl" by step, a layer's gate
+// histogram by bin centre: (x, y) pairs in order. y may be NaN.
+struct SeriesRecord {
+  std::string name;
+  std::vector<double> x, y;
+  bool operator==(const SeriesRecord&) const = default;  // NaN values compare unequal, as doubles do
+};
+
 struct DeviceRecord {
   std::string kind, name, properties_json;
   bool operator==(const DeviceRecord&) const = default;
@@ -161,9 +169,10 @@ class ResultsDb {
   // One GPU of the run; (run_id, g.id) is unique.
   void add_gpu_info(std::int64_t run_id, const GpuInfoRecord& g);
   // Everything of one point in one transaction (all or nothing); trace, when given, is the point's profile.
-  // p.id is ignored. Returns the point id.
+  // series: the point's time series and histograms. p.id is ignored. Returns the point id.
   std::int64_t add_point(const PointRecord& p, const std::vector<RangeRecord>& ranges,
-                         const std::vector<MemEventRecord>& mem, const prof::ProfileTrace* trace = nullptr);
+                         const std::vector<MemEventRecord>& mem, const prof::ProfileTrace* trace = nullptr,
+                         const std::vector<SeriesRecord>& series = {});
 
   std::vector<RunRecord> runs() const;  // newest first
   std::optional<RunRecord> run(std::int64_t id) const;
@@ -173,6 +182,8 @@ class ResultsDb {
   std::vector<RangeRecord> ranges(std::int64_t point_id) const;
   std::vector<MemEventRecord> memory_events(std::int64_t point_id) const;
   std::vector<DeviceRecord> devices(std::int64_t run_id) const;
+  // The point's series, by name (each in the order stored).
+  std::vector<SeriesRecord> series(std::int64_t point_id) const;
   std::vector<GpuInfoRecord> gpu_info(std::int64_t run_id) const;  // by device ordinal
   // The kernels called `short_name` in every profiled point of the run (points without one are left out).
   std::vector<KernelSummaryRow> kernel_summary(std::int64_t run_id, const std::string& short_name) const;

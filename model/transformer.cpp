@@ -247,6 +247,7 @@ Tensor Transformer::run_layers(const Tensor& tokens, int batch, int seq, Mode mo
       s.xn2 = o.empty({n, d}, act, workspace_tag());
       s.rstd2 = o.empty({n}, DType::f32, tag(ActModule::norm, l));
       o.rmsnorm_forward(s.h_mid, lp.ffn_norm->value, cfg_.norm_eps, s.xn2, s.rstd2);
+      if (ffn_probe_) ffn_probe_(l, s.xn2);
       const bool last = l + 1 == cfg_.layers;
       Tensor h_out = o.empty({n, d}, act, last ? tag(ActModule::head, -1) : tag(ActModule::residual, l + 1));
       o.copy(h_out, s.h_mid);

@@ -11,6 +11,7 @@
 // and for the head the final residual stream, its normalized output, 1/rms and the f32 logits.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,10 @@ class Transformer {
   void allocate_grads();
   void zero_grads();
   void set_ranges(RangeSink* r) { ranges_ = r; }
+  // Called with each layer's FFN input (the normalized rows [batch*seq, d]) during a training-layout
+  // forward, before the FFN runs (model/activation_analysis.h). Empty: none.
+  using FfnProbe = std::function<void(int layer, const Tensor& xn)>;
+  void set_ffn_probe(FfnProbe p) { ffn_probe_ = std::move(p); }
   RangeSink* ranges() const { return ranges_; }
 
   // Training forward over tokens/targets i32 [batch*seq] (targets < 0 are ignored). Returns the mean
@@ -121,6 +126,7 @@ class Transformer {
   Ops* ops_;
   ModelConfig cfg_;
   RangeSink* ranges_ = nullptr;
+  FfnProbe ffn_probe_;
   std::vector<Param> params_;
   Param *embed_ = nullptr, *final_norm_ = nullptr, *lm_head_ = nullptr;
   std::vector<LayerParams> layers_;

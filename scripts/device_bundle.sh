@@ -13,7 +13,7 @@ for bin in build/cuda/app/mocbench build/cuda/tests/mocbench_tests build/cuda/ke
   [ -x "$bin" ] || continue
   ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
-      libgomp*|libgfortran*|libquadmath*|libtomlplusplus*|libopenblas*|librmm*|librapids_logger*) cp -L "$lib" build/cuda/dev/ ;;
+      libgomp*|libgfortran*|libquadmath*|libsentencepiece*|libprotobuf-lite*|libtomlplusplus*|libopenblas*|librmm*|librapids_logger*) cp -L "$lib" build/cuda/dev/ ;;
     esac
   done
   strip -o "build/cuda/dev/$(basename "$bin")" "$bin"
