@@ -24,6 +24,8 @@
 #include "app/profile_stats.h"
 #include "app/report.h"
 #include "app/runner.h"
+#include "model/data/token_data.h"
+#include "model/data/tokenizer.h"
 #include "app/summary.h"
 #include "db/results_db.h"
 #include "kernels/ops.h"
@@ -467,6 +469,29 @@ int cmd_gui(const char* argv0, const std::vector<std::string>& args) {
   std::fprintf(stderr, "mocbench: cannot start %s: %s\n", found.c_str(), std::strerror(errno));
   return kExitRuntime;
 }
+int cmd_data(const moc::data::DataSpec& spec, const std::string& encode) {
+  moc::data::PreparedData p;
+  try {
+    p = moc::data::prepare_data(spec, &std::cerr);
+  } catch (const moc::data::DataError& e) {
+    std::fprintf(stderr, "mocbench: %s\n", e.what());
+    return kExitBadInput;
+  }
+  std::printf("corpus       %s (%s)\n", p.corpus_name.c_str(), p.licence.empty() ? "licence not recorded" : p.licence.c_str());
+  std::printf("cache        %s%s\n", p.dir.c_str(), p.from_cache ? " (cached)" : "");
+  std::printf("tokenizer    %s: %d pieces (SentencePiece BPE)\n", p.tokenizer_model.c_str(), p.tokenizer_vocab);
+  std::printf("training     %d documents, %lld tokens\n", p.train_docs, static_cast<long long>(p.train_token_count));
+  std::printf("validation   %d documents, %lld tokens\n", p.val_docs, static_cast<long long>(p.val_token_count));
+  if (!encode.empty()) {
+    const auto tok = moc::data::Tokenizer::load(p.tokenizer_model);
+    const auto ids = tok.encode(encode);
+    std::printf("ids          ");
+    for (int id : ids) std::printf("%d ", id);
+    std::printf("\ndecoded      %s\n", tok.decode(ids).c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -501,6 +526,18 @@ int main(int argc, char** argv) {
   mm->add_option("--set", mm_sets, "Model override key=value");
 
   auto* dev = app.add_subcommand("devices", "List the backends and GPUs mocbench can use");
+
+  auto* dat = app.add_subcommand("data", "Tokenize a corpus once into the token cache (what [data] training reads) "
+                                         "and print its statistics; optionally encode / decode a text");
+  moc::data::DataSpec dat_spec;
+  dat_spec.corpus = "python3.11-doc";
+  std::string dat_encode;
+  dat->add_option("--corpus", dat_spec.corpus, "A named corpus (python3.11-doc) or a directory of text files")->capture_default_str();
+  dat->add_option("--vocab", dat_spec.vocab, "Tokenizer vocabulary (the model's vocab)")->capture_default_str();
+  dat->add_option("--val-fraction", dat_spec.val_fraction, "Documents held out for validation")->capture_default_str();
+  dat->add_option("--seed", dat_spec.seed, "The split and the tokenizer's sampling")->capture_default_str();
+  dat->add_option("--cache", dat_spec.cache_root, "Token cache directory (default: $MOCBENCH_DATA_CACHE or .local/data)");
+  dat->add_option("--encode", dat_encode, "Also print the ids of this text and the text they decode to");
 
   auto* run = app.add_subcommand("run", "Run a scenario's sweep and store every point in the results database");
   std::string run_file;
@@ -596,6 +633,7 @@ int main(int argc, char** argv) {
     if (*smoke) return cmd_smoke(smoke_preset, smoke_batch, smoke_seq, smoke_steps, smoke_gen, smoke_sets);
     if (*mm) return cmd_memory_model(mm_preset, mm_batch, mm_seq, mm_ffn, mm_k, mm_gcp, mm_sets);
     if (*dev) return cmd_devices();
+    if (*dat) return cmd_data(dat_spec, dat_encode);
     if (*run) {
       run_opt.output = run_json ? RunOptions::Output::json : run_quiet ? RunOptions::Output::quiet : RunOptions::Output::progress;
       run_opt.cpu_memory_limit_bytes = run_mem_mib << 20;

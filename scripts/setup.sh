@@ -12,6 +12,8 @@ debian_packages=(
   libsqlite3-dev       # results database
   nlohmann-json3-dev   # tests: JSON parsed back (stats, Perfetto export)
   python3-matplotlib   # `mocbench report`: the paper figures (scripts/paper_report.py, Debian's python3)
+  libsentencepiece-dev # training on real text: the BPE tokenizer ([data], model/data/)
+  python3.11-doc       # the shipped corpus: the Python 3.11 documentation sources (PSF licence)
   # the dashboard (mocbench-gui): OpenGL and the X11 libraries GLFW opens, PNG screenshots, and the headless
   # X server + Mesa's software renderer its tests and screenshots run under
   libgl-dev libx11-dev libxrandr-dev libxinerama-dev libxcursor-dev libxi-dev libstb-dev

@@ -578,6 +578,77 @@ TEST_F(Cli, ShowHasKernelsPerStepAndBusyTimeColumns) {
   EXPECT_EQ(row_of["ffn-decode"].substr(row_of["ffn-decode"].size() - 6, 5), "0.001") << row_of["ffn-decode"];
   EXPECT_EQ(row_of["decode"].find("0.00"), std::string::npos) << row_of["decode"];
 }
+
+// Issue 14 end to end: a scenario trains on real text (the Python tutorial's sources) and saves checkpoints;
+// a decode scenario that names them is refused before any point until they exist, then decodes on trained
+// and random weights with the channel unions measured; `mocbench data` tokenizes and round-trips a text.
+TEST_F(Cli, TrainOnTextSaveCheckpointsThenDecodeFromThem) {
+  const fs::path tutorial = "/usr/share/doc/python3.11/html/_sources/tutorial";
+  ASSERT_TRUE(fs::is_directory(tutorial)) << "install Debian's python3.11-doc (scripts/setup.sh does)";
+  fs::copy(tutorial, dir_ / "corpus");
+  const std::string head = "[model]\npreset = \"tiny\"\nvocab = 512\n[data]\ncorpus = \"corpus\"\nval_fraction = 0.2\n"
+                           "seed = 2\n";
+  write("train.toml", "name = \"text\"\ndescription = \"t\"\nmode = \"train\"\ndevice = \"cpu\"\n" + head +
+                          "steps = 30\neval_every = 10\neval_windows = 16\nlr = 0.003\nwarmup = 3\n"
+                          "save = \"ck/{ffn}.safetensors\"\n[axes]\nbatch = [4]\nseq = [32]\nffn = [\"dense\", \"moc\"]\n"
+                          "[profile]\nkernels = false\n");
+  write("decode.toml", "name = \"dec\"\ndescription = \"d\"\nmode = \"decode\"\ndevice = \"cpu\"\n" + head +
+                           "[measure]\nprompt = 24\ngenerate = 24\nwarmup = 1\nmin_reps = 2\nmax_reps = 3\n"
+                           "time_bound_s = 0.2\n[axes]\nweights = [\"random\", \"ck/{ffn}.safetensors\"]\n"
+                           "ffn = [\"dense\", \"moc\"]\nbatch = [1, 3]\n[profile]\nkernels = false\n");
+  const std::string in_dir = "cd '" + dir_.string() + "' && " + std::string(MOCBENCH_BIN) + " ";
+  // The checkpoints do not exist yet: refused before any point, nothing recorded.
+  auto r = moc::test::shell(in_dir + "run decode.toml --db r.db");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("no file 'ck/dense.safetensors'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("run that first"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(path("r.db")));
+
+  r = moc::test::shell(in_dir + "run train.toml --db r.db");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("val ppl"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::is_regular_file(path("ck/dense.safetensors")));
+  EXPECT_TRUE(fs::is_regular_file(path("ck/moc.safetensors")));
+  {
+    auto db = db::ResultsDb::open(path("r.db"), db::OpenMode::read_only);
+    const auto pts = db.points(db.runs().at(0).id);
+    ASSERT_EQ(pts.size(), 2u);
+    for (const auto& p : pts) {
+      ASSERT_EQ(p.status, "ok") << p.error;
+      std::map<std::string, double> m(p.metrics.begin(), p.metrics.end());
+      EXPECT_LT(m.at("val_loss"), m.at("val_loss_initial") - 0.5);
+      std::map<std::string, std::size_t> n;
+      for (const auto& sr : db.series(p.id)) n[sr.name] = sr.x.size();
+      EXPECT_EQ(n["train_loss"], 30u);
+      EXPECT_EQ(n["val_ppl"], 4u);  // steps 0, 10, 20, 30
+      EXPECT_EQ(n["gate_pre_hist.L0"], 80u);
+      EXPECT_EQ(n["union_by_batch"], 4u);
+    }
+  }
+  r = moc::test::shell(in_dir + "run decode.toml --db r.db");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("channels read"), std::string::npos) << r.out;
+  {
+    auto db = db::ResultsDb::open(path("r.db"), db::OpenMode::read_only);
+    const auto pts = db.points(db.runs().at(0).id);
+    ASSERT_EQ(pts.size(), 8u);
+    for (const auto& p : pts) {
+      ASSERT_EQ(p.status, "ok") << p.error;
+      std::map<std::string, std::string> ax(p.axes.begin(), p.axes.end());
+      std::map<std::string, double> m(p.metrics.begin(), p.metrics.end());
+      if (ax["ffn"] != "moc") continue;
+      // One token reads its K channels; three tokens at least as many, at most 3 K.
+      const double u = m.at("union_channels"), K = m.at("kept_channels");
+      if (ax["batch"] == "1") EXPECT_EQ(u, K);
+      else EXPECT_TRUE(u >= K && u <= 3 * K) << u;
+    }
+  }
+  r = moc::test::shell(in_dir + "data --corpus corpus --vocab 512 --val-fraction 0.2 --seed 2 --encode 'Hello, world'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("(cached)"), std::string::npos) << r.out;  // the runs made it
+  EXPECT_NE(r.out.find("decoded      Hello, world"), std::string::npos) << r.out;
+  EXPECT_EQ(moc::test::shell(in_dir + "data --corpus nowhere").code, 2);
+}
 }  // namespace
 }  // namespace moc
 #endif

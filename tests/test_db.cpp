@@ -345,9 +345,37 @@ std::vector<std::int64_t> row_counts(const std::string& path) {
   for (const char* t : {"runs", "points", "point_axes", "metrics", "ranges", "memory_events", "devices", "StringIds",
                         "profiles", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
                         "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUDA_GPU_MEMORY_USAGE_EVENTS",
-                        "NVTX_EVENTS", "ALLOCATOR_EVENTS", "TARGET_INFO_GPU"})
+                        "NVTX_EVENTS", "ALLOCATOR_EVENTS", "TARGET_INFO_GPU", "point_series"})
     n.push_back(raw.integer(std::string("SELECT count(*) FROM ") + t));
   return n;
+}
+
+TEST_F(ResultsDbStore, SeriesRoundTripByNameInOrderAndABadOneLeavesNothing) {
+  const auto path = file("results.db");
+  auto db = ResultsDb::open(path, OpenMode::read_write);
+  const auto run = db.begin_run(sample_run());
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<moc::db::SeriesRecord> series = {
+      {"val_ppl", {0, 100, 200}, {8192, 310.5, 97.25}},
+      {"train_loss", {1, 2, 3, 4}, {9.0, 8.5, nan, 7.75}},
+      {"gate_pre_hist.L0", {-1.5, -0.5, 0.5}, {0.25, 0.5, 0.25}},
+  };
+  const auto id = db.add_point(sample_point(run, 0), {}, {}, nullptr, series);
+  const auto back = db.series(id);
+  ASSERT_EQ(back.size(), 3u);  // by name
+  EXPECT_EQ(back[0].name, "gate_pre_hist.L0");
+  EXPECT_EQ(back[0], series[2]);
+  EXPECT_EQ(back[1].name, "train_loss");
+  EXPECT_EQ(back[1].x, series[1].x);
+  EXPECT_TRUE(std::isnan(back[1].y[2]));
+  EXPECT_EQ(back[1].y[3], 7.75);
+  EXPECT_EQ(back[2], series[0]);
+  EXPECT_TRUE(db.series(id + 100).empty());
+  // x and y of different lengths: refused, and the point is not half-written.
+  const auto before = row_counts(path);
+  EXPECT_THROW(db.add_point(sample_point(run, 1), {}, {}, nullptr, {{"bad", {1, 2}, {1}}}), DbError);
+  EXPECT_EQ(row_counts(path), before);
+  EXPECT_EQ(db.points(run).size(), 1u);
 }
 
 TEST_F(ResultsDbStore, AddPointWithADuplicateIndexLeavesNoPartialRows) {

@@ -509,3 +509,87 @@ TEST(ScenarioLoad, LoadReadsTheFileAndReportsItsPath) {
 
 }  // namespace
 }  // namespace moc
+
+namespace moc {
+namespace {
+
+// [data]: real text for train points (and decode prompts); placeholders in save / weights.
+const std::string kText =
+    "name = \"t\"\n"                 // 1
+    "mode = \"train\"\n"             // 2
+    "[model]\n"                      // 3
+    "preset = \"tiny\"\n"            // 4
+    "vocab = 512\n"                  // 5
+    "[data]\n"                       // 6
+    "corpus = \"/tmp\"\n"            // 7 (any directory is a corpus)
+    "steps = 20\n"                   // 8
+    "[axes]\n"                       // 9
+    "ffn = [\"dense\", \"moc\"]\n";  // 10
+
+TEST(ScenarioData, DataSettingsReachEveryPointWithPlaceholdersFilled) {
+  const auto s = parse_scenario(kText + "gcp = [false, true]\n" +
+                                    "[overrides.cpu]\ndata = { steps = 5, save = \"ck/{preset}-{ffn}-{gcp}-{batch}.st\" }\n",
+                                kFile);
+  const auto cpu = s.expand("cpu");
+  ASSERT_EQ(cpu.size(), 4u);
+  EXPECT_EQ(cpu[0].data.corpus, "/tmp");
+  EXPECT_EQ(cpu[0].data.steps, 5);
+  EXPECT_EQ(cpu[0].data.save, "ck/tiny-dense-false-1.st");
+  EXPECT_EQ(cpu[3].data.save, "ck/tiny-moc-true-1.st");
+  const auto cuda = s.expand("cuda");
+  EXPECT_EQ(cuda[0].data.steps, 20);
+  EXPECT_TRUE(cuda[0].data.save.empty());
+  // No [data]: random tokens, as before.
+  EXPECT_FALSE(parse_scenario(kBase, kFile).expand("cpu")[0].data.active());
+}
+
+TEST(ScenarioData, BadDataSettingsAreRefusedWithTheirLine) {
+  expect_refused(kText + "[data]\n", 11, 0, "TOML syntax error");
+  {
+    std::string t = kText;
+    t.replace(t.find("steps = 20"), 10, "stepz = 20");
+    expect_refused(t, 8, 1, "unknown key 'stepz' in [data]; did you mean 'steps'?");
+  }
+  {
+    std::string t = kText;
+    t.replace(t.find("corpus = \"/tmp\""), 15, "corpus = \"/no/such/dir\"");
+    expect_refused(t, 7, 0, "neither a known corpus", "setup.sh");
+  }
+  {
+    std::string t = kText;
+    t.replace(t.find("corpus = \"/tmp\"\n"), 16, "");
+    expect_refused(t, 6, 0, "[data] has no corpus", "python3.11-doc");
+  }
+  expect_refused(kText + "[overrides.cpu]\ndata = { val_fraction = 1.5 }\n", 12, 0, "val_fraction must be below 1");
+  expect_refused(kText + "[overrides.cpu]\ndata = { lr = -1 }\n", 12, 0, "must be a positive number");
+  {
+    std::string t = kText;
+    t.replace(t.find("vocab = 512"), 11, "vocab = 64");
+    expect_refused(t, 5, 0, "at least 320", "vocab = 512");
+  }
+  {
+    std::string t = kText;
+    t.replace(t.find("mode = \"train\""), 14, "mode = \"ffn-train\"");
+    expect_refused(t, 6, 0, "[data] applies to train and decode points");
+  }
+  expect_refused(kText + "[overrides.cpu]\ndata = { save = \"x/{nope}.st\" }\n", 12, 0, "unknown placeholder {nope}");
+  expect_refused(kText + "[overrides.cpu]\ndata = { resume = true }\n", 6, 0, "resume = true needs [model] weights");
+}
+
+TEST(ScenarioData, AWeightsAxisMixesRandomAndTemplatedCheckpoints) {
+  std::string t = kText;
+  t.replace(t.find("mode = \"train\""), 14, "mode = \"decode\"");
+  t.replace(t.find("steps = 20\n"), 11, "");
+  const auto s = parse_scenario(t + "weights = [\"random\", \"/no/ckpt/{ffn}.st\"]\n", kFile);
+  const auto pts = s.expand("cpu");
+  ASSERT_EQ(pts.size(), 4u);
+  EXPECT_EQ(pts[0].weights, "");
+  EXPECT_EQ(pts[1].weights, "/no/ckpt/dense.st");
+  EXPECT_TRUE(pts[1].weights_deferred);  // checked when a run starts: another scenario writes it
+  EXPECT_EQ(pts[3].weights, "/no/ckpt/moc.st");
+  // Without placeholders a missing checkpoint is refused while reading, as before.
+  expect_refused(t + "weights = [\"random\", \"/no/ckpt.st\"]\n", 10, 0, "no file '/no/ckpt.st'");
+}
+
+}  // namespace
+}  // namespace moc

@@ -107,7 +107,7 @@ void Dashboard::build_layout(unsigned int dockspace_id) {
   ImGuiID right = 0;
   const ImGuiID left = ImGui::DockBuilderSplitNode(dockspace_id, ImGuiDir_Left, 0.34f, nullptr, &right);
   ImGui::DockBuilderDockWindow(view_title(View::runs), left);
-  for (View v : {View::sweep, View::breakdown, View::timeline, View::memory, View::compare})
+  for (View v : {View::sweep, View::breakdown, View::timeline, View::memory, View::compare, View::training})
     ImGui::DockBuilderDockWindow(view_title(v), right);
   ImGui::DockBuilderFinish(dockspace_id);
 }
@@ -148,6 +148,7 @@ double Dashboard::frame() {
   draw_timeline_view(store_, ui_);
   draw_memory_view(store_, ui_);
   draw_compare_view(store_, ui_);
+  draw_training_view(store_, ui_);
   ImGui::Render();
   const auto t_built = std::chrono::steady_clock::now();
   build_ms_ = std::chrono::duration<double, std::milli>(t_built - t_start).count();

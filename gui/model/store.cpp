@@ -93,6 +93,7 @@ bool Store::refresh() {
   if (changed) {
     points_.clear();
     memory_.clear();
+    series_.clear();
     // Profiles of committed points never change (a point is written in one transaction): keep them.
     reload_runs();
     ++generation_;
@@ -184,6 +185,19 @@ const std::vector<db::MemEventRecord>& Store::memory_events(const RunRef& r, std
     return memory_.emplace(key, d->memory_events(point_id)).first->second;
   } catch (const std::exception&) {
     return kNoEvents;
+  }
+}
+
+const std::vector<db::SeriesRecord>& Store::series(const RunRef& r, std::int64_t point_id) {
+  static const std::vector<db::SeriesRecord> kNone;
+  const auto key = std::make_pair(r.source, point_id);
+  if (auto it = series_.find(key); it != series_.end()) return it->second;
+  db::ResultsDb* d = db_of(r.source);
+  if (!d) return kNone;
+  try {
+    return series_.emplace(key, d->series(point_id)).first->second;
+  } catch (const std::exception&) {
+    return kNone;
   }
 }
 

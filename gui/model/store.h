@@ -65,6 +65,8 @@ class Store {
   std::shared_ptr<const prof::ProfileTrace> profile(const RunRef& r, std::int64_t point_id);
   const std::vector<db::MemEventRecord>& memory_events(const RunRef& r, std::int64_t point_id);
   std::vector<db::KernelSummaryRow> kernel_summary(const RunRef& r, const std::string& short_name);
+  // A point's time series and histograms (loss curves, gate histograms); cached.
+  const std::vector<db::SeriesRecord>& series(const RunRef& r, std::int64_t point_id);
 
  private:
   void reload_runs();
@@ -76,6 +78,7 @@ class Store {
   std::map<RunRef, std::vector<db::PointRecord>> points_;
   std::map<std::pair<int, std::int64_t>, std::shared_ptr<const prof::ProfileTrace>> profiles_;
   std::map<std::pair<int, std::int64_t>, std::vector<db::MemEventRecord>> memory_;
+  std::map<std::pair<int, std::int64_t>, std::vector<db::SeriesRecord>> series_;
 };
 
 }  // namespace moc::gui

@@ -18,6 +18,7 @@ const char* view_title(View v) {
     case View::timeline: return "Timeline";
     case View::memory: return "Memory";
     case View::compare: return "Compare";
+    case View::training: return "Training";
   }
   return "?";
 }
@@ -30,6 +31,7 @@ const char* view_key(View v) {
     case View::timeline: return "timeline";
     case View::memory: return "memory";
     case View::compare: return "compare";
+    case View::training: return "training";
   }
   return "?";
 }

@@ -15,8 +15,9 @@ struct ImVec4;
 
 namespace moc::gui {
 
-enum class View { runs, sweep, breakdown, timeline, memory, compare };
-inline constexpr View kAllViews[] = {View::runs, View::sweep, View::breakdown, View::timeline, View::memory, View::compare};
+enum class View { runs, sweep, breakdown, timeline, memory, compare, training };
+inline constexpr View kAllViews[] = {View::runs,   View::sweep,   View::breakdown, View::timeline,
+                                     View::memory, View::compare, View::training};
 const char* view_title(View v);  // the window title: "Runs", "Sweep", ...
 const char* view_key(View v);    // the command-line name: "runs", "sweep", ...
 bool view_from_key(const std::string& key, View* out);
@@ -61,6 +62,9 @@ struct UiState {
   bool sweep_log_auto = true, sweep_log_x = false, sweep_log_y = false;
   TimelineState timeline;
   int memory_mode = 0;  // 0: the point's timeline, 1: peak breakdown across the run's points (Figure 1)
+  int training_mode = 0;  // 0: curves of every point (loss, perplexity), 1: one point's trained-gate histograms
+  std::string training_series;
+  int training_layer = 0;
   RunCache<BreakdownData> breakdown;
   RunCache<PeakBars> peaks;
   // Where the Runs table drew each run's row last frame (screen y of its centre; input tests aim here).
@@ -86,6 +90,7 @@ void draw_breakdown_view(Store& store, UiState& ui);
 void draw_timeline_view(Store& store, UiState& ui);
 void draw_memory_view(Store& store, UiState& ui);
 void draw_compare_view(Store& store, UiState& ui);
+void draw_training_view(Store& store, UiState& ui);
 
 // A stacked bar chart: values[item][group], one bar per group labelled labels[group], items stacked bottom up
 // in colors[item]; totals (empty, or one per group, NaN for none) drawn as diamonds ("timed total"). Returns
