@@ -224,6 +224,19 @@ void profile_pass(Ops& ops, Recorder& rec, const std::function<prof::Tracer*()>&
 }
 }  // namespace
 
+double train_flops_per_token(const ModelConfig& cfg, int seq) {
+  // Model FLOPs per token of a training step (forward + backward = 3 x forward, PaLM's convention):
+  // 6 x the matmul parameters a token runs through (q/k/v/o, the FFN as executed -- MoC's down
+  // projection on its kept channels only -- and the LM head; not the embedding lookup) plus
+  // 12 x layers x hidden x seq for the attention scores and values (causal counted in full, as PaLM).
+  const double d = cfg.hidden, kvd = static_cast<double>(cfg.kv_heads) * cfg.head_dim(), F = cfg.d_ffn;
+  // A mixture of experts: each token runs through its experts_per_token experts and the router.
+  const double ffn_one = cfg.ffn.kind == FfnKind::dense ? 3 * d * F : 2 * d * F + d * cfg.kept_channels();
+  const double ffn_params = cfg.moe() ? cfg.experts_per_token * ffn_one + d * cfg.experts : ffn_one;
+  const double matmul_params = cfg.layers * (2 * d * d + 2 * d * kvd + ffn_params) + d * cfg.vocab;
+  return 6 * matmul_params + 12.0 * cfg.layers * d * seq;
+}
+
 std::vector<std::string> point_modes() { return {"train", "decode", "ffn-train", "ffn-decode", "topk"}; }
 
 PointOutcome run_point(Ops& backend, const PointSpec& spec) {
@@ -313,16 +326,7 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
     const auto engine = engine_activation_model(cfg, spec.batch, spec.seq);
     m.push_back({"step_ms", out.stats.median_s * 1e3});
     m.push_back({"tokens_per_s", b * s / out.stats.median_s});
-    // Model FLOPs per token of a training step (forward + backward = 3 x forward, PaLM's convention):
-    // 6 x the matmul parameters a token runs through (q/k/v/o, the FFN as executed -- MoC's down
-    // projection on its kept channels only -- and the LM head; not the embedding lookup) plus
-    // 12 x layers x hidden x seq for the attention scores and values (causal counted in full, as PaLM).
-    const double d = cfg.hidden, kvd = static_cast<double>(cfg.kv_heads) * cfg.head_dim(), F = cfg.d_ffn;
-    // A mixture of experts: each token runs through its experts_per_token experts and the router.
-    const double ffn_one = cfg.ffn.kind == FfnKind::dense ? 3 * d * F : 2 * d * F + d * cfg.kept_channels();
-    const double ffn_params = cfg.moe() ? cfg.experts_per_token * ffn_one + d * cfg.experts : ffn_one;
-    const double matmul_params = cfg.layers * (2 * d * d + 2 * d * kvd + ffn_params) + d * cfg.vocab;
-    const double flops_per_token = 6 * matmul_params + 12.0 * cfg.layers * d * s;
+    const double flops_per_token = train_flops_per_token(cfg, spec.seq);
     const double tflops = flops_per_token * b * s / out.stats.median_s / 1e12;
     m.push_back({"model_flops_per_token", flops_per_token});
     m.push_back({"model_tflops", tflops});

@@ -70,6 +70,9 @@ struct PointOutcome {
 };
 
 std::vector<std::string> point_modes();
+// Model FLOPs per token of a training step (PaLM's convention: 6 x the matmul parameters a token runs
+// through, as executed, plus the attention's 12 x layers x hidden x seq); MFU's numerator.
+double train_flops_per_token(const ModelConfig& cfg, int seq);
 // Throws OutOfMemory when the point does not fit, ConfigError for an impossible point.
 PointOutcome run_point(Ops& ops, const PointSpec& spec);
 

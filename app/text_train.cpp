@@ -164,6 +164,9 @@ void run_text_train(Ops& ops, const PointSpec& spec, const ModelConfig& cfg, Poi
   m.push_back({"step_ms", out.stats.median_s * 1e3});
   m.push_back({"tokens_per_s", static_cast<double>(n) / out.stats.median_s});
   m.push_back({"train_s", std::accumulate(step_s.begin(), step_s.end(), 0.0)});
+  const double tflops = train_flops_per_token(cfg, spec.seq) * static_cast<double>(n) / out.stats.median_s / 1e12;
+  m.push_back({"model_tflops", tflops});
+  if (spec.peak_flops > 0) m.push_back({"mfu_pct", 100.0 * tflops * 1e12 / spec.peak_flops});
   m.push_back({"steps", end_step});
   m.push_back({"start_step", start_step});
   m.push_back({"tokens_seen", static_cast<double>(end_step) * static_cast<double>(n)});
@@ -173,6 +176,10 @@ void run_text_train(Ops& ops, const PointSpec& spec, const ModelConfig& cfg, Poi
   m.push_back({"val_loss_initial", val_first});
   m.push_back({"val_loss", val_last});
   m.push_back({"val_ppl", std::exp(val_last)});
+  // The best evaluation (a small corpus can be overfit: the curve's minimum says where).
+  const auto best = std::min_element(s_vppl.y.begin(), s_vppl.y.end());
+  m.push_back({"val_ppl_min", *best});
+  m.push_back({"val_ppl_min_step", s_vppl.x[static_cast<std::size_t>(best - s_vppl.y.begin())]});
   m.push_back({"val_tokens_evaluated", static_cast<double>(eval_windows * spec.seq)});
   m.push_back({"data_train_tokens", static_cast<double>(prep.train_token_count)});
   m.push_back({"data_val_tokens", static_cast<double>(prep.val_token_count)});

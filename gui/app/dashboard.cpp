@@ -26,6 +26,7 @@ void on_glfw_error(int code, const char* what) {
 Dashboard::Dashboard(DashboardOptions opts) : opts_(std::move(opts)) {
   for (const auto& p : opts_.databases) store_.open(p);
   ui_.memory_mode = opts_.memory_mode;
+  ui_.training_mode = opts_.training_mode;
 }
 
 Dashboard::~Dashboard() {

@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
   app.add_option("--screenshot", screenshot, "Render off screen and write this PNG, then exit");
   std::string views_help = "View brought to front: ";
   for (View v : kAllViews) views_help += std::string(view_key(v)) + " ";
-  views_help += "memory-peaks (Memory with each point's peak by category: Figure 1)";
+  views_help += "memory-peaks (Memory with each point's peak by category: Figure 1) "
+                "training-gates (Training with a point's gate histograms: Figure 3)";
   app.add_option("--view", view_name, views_help);
   app.add_option("--run", run, "Run (id in the first database) to select (default: its newest)");
   app.add_option("--run-b", run_b, "Second run for Compare (id in the second database, or the first when one is open)");
@@ -42,6 +43,10 @@ int main(int argc, char** argv) {
   if (view_name == "memory-peaks") {
     view_name = "memory";
     opts.memory_mode = 1;
+  }
+  if (view_name == "training-gates") {
+    view_name = "training";
+    opts.training_mode = 1;
   }
   if (!view_name.empty()) {
     View v;

@@ -29,7 +29,21 @@ void draw_curves(Store& store, UiState& ui, const RunRef& a) {
       if (ImGui::Selectable(n.c_str(), n == ui.training_series)) ui.training_series = n;
     ImGui::EndCombo();
   }
-  const CurvePlot plot = build_curves(store, a, ui.training_series);
+  ImGui::SameLine();
+  ImGui::Checkbox("last 3/4 of the steps", &ui.training_tail);
+  CurvePlot plot = build_curves(store, a, ui.training_series);
+  if (ui.training_tail) {
+    double max_x = 0;
+    for (const auto& l : plot.lines)
+      if (!l.x.empty()) max_x = std::max(max_x, l.x.back());
+    for (auto& l : plot.lines) {
+      std::size_t i = 0;
+      while (i + 1 < l.x.size() && l.x[i] < 0.25 * max_x) ++i;
+      l.x.erase(l.x.begin(), l.x.begin() + static_cast<std::ptrdiff_t>(i));
+      l.y.erase(l.y.begin(), l.y.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    plot.log_y = false;
+  }
   if (ImPlot::BeginPlot("##curves", ImVec2(-1, -1))) {
     ImPlot::SetupAxes("step", plot.name.c_str(), ImPlotAxisFlags_AutoFit, ImPlotAxisFlags_AutoFit);
     if (plot.log_y) ImPlot::SetupAxisScale(ImAxis_Y1, ImPlotScale_Log10);
@@ -62,7 +76,7 @@ void histogram_plot(const char* id, const char* x_label, const std::vector<doubl
                     double threshold, const ImVec2& size) {
   if (!ImPlot::BeginPlot(id, size)) return;
   ImPlot::SetupAxes(x_label, "fraction", ImPlotAxisFlags_AutoFit, ImPlotAxisFlags_AutoFit);
-  const double width = x.size() > 1 ? (x[1] - x[0]) * 0.95 : 1.0;
+  const double width = x.size() > 1 ? x[1] - x[0] : 1.0;
   ImPlot::PlotBars("values", x.data(), y.data(), static_cast<int>(x.size()), width);
   if (std::isfinite(threshold)) {
     ImPlotSpec spec;

@@ -65,6 +65,7 @@ struct UiState {
   int training_mode = 0;  // 0: curves of every point (loss, perplexity), 1: one point's trained-gate histograms
   std::string training_series;
   int training_layer = 0;
+  bool training_tail = true;  // curves: the last 3/4 of the steps only (the untrained start dwarfs the rest)
   RunCache<BreakdownData> breakdown;
   RunCache<PeakBars> peaks;
   // Where the Runs table drew each run's row last frame (screen y of its centre; input tests aim here).

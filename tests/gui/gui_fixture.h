@@ -40,6 +40,27 @@ inline std::string fixture_db() {
   return path;
 }
 
+// A database with a training run on real text (the Python tutorial's sources, Debian's python3.11-doc):
+// two train points (dense, MoC) with their loss curves, validation perplexity and gate histograms.
+inline std::string text_fixture_db() {
+  static const std::string path = [] {
+    const std::string dir = temp_dir() + "/text";
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy("/usr/share/doc/python3.11/html/_sources/tutorial", dir + "/corpus");
+    std::ofstream(dir + "/text.toml")
+        << "name = \"text\"\ndescription = \"t\"\nmode = \"train\"\ndevice = \"cpu\"\n[model]\npreset = \"tiny\"\n"
+           "vocab = 512\n[data]\ncorpus = \"corpus\"\nval_fraction = 0.2\nsteps = 20\neval_every = 5\n"
+           "eval_windows = 8\nlr = 0.003\nwarmup = 2\n[axes]\nbatch = [4]\nseq = [32]\nffn = [\"dense\", \"moc\"]\n"
+           "[profile]\nkernels = false\n";
+    const std::string p = dir + "/text.db";
+    const std::string cmd = "cd " + dir + " && " + std::string(MOCBENCH_BIN) + " run text.toml --db " + p +
+                            " --quiet > " + dir + "/text.log 2>&1";
+    if (run_command(cmd) != 0) throw std::runtime_error("making the text fixture failed: " + cmd);
+    return p;
+  }();
+  return path;
+}
+
 // A copy of the fixture under a new name (the live and compare tests change their copy).
 inline std::string fixture_copy(const std::string& name) {
   const std::string p = temp_dir() + "/" + name;

@@ -16,6 +16,7 @@
 #include "gui/model/breakdown.h"
 #include "gui/model/compare.h"
 #include "gui/model/memory.h"
+#include "gui/model/series.h"
 #include "gui/model/store.h"
 #include "gui/model/sweep.h"
 #include "gui/model/timeline.h"
@@ -433,6 +434,38 @@ TEST(GuiCompare, MatchesPointsByAxesAndJudgesOnlyDifferencesBeyondNoise) {
       }
   }
   EXPECT_EQ(better, 4) << "the four ffn-decode points";
+}
+
+TEST(GuiSeries, CurvesPerPointAndGateHistogramsOfATextRun) {
+  Store store;
+  store.open(test::text_fixture_db());
+  ASSERT_EQ(store.runs().size(), 1u);
+  const RunRef a = store.runs()[0].ref;
+  const auto names = curve_names(store, a);
+  ASSERT_GE(names.size(), 5u);
+  EXPECT_EQ(names[0], "val_ppl");  // the main ones first
+  EXPECT_EQ(names[2], "train_loss");
+  for (const auto& n : names) EXPECT_EQ(n.find("_hist"), std::string::npos) << "histograms are not curves: " << n;
+  const CurvePlot ppl = build_curves(store, a, "val_ppl");
+  ASSERT_EQ(ppl.lines.size(), 2u);
+  EXPECT_EQ(ppl.lines[0].label, "ffn=dense");
+  EXPECT_EQ(ppl.lines[1].label, "ffn=moc");
+  EXPECT_EQ(ppl.lines[0].x, (std::vector<double>{0, 5, 10, 15, 20}));
+  EXPECT_NEAR(ppl.lines[1].y.front(), 512, 100) << "untrained: about the vocabulary";
+  EXPECT_LT(ppl.lines[1].y.back(), 0.75 * ppl.lines[1].y.front()) << "20 steps of learning";
+  EXPECT_EQ(build_curves(store, a, "train_loss").lines[0].x.size(), 20u);
+  // Gate histograms: one per layer (tiny has 2), the MoC point's threshold inside the histogram.
+  const auto& pts = store.points(a);
+  const auto layers = gate_layers(store, a, pts[1].id);
+  ASSERT_EQ(layers.size(), 2u);
+  for (const auto& g : layers) {
+    EXPECT_EQ(g.pre_x.size(), 80u);
+    EXPECT_EQ(g.overlap_x.size(), 20u);
+    ASSERT_TRUE(std::isfinite(g.threshold_pre));
+    EXPECT_GT(g.threshold_pre, g.pre_x.front());
+    EXPECT_LT(g.threshold_pre, g.pre_x.back());
+  }
+  EXPECT_TRUE(gate_layers(store, a, pts[1].id + 1000).empty());
 }
 
 TEST(GuiUnits, HumanUnits) {

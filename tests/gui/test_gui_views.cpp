@@ -150,6 +150,28 @@ TEST_F(GuiViews, EveryViewDrawsItsDataWithTheExpectedColours) {
   EXPECT_GT(im.count(r, memory_color("weights"), 10), 1000) << "Figure 1 bars";
 }
 
+TEST_F(GuiViews, TrainingDrawsCurvesPerPointAndAPointsGateHistograms) {
+  auto d = open({test::text_fixture_db()}, View::training);
+  ASSERT_TRUE(d);
+  float r[4];
+  frames(*d, 3);
+  Image im = shot(*d);
+  ASSERT_TRUE(d->view_rect(View::training, r));
+  EXPECT_GT(im.count(r, ImVec4(0.298f, 0.447f, 0.690f, 1), 8), 50) << "first point's curve";
+  EXPECT_GT(im.count(r, ImVec4(0.867f, 0.518f, 0.322f, 1), 8), 50) << "second point's curve";
+  auto legend = legend_labels();
+  EXPECT_TRUE(has(legend, "ffn=dense"));
+  EXPECT_TRUE(has(legend, "ffn=moc"));
+  d->ui().training_mode = 1;
+  d->ui().point_id = d->store().points(d->ui().selected[0])[1].id;  // the MoC point
+  frames(*d, 3);
+  im = shot(*d);
+  EXPECT_GT(im.count(r, ImVec4(0.298f, 0.447f, 0.690f, 1), 8), 500) << "histogram bars";
+  EXPECT_GT(im.count(r, ImVec4(0.95f, 0.30f, 0.25f, 1), 12), 50) << "the top-K threshold line";
+  legend = legend_labels();
+  EXPECT_TRUE(has(legend, "top-K threshold"));
+}
+
 TEST_F(GuiViews, CompareColoursBetterAndLeavesNoiseUnhighlighted) {
   // A and B: the fixture with every median's noise fixed at 1% (verdicts independent of how busy the machine
   // was); B's FFN decode layer twice as fast, nothing else changed.
