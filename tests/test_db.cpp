@@ -1186,8 +1186,8 @@ TEST_F(ResultsDbMigration, MigratedFileTakesNewRunsAndPoints) {
   }
 }
 
-// A file as mocbench with schema version 3 left it: a new file less what version 4 added to runs, with a
-// finished run and one still "running" (its process unknown to version 3).
+// A file as mocbench with schema version 3 left it: a new file less what version 4 added to runs and the
+// table version 5 added, with a finished run and one still "running" (its process unknown to version 3).
 void make_version3_file(const std::string& path) {
   {
     auto db = ResultsDb::open(path, OpenMode::read_write);
@@ -1199,7 +1199,31 @@ void make_version3_file(const std::string& path) {
   RawDb raw(path);
   for (const char* column : {"error", "host", "boot_id", "pid_namespace", "pid", "process_start_ticks"})
     raw.exec(std::string("ALTER TABLE runs DROP COLUMN ") + column);
+  raw.exec("DROP TABLE point_series");
   raw.exec("PRAGMA user_version = 3");
+}
+
+TEST_F(ResultsDbMigration, Version4FileGainsSeriesAndKeepsItsRuns) {
+  const auto path = file("v4.db");
+  std::int64_t run = 0;
+  {
+    auto db = ResultsDb::open(path, OpenMode::read_write);
+    run = db.begin_run(sample_run("v4", 1000));
+    db.add_point(sample_point(run, 0), sample_ranges(), sample_mem());
+    db.finish_run(run, "ok", 2000);
+  }
+  {
+    RawDb raw(path);
+    raw.exec("DROP TABLE point_series");
+    raw.exec("PRAGMA user_version = 4");
+  }
+  auto db = ResultsDb::open(path, OpenMode::read_write);
+  EXPECT_EQ(RawDb(path).integer("PRAGMA user_version"), moc::db::kSchemaVersion);
+  ASSERT_EQ(db.points(run).size(), 1u);
+  EXPECT_TRUE(db.series(db.points(run)[0].id).empty());
+  const auto id = db.add_point(sample_point(run, 1), {}, {}, nullptr, {{"val_ppl", {0, 10}, {100, 50}}});
+  EXPECT_EQ(db.series(id).at(0).y, (std::vector<double>{100, 50}));
+  expect_shape_of_a_new_file(path, file("fresh.db"));
 }
 
 TEST_F(ResultsDbMigration, Version3FileIsMigratedKeepingItsRunsReadable) {
