@@ -51,7 +51,9 @@ TEST_P(GpuModel, PrefillAndDecodeLogitsMatchTheCpuUnderOneSelection) {
     const auto lg = gpu->download_f32(dg.step(step));
     impose_selection(mg, *gpu, mc, *cpu);
     const auto lc = cpu->download_f32(dc.step(step));
-    EXPECT_LT(rel_err(lg, lc), 2e-2) << "decode logits at position " << t;
+    // Both sides are bf16 with different accumulation orders, and the error grows along the KV cache: on
+    // an H100 (2026-11-25, 1500 fresh-seed cases) 1.7% of decode steps landed in [0.020, 0.0235], none above.
+    EXPECT_LT(rel_err(lg, lc), 3e-2) << "decode logits at position " << t;
   }
 }
 
