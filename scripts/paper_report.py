@@ -278,7 +278,7 @@ class Report:
         if ppl_table:
             theirs = ", ".join(f"{r} {c} {fmt(self.pv(ppl_table, r, c))}" for r in rows_ffn for c in cols
                                if self.pv(ppl_table, r, c) is not None)
-            self.note("Validation perplexity: **not measured** (needs the real-text training runs, issue 14)" +
+            self.note("Validation perplexity: **not measured** at the paper's C4 scale (1.1-13B tokens); mocbench's small-scale real-text study (scenarios/quality_small.toml, bench/RESULTS.md \"Training on real text\") compares dense, MoC and MoC 2:8 on 24.6M tokens of the Python docs" +
                       (f"; the paper's (C4, A800 runs): {theirs}." if theirs else "."))
 
         def draw(fig):
