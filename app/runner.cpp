@@ -1,5 +1,6 @@
 #include "app/runner.h"
 
+#include "app/dist_launch.h"
 #include "app/host_memory.h"
 
 #include <unistd.h>
@@ -204,6 +205,28 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
   if (opt.dry_run) {
     for (const auto& p : points) std::printf("%s\n", p.describe().c_str());
     return 0;
+  }
+  // GPU counts: what the machine cannot hold is refused before any work.
+  {
+    int most = 1;
+    for (const auto& p : points) most = std::max(most, p.gpus);
+    if (most > 1) {
+      int available = 0;
+#ifdef MOCBENCH_HAVE_CUDA
+      if (backend == "cuda") available = static_cast<int>(cuda::list_gpus().size());
+#endif
+      try {
+        check_gpu_count(most, available);
+      } catch (const ConfigError& e) {
+        std::fprintf(stderr, "%s: %s\n", path.c_str(), e.what());
+        return 2;
+      }
+      // The NCCL data-parallel step is issue 15's remaining work: refuse rather than run one GPU silently.
+      std::fprintf(stderr,
+                   "%s: gpus = %d: data-parallel training over NCCL is not built yet (issue 15); run gpus = 1\n",
+                   path.c_str(), most);
+      return 2;
+    }
   }
   // Checkpoints named with placeholders (e.g. written by a training scenario's [data] save) must exist
   // before any point runs.

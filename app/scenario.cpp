@@ -76,7 +76,7 @@ std::vector<std::string> model_keys() {
 std::vector<std::string> axis_keys() {
   std::vector<std::string> k = {"mode", "batch", "seq",           "preset",       "ffn",
                                 "k",    "gcp",   "topk_position", "topk_backend", "precision", "decode_impl",
-                                "weights"};
+                                "weights", "gpus"};
   for (auto& o : override_keys())
     if (!contains(k, o) && o != "select") k.push_back(o);
   return k;
@@ -194,7 +194,7 @@ enum class Rule : std::uint8_t {
 
 Rule rule_of(std::string_view key) {
   static const std::vector<std::pair<Rule, std::vector<std::string>>> groups = {
-      {Rule::pos_int, {"batch", "seq", "vocab", "hidden", "d_ffn", "heads", "kv_heads", "layers", "seq_len",
+      {Rule::pos_int, {"gpus", "batch", "seq", "vocab", "hidden", "d_ffn", "heads", "kv_heads", "layers", "seq_len",
                        "min_reps", "max_reps", "steps", "prompt", "generate", "experts_per_token"}},
       {Rule::nonneg_int, {"seed", "warmup", "experts", "eval_every", "eval_windows", "stop_at"}},
       {Rule::pos_number, {"rope_theta", "norm_eps", "init_std", "time_bound_s", "target_noise", "val_fraction", "lr",
@@ -231,7 +231,7 @@ std::string example_of(std::string_view key) {
       {"description", "\"...\""}, {"rope_theta", "10000.0"}, {"norm_eps", "1e-6"}, {"init_std", "0.02"},
       {"layers", "4"}, {"hidden", "2048"}, {"d_ffn", "5461"}, {"heads", "32"}, {"kv_heads", "8"},
       {"vocab", "32000"}, {"seq_len", "256"}, {"qk_norm", "true"}, {"experts", "8"}, {"experts_per_token", "2"},
-      {"corpus", "\"python3.11-doc\""}, {"val_fraction", "0.05"}, {"eval_every", "100"}, {"eval_windows", "0 (all)"},
+      {"gpus", "2"}, {"corpus", "\"python3.11-doc\""}, {"val_fraction", "0.05"}, {"eval_every", "100"}, {"eval_windows", "0 (all)"},
       {"lr", "0.001"}, {"min_lr_ratio", "0.1"}, {"weight_decay", "0.1"}, {"save", "\"ckpt/{ffn}.safetensors\""},
       {"cache", "\".local/data\""}, {"analyze", "true"}, {"resume", "true"},
   };
@@ -974,6 +974,15 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
                "exclude non-train points or drop save");
         pt.data.save = fill(*save_value, "[data] save");
       }
+    }
+    if (const ScenarioValue* v = find_value(rp, "gpus")) {
+      pt.gpus = static_cast<int>(v->i);
+      if (pt.gpus > 1 && pt.mode != "train")
+        fail(path, v->pos, "gpus = " + v->text + ": data parallelism is for train points, not " + pt.mode + context,
+             "use gpus = 1 for this mode, or exclude its points");
+      if (pt.gpus > 1 && backend == "cpu")
+        fail(path, v->pos, "gpus = " + v->text + ": the CPU backend runs one process" + context,
+             "data parallelism needs CUDA GPUs; add [overrides.cpu] axes = { gpus = [1] }");
     }
     if (pt.model.moe() && pt.mode != "train")
       fail(path, model_pos("experts"),

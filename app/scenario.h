@@ -86,7 +86,8 @@ struct ScenarioPoint {
   std::vector<std::pair<std::string, std::string>> axes;  // the point's axis values (name, text), file order
   ModelConfig model;  // preset, [model] keys, then the point's model axes (ffn, k, gcp, topk_position, ...);
                       // seq_len raised to cover the point (seq, or prompt + generate for decode); validated
-  int batch = 1;
+  int batch = 1;  // per GPU when gpus > 1
+  int gpus = 1;   // data-parallel ranks (issue 15): one process per GPU
   int seq = 0;  // defaults to the model's seq_len (before it is raised) when not an axis
   Measurement measure;
   std::string topk_backend = "own";  // own | raft

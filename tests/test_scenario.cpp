@@ -593,3 +593,27 @@ TEST(ScenarioData, AWeightsAxisMixesRandomAndTemplatedCheckpoints) {
 
 }  // namespace
 }  // namespace moc
+
+namespace moc {
+namespace {
+
+TEST(ScenarioGpus, GpusIsATrainAxisAndTheCpuBackendRunsOne) {
+  const std::string train =
+      "name = \"t\"\nmode = \"train\"\n[model]\npreset = \"tiny\"\n[axes]\ngpus = [1, 2]\n"  // gpus on line 6
+      "[overrides.cpu]\naxes = { gpus = [1] }\n";
+  const auto s = parse_scenario(train, kFile);
+  const auto cuda = s.expand("cuda");
+  ASSERT_EQ(cuda.size(), 2u);
+  EXPECT_EQ(cuda[0].gpus, 1);
+  EXPECT_EQ(cuda[1].gpus, 2);
+  EXPECT_EQ(s.expand("cpu").size(), 1u);
+  EXPECT_EQ(parse_scenario(kBase, kFile).expand("cpu")[0].gpus, 1);
+  // Without the CPU override the CPU expansion is refused at the axis, as is data parallelism outside train.
+  expect_refused("name = \"t\"\nmode = \"train\"\n[model]\npreset = \"tiny\"\n[axes]\ngpus = [1, 2]\n", 6, 0,
+                 "the CPU backend runs one process", "[overrides.cpu] axes = { gpus = [1] }");
+  expect_refused(kBase + "gpus = [2]\n", 7, 0, "data parallelism is for train points, not ffn-decode");
+  expect_refused(kBase + "gpus = [0]\n", 7, 0, "must be positive");
+}
+
+}  // namespace
+}  // namespace moc

@@ -1,0 +1,154 @@
+// Data-parallel groundwork (issue 15, part): the launch environment contract (mocbench's launcher, MPI,
+// Slurm, torchrun-style variables; the NCCL id), the workers' environment, refusal of GPU counts the
+// machine does not have, and the gradient bucketing plan.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <numeric>
+#include <set>
+#include <string>
+
+#include "app/dist_launch.h"
+#include "model/config.h"
+#include "model/grad_buckets.h"
+
+namespace moc {
+namespace {
+
+EnvLookup env_of(const std::map<std::string, std::string>& vars) {
+  return [vars](const char* n) -> const char* {
+    const auto it = vars.find(n);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+const std::string kId(256, 'a');
+
+TEST(DistEnv, NoVariablesMeansOneProcess) {
+  const DistEnv d = read_dist_env(env_of({}));
+  EXPECT_EQ(d.world, 1);
+  EXPECT_EQ(d.rank, 0);
+  EXPECT_FALSE(d.distributed());
+  EXPECT_EQ(d.source, "");
+}
+
+TEST(DistEnv, EachLauncherContractIsReadAndTheFirstWins) {
+  struct Case {
+    std::map<std::string, std::string> vars;
+    std::string source;
+    int rank, world, local;
+  };
+  const std::vector<Case> cases = {
+      {{{"MOCBENCH_RANK", "1"}, {"MOCBENCH_WORLD_SIZE", "2"}, {"MOCBENCH_LOCAL_RANK", "0"}, {"MOCBENCH_NCCL_ID", kId}},
+       "mocbench", 1, 2, 0},
+      {{{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+        {"MOCBENCH_NCCL_ID_FILE", "/shared/id"}},
+       "Open MPI", 5, 8, 1},
+      {{{"PMI_RANK", "3"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "3"}, {"MOCBENCH_NCCL_ID", kId}}, "MPICH / Intel MPI", 3, 4, 3},
+      {{{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "2"}, {"MOCBENCH_NCCL_ID_FILE", "/x"}}, "Slurm", 2, 16, 2},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MOCBENCH_NCCL_ID", kId}}, "torchrun-style", 0, 2, 0},
+      // mocbench's own variables win over a surrounding Slurm job's.
+      {{{"MOCBENCH_RANK", "0"}, {"MOCBENCH_WORLD_SIZE", "1"}, {"SLURM_PROCID", "7"}, {"SLURM_NTASKS", "8"}}, "mocbench", 0, 1, 0},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.source);
+    const DistEnv d = read_dist_env(env_of(c.vars));
+    EXPECT_EQ(d.source, c.source);
+    EXPECT_EQ(d.rank, c.rank);
+    EXPECT_EQ(d.world, c.world);
+    EXPECT_EQ(d.local_rank, c.local);
+  }
+  EXPECT_EQ(read_dist_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MOCBENCH_NCCL_ID", kId}})).nccl_id, kId);
+}
+
+void expect_refused(const std::map<std::string, std::string>& vars, const std::string& part) {
+  SCOPED_TRACE(part);
+  try {
+    read_dist_env(env_of(vars));
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(DistEnv, PartialOrImpossibleSettingsAreRefusedNamingTheVariable) {
+  expect_refused({{"MOCBENCH_RANK", "1"}}, "MOCBENCH_WORLD_SIZE is missing");
+  expect_refused({{"MOCBENCH_LOCAL_RANK", "0"}}, "MOCBENCH_LOCAL_RANK is set without");
+  expect_refused({{"MOCBENCH_RANK", "2"}, {"MOCBENCH_WORLD_SIZE", "2"}, {"MOCBENCH_LOCAL_RANK", "0"}}, "is not below");
+  expect_refused({{"MOCBENCH_RANK", "x"}, {"MOCBENCH_WORLD_SIZE", "2"}}, "MOCBENCH_RANK='x' is not an integer");
+  expect_refused({{"MOCBENCH_RANK", "0"}, {"MOCBENCH_WORLD_SIZE", "0"}}, "must be at least 1");
+  expect_refused({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"MOCBENCH_NCCL_ID", kId}}, "SLURM_LOCALID is missing");
+  expect_refused({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}}, "needs the NCCL unique id");
+  expect_refused({{"MOCBENCH_NCCL_ID", "abc"}}, "256 hex digits");
+  expect_refused({{"MOCBENCH_NCCL_ID", std::string(255, 'a') + "g"}}, "non-hex");
+}
+
+TEST(DistEnv, IdsRoundTripThroughHex) {
+  std::vector<unsigned char> id(128);
+  std::iota(id.begin(), id.end(), static_cast<unsigned char>(100));
+  const std::string hex = id_to_hex(id);
+  EXPECT_EQ(hex.size(), 256u);
+  EXPECT_EQ(hex.substr(0, 4), "6465");
+  EXPECT_EQ(id_from_hex(hex), id);
+}
+
+TEST(DistLaunch, WorkersGetTheContractOneGpuEachAndNoNvls) {
+  const auto env = worker_environment(1, 2, kId, {3, 5});
+  const std::set<std::string> s(env.begin(), env.end());
+  for (const char* v : {"MOCBENCH_RANK=1", "MOCBENCH_WORLD_SIZE=2", "MOCBENCH_LOCAL_RANK=0", "CUDA_VISIBLE_DEVICES=5",
+                        "NCCL_NVLS_ENABLE=0"})
+    EXPECT_TRUE(s.count(v)) << v;
+  EXPECT_TRUE(s.count("MOCBENCH_NCCL_ID=" + kId));
+  // What the workers' environment says is what read_dist_env understands.
+  std::map<std::string, std::string> vars;
+  for (const auto& kv : env) vars[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+  const DistEnv d = read_dist_env(env_of(vars));
+  EXPECT_EQ(d.rank, 1);
+  EXPECT_EQ(d.world, 2);
+  EXPECT_EQ(d.nccl_id, kId);
+}
+
+TEST(DistLaunch, MoreGpusThanTheMachineHasAreRefusedBeforeAnyWork) {
+  EXPECT_NO_THROW(check_gpu_count(2, 2));
+  try {
+    check_gpu_count(4, 2);
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("gpus = 4 but this machine has 2 usable GPUs"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(check_gpu_count(0, 2), ConfigError);
+  EXPECT_THROW(worker_environment(0, 3, kId, {0, 1}), ConfigError);
+}
+
+TEST(GradBuckets, EveryGradientOnceInReadyOrderWithinTheCap) {
+  // Sizes as a model lists its parameters (embedding, layers, norm, head); backward finalizes them in reverse.
+  const std::vector<std::size_t> bytes = {4000, 100, 900, 900, 2500, 100, 900, 900, 10, 4000};
+  std::vector<std::size_t> order(bytes.size());
+  std::iota(order.rbegin(), order.rend(), std::size_t{0});
+  const auto buckets = plan_buckets(order, bytes, 2048, 256);
+  std::vector<std::size_t> flat;
+  for (const auto& b : buckets) {
+    for (std::size_t j = 0; j < b.params.size(); ++j) {
+      flat.push_back(b.params[j]);
+      EXPECT_EQ(b.offsets[j] % 256, 0u);
+      if (j > 0) {
+        EXPECT_GE(b.offsets[j], b.offsets[j - 1] + bytes[b.params[j - 1]]) << "no overlap";
+      }
+      EXPECT_LE(b.offsets[j] + bytes[b.params[j]], b.bytes);
+    }
+    EXPECT_EQ(b.bytes % 256, 0u);
+    // Within the cap, or one gradient larger than the cap alone.
+    EXPECT_TRUE(b.bytes <= 2048 || b.params.size() == 1) << b.bytes;
+  }
+  EXPECT_EQ(flat, order) << "buckets follow the order gradients become final";
+  // The head (4000 B > cap) goes alone and first: its all-reduce can start before the layers finish.
+  ASSERT_GE(buckets.size(), 2u);
+  EXPECT_EQ(buckets[0].params, (std::vector<std::size_t>{9}));
+  // A cap larger than everything: one bucket.
+  EXPECT_EQ(plan_buckets(order, bytes, 1 << 20).size(), 1u);
+  EXPECT_THROW(plan_buckets({0, 0}, {1, 1}, 10), std::invalid_argument);
+  EXPECT_THROW(plan_buckets({0}, {1, 1}, 10), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace moc
