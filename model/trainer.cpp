@@ -53,6 +53,11 @@ StepResult Trainer::step(const Tensor& tokens, const Tensor& targets, int batch,
     ScopedRange sr(r, "backward");
     model_->backward();
   }
+  if (reducer_ != nullptr) {
+    ScopedRange sr(r, "allreduce");
+    reducer_->reduce_gradients(model_->params());
+    res.loss = reducer_->reduce_loss(res.loss);
+  }
   ScopedRange sr(r, "optimizer");
   o.fill(norm_acc_, 0.0f);
   for (const auto& p : model_->params()) o.sum_squares(p.grad, norm_acc_);

@@ -152,3 +152,74 @@ TEST(GradBuckets, EveryGradientOnceInReadyOrderWithinTheCap) {
 
 }  // namespace
 }  // namespace moc
+
+#include <thread>
+
+#include "kernels/ops.h"
+#include "model/local_reducer.h"
+#include "model/trainer.h"
+#include "test_util.h"
+
+namespace moc {
+namespace {
+
+// Two ranks, each on half of a fixed batch, with their gradients averaged = one process on the whole
+// batch: the same loss curve and the same weights, up to f32 summation order.
+TEST(DataParallel, TwoRanksOnHalvesEqualOneProcessOnTheWholeBatch) {
+  for (const char* ffn : {"dense", "moc"}) {
+    SCOPED_TRACE(ffn);
+    ModelConfig cfg = preset("tiny");
+    apply_override(cfg, "ffn", ffn);
+    cfg.param_dtype = cfg.act_dtype = DType::f32;
+    const int B = 4, S = 8, steps = 5;
+    std::mt19937 rng(11);
+    const auto ids = test::random_ids(rng, static_cast<std::size_t>(B * S + 1), cfg.vocab);
+    const std::vector<std::int32_t> tok(ids.begin(), ids.end() - 1), tgt(ids.begin() + 1, ids.end());
+    TrainConfig tc;
+    tc.warmup_steps = 2;
+    tc.total_steps = steps;
+    tc.clip_norm = 0.5f;  // clipping acts on the reduced gradient's norm: the same on both sides
+
+    auto ops1 = make_cpu_ops();
+    Transformer whole(*ops1, cfg);
+    Trainer t1(whole, tc);
+    Tensor a = ops1->empty({B * S}, DType::i32, workspace_tag()), b = ops1->empty({B * S}, DType::i32, workspace_tag());
+    ops1->upload_i32(a, tok);
+    ops1->upload_i32(b, tgt);
+    std::vector<double> losses1;
+    for (int i = 0; i < steps; ++i) losses1.push_back(t1.step(a, b, B, S).loss);
+
+    LocalReduceGroup group(2);
+    std::vector<std::vector<double>> losses(2);
+    std::vector<std::vector<std::vector<float>>> weights(2);
+    auto rank_main = [&](int rank) {
+      auto ops = make_cpu_ops();
+      Transformer m(*ops, cfg);  // the same seed: the same initial weights on both ranks
+      Trainer t(m, tc);
+      LocalGradReducer red(group, rank, *ops);
+      t.set_reducer(&red);
+      const int half = B / 2;
+      const auto off = static_cast<std::ptrdiff_t>(rank * half * S);
+      Tensor x = ops->empty({half * S}, DType::i32, workspace_tag()), y = ops->empty({half * S}, DType::i32, workspace_tag());
+      ops->upload_i32(x, std::vector<std::int32_t>(tok.begin() + off, tok.begin() + off + half * S));
+      ops->upload_i32(y, std::vector<std::int32_t>(tgt.begin() + off, tgt.begin() + off + half * S));
+      for (int i = 0; i < steps; ++i) losses[static_cast<std::size_t>(rank)].push_back(t.step(x, y, half, S).loss);
+      for (auto& p : m.params()) weights[static_cast<std::size_t>(rank)].push_back(ops->download_f32(p.value));
+    };
+    std::thread r1(rank_main, 1);
+    rank_main(0);
+    r1.join();
+    for (int i = 0; i < steps; ++i) {
+      EXPECT_NEAR(losses[0][static_cast<std::size_t>(i)], losses1[static_cast<std::size_t>(i)], 1e-5 * losses1[static_cast<std::size_t>(i)]) << "step " << i;
+      EXPECT_EQ(losses[0][static_cast<std::size_t>(i)], losses[1][static_cast<std::size_t>(i)]) << "both ranks report the mean";
+    }
+    for (std::size_t i = 0; i < whole.params().size(); ++i) {
+      const auto w1 = ops1->download_f32(whole.params()[i].value);
+      EXPECT_EQ(weights[0][i], weights[1][i]) << "the ranks stay identical: " << whole.params()[i].name;
+      EXPECT_LT(test::rel_err(weights[0][i], w1), 1e-4) << whole.params()[i].name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moc
