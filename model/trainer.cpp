@@ -53,10 +53,12 @@ StepResult Trainer::step(const Tensor& tokens, const Tensor& targets, int batch,
     ScopedRange sr(r, "backward");
     model_->backward();
   }
-  if (reducer_ != nullptr) {
+  if (comm_ != nullptr) {
     ScopedRange sr(r, "allreduce");
-    reducer_->reduce_gradients(model_->params());
-    res.loss = reducer_->reduce_loss(res.loss);
+    std::vector<Tensor*> grads;
+    for (auto& p : model_->params()) grads.push_back(&p.grad);
+    comm_->all_reduce_mean(grads);
+    res.loss = comm_->mean(res.loss);
   }
   ScopedRange sr(r, "optimizer");
   o.fill(norm_acc_, 0.0f);

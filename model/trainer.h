@@ -3,6 +3,7 @@
 #pragma once
 #include <vector>
 
+#include "kernels/comm.h"
 #include "model/transformer.h"
 
 namespace moc {
@@ -26,20 +27,6 @@ struct StepResult {
   float lr = 0;
 };
 
-// Data parallelism (issue 15): combines the ranks' gradients after backward and before clipping, so every
-// rank clips and steps on the same mean gradient, and the ranks' losses. The model knows no transport: the
-// NCCL implementation belongs to the CUDA backend; LocalGradReducer (model/local_reducer.h) is the
-// in-process reference it is checked against.
-class GradReducer {
- public:
-  virtual ~GradReducer() = default;
-  // In place: every rank's gradients become the mean over the ranks.
-  virtual void reduce_gradients(std::vector<Param>& params) = 0;
-  // The mean of the ranks' (equally weighted) losses.
-  virtual double reduce_loss(double local_mean_loss) = 0;
-  virtual int world() const = 0;
-};
-
 class Trainer {
  public:
   Trainer(Transformer& model, const TrainConfig& cfg);
@@ -56,15 +43,17 @@ class Trainer {
   const std::vector<Tensor>& master_state() const { return master_; }
   bool has_master() const { return !master_.empty(); }
   void set_steps_done(int s) { step_ = s; }
-  // Data-parallel training: the reducer (not owned; null for one process). Every rank must feed batches of
-  // the same number of (non-ignored) target tokens, so the mean of their means is the global mean.
-  void set_reducer(GradReducer* r) { reducer_ = r; }
+  // Data-parallel training (issue 15): after backward and before clipping, the gradients become the mean
+  // over the ranks (so every rank clips and steps alike) and the loss the ranks' mean. Not owned; null for
+  // one process. Every rank must feed batches of the same number of (non-ignored) target tokens, so the
+  // mean of their means is the global mean.
+  void set_communicator(Communicator* c) { comm_ = c; }
 
  private:
   Transformer* model_;
   TrainConfig cfg_;
   int step_ = 0;
-  GradReducer* reducer_ = nullptr;
+  Communicator* comm_ = nullptr;
   std::vector<Tensor> m_, v_, master_;
   std::vector<ParamSlot> slots_;
   Tensor norm_acc_;

@@ -44,7 +44,8 @@ start=$SECONDS
 if [ ! -f "$build/build.ninja" ]; then
   nice -n 19 cmake -S tests/fuzz -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ >/dev/null
 fi
-nice -n 19 cmake --build "$build" -j "$(nproc)" >/dev/null
+nice -n 19 cmake --build "$build" -j "$(nproc)" >"$build/build.log" 2>&1 ||
+  { tail -40 "$build/build.log" >&2; echo "fuzz: building $build failed (log: $build/build.log)" >&2; exit 1; }
 echo "fuzz: built $build in $((SECONDS - start)) s; $seconds s per target"
 
 run="$build/run"

@@ -156,7 +156,7 @@ TEST(GradBuckets, EveryGradientOnceInReadyOrderWithinTheCap) {
 #include <thread>
 
 #include "kernels/ops.h"
-#include "model/local_reducer.h"
+#include "kernels/local_comm.h"
 #include "model/trainer.h"
 #include "test_util.h"
 
@@ -189,15 +189,15 @@ TEST(DataParallel, TwoRanksOnHalvesEqualOneProcessOnTheWholeBatch) {
     std::vector<double> losses1;
     for (int i = 0; i < steps; ++i) losses1.push_back(t1.step(a, b, B, S).loss);
 
-    LocalReduceGroup group(2);
+    LocalCommGroup group(2);
     std::vector<std::vector<double>> losses(2);
     std::vector<std::vector<std::vector<float>>> weights(2);
     auto rank_main = [&](int rank) {
       auto ops = make_cpu_ops();
       Transformer m(*ops, cfg);  // the same seed: the same initial weights on both ranks
       Trainer t(m, tc);
-      LocalGradReducer red(group, rank, *ops);
-      t.set_reducer(&red);
+      LocalCommunicator comm(group, rank, *ops);
+      t.set_communicator(&comm);
       const int half = B / 2;
       const auto off = static_cast<std::ptrdiff_t>(rank * half * S);
       Tensor x = ops->empty({half * S}, DType::i32, workspace_tag()), y = ops->empty({half * S}, DType::i32, workspace_tag());
