@@ -44,17 +44,18 @@ TEST_P(GpuModel, PrefillAndDecodeLogitsMatchTheCpuUnderOneSelection) {
   const auto pg = gpu->download_f32(dg.prefill(prompt, P));
   impose_selection(mg, *gpu, mc, *cpu);
   const auto pc = cpu->download_f32(dc.prefill(prompt, P));
-  EXPECT_LT(rel_err(pg, pc), 3e-2) << "prefill logits";  // bf16 both sides: see the decode bound below
+  EXPECT_LT(rel_err(pg, pc), 5e-2) << "prefill logits";  // bf16 both sides: see the decode bound below
   for (int t = P; t < S; ++t) {
     std::vector<std::int32_t> step;
     for (int i = 0; i < batch; ++i) step.push_back(ids[static_cast<std::size_t>(i * S + t)]);
     const auto lg = gpu->download_f32(dg.step(step));
     impose_selection(mg, *gpu, mc, *cpu);
     const auto lc = cpu->download_f32(dc.step(step));
-    // Both sides are bf16 with different accumulation orders, and the error grows along the KV cache: on
-    // an H100 (2026-11-25, 1500 fresh-seed cases) 1.7% of decode steps landed in [0.020, 0.0235], none
-    // above; 1 prefill in 3000 reached 0.02001.
-    EXPECT_LT(rel_err(lg, lc), 3e-2) << "decode logits at position " << t;
+    // Both sides are bf16 with different accumulation orders (init_std 0.2: large logits), and the error
+    // grows along the KV cache. On an H100 (2026-11-25, fresh seeds): 1.7% of 1500 cases had a decode step in
+    // [0.020, 0.0235]; 1 of 6000 reached 0.0301 at the last position; 1 prefill in 3000 reached 0.02001. A
+    // wrong kernel, selection or cache position gives errors of order 1.
+    EXPECT_LT(rel_err(lg, lc), 5e-2) << "decode logits at position " << t;
   }
 }
 
