@@ -6,6 +6,9 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <mutex>
+#include <sstream>
 
 #include "app/point_bench.h"
 #include "model/activation_analysis.h"
@@ -18,7 +21,16 @@ namespace moc {
 
 namespace {
 
+// prepare_data reads and hashes every document of the corpus and loads the tokenizer to find (or build) its
+// cache entry; every point of a sweep with the same [data] settings gets the same entry, so it is looked up
+// once per process.
 data::PreparedData prepare(const TextData& d, int vocab) {
+  static std::mutex mu;
+  static std::map<std::string, data::PreparedData> done;
+  std::ostringstream key;
+  key << d.corpus << '\n' << vocab << '\n' << d.val_fraction << '\n' << d.seed << '\n' << d.cache;
+  std::lock_guard lk(mu);
+  if (const auto it = done.find(key.str()); it != done.end()) return it->second;
   data::DataSpec ds;
   ds.corpus = d.corpus;
   ds.vocab = vocab;
@@ -26,7 +38,7 @@ data::PreparedData prepare(const TextData& d, int vocab) {
   ds.seed = d.seed;
   ds.cache_root = d.cache;
   try {
-    return data::prepare_data(ds, &std::cerr);
+    return done.emplace(key.str(), data::prepare_data(ds, &std::cerr)).first->second;
   } catch (const data::DataError& e) {
     throw ConfigError(std::string("[data] ") + e.what());
   }
