@@ -129,6 +129,7 @@ CheckpointInfo load(const std::string& path, Transformer& model, Trainer* traine
   };
   for (auto& p : model.params()) take(p.name, p.value, pad_of(p.name, c));
   if (trainer) {
+    if (trainer->sharded()) throw std::logic_error("load_checkpoint: optimizer state sharded over ranks (zero1) is not checkpointed");
     if (!info.has_optimizer) throw std::invalid_argument(path + ": holds no optimizer state to resume from");
     auto& ps = model.params();
     for (std::size_t i = 0; i < ps.size(); ++i) {
@@ -159,6 +160,7 @@ void save_checkpoint(const std::string& path, Transformer& model, const Trainer*
   auto& ps = model.params();
   for (auto& p : ps) out.push_back(to_safetensor(o, p.name, p.value, pad_of(p.name, c), c));
   if (trainer) {
+    if (trainer->sharded()) throw std::logic_error("save_checkpoint: optimizer state sharded over ranks (zero1) is not checkpointed");
     const Trainer& t = *trainer;
     for (std::size_t i = 0; i < ps.size(); ++i) {
       const Pad pad = pad_of(ps[i].name, c);

@@ -58,8 +58,10 @@ Transformer::Transformer(Ops& ops, const ModelConfig& cfg) : ops_(&ops), cfg_(cf
   params_.reserve(3 + static_cast<std::size_t>(cfg_.layers) * (9 + 3 + 3 * static_cast<std::size_t>(cfg_.ffn_blocks())));
   if (cfg_.moe()) moes_.reserve(static_cast<std::size_t>(cfg_.layers));
   embed_ = &add_param("embed", {cfg_.vocab, d}, cfg_.init_std, true);
+  std::vector<std::vector<std::size_t>> layer_params;
   for (int l = 0; l < cfg_.layers; ++l) {
     const std::string p = "layer" + std::to_string(l) + ".";
+    const std::size_t first = params_.size();
     LayerParams lp{};
     lp.attn_norm = &add_param(p + "attn_norm", {d}, 0.0f, false);
     lp.wq = &add_param(p + "wq", {d, d}, cfg_.init_std, true);
@@ -90,9 +92,15 @@ Transformer::Transformer(Ops& ops, const ModelConfig& cfg) : ops_(&ops), cfg_(cf
     }
     layers_.push_back(lp);
     ffns_.emplace_back(ops, cfg_, l);
+    layer_params.emplace_back();
+    for (std::size_t i = first; i < params_.size(); ++i) layer_params.back().push_back(i);
   }
   final_norm_ = &add_param("final_norm", {d}, 0.0f, false);
   lm_head_ = &add_param("lm_head", {d, cfg_.vocab}, cfg_.init_std, true);
+  // The order backward() finalizes gradients in: the head, the layers from the last, the embedding.
+  ready_groups_.push_back({params_.size() - 1, params_.size() - 2});
+  for (int l = cfg_.layers - 1; l >= 0; --l) ready_groups_.push_back(layer_params[static_cast<std::size_t>(l)]);
+  ready_groups_.push_back({0});
   init_weights();
 }
 
@@ -361,6 +369,7 @@ void Transformer::backward() {
     h_final_.reset();
     rstdf_.reset();
   }
+  if (grads_ready_) grads_ready_(ready_groups_.front());
   Tensor pos = ws({n}, DType::i32);  // RoPE positions, the same for every layer
   o.upload_i32(pos, row_positions(batch_, seq_));
   for (int l = cfg_.layers - 1; l >= 0; --l) {
@@ -422,11 +431,13 @@ void Transformer::backward() {
       o.rmsnorm_backward(dxn1, s.h_in, lp.attn_norm->value, s.rstd1, dh, lp.attn_norm->grad);  // dh: ∂/∂h_in
     }
     s = LayerSaved{};  // this layer's activations are no longer needed
+    if (grads_ready_) grads_ready_(ready_groups_[static_cast<std::size_t>(cfg_.layers - l)]);
   }
   {
     ScopedRange sr(ranges_, "embedding");
     o.embedding_backward(tokens_, dh, embed_->grad);
   }
+  if (grads_ready_) grads_ready_(ready_groups_.back());
   release_activations();
 }
 

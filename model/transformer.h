@@ -59,6 +59,12 @@ class Transformer {
   using FfnProbe = std::function<void(int layer, const Tensor& xn)>;
   void set_ffn_probe(FfnProbe p) { ffn_probe_ = std::move(p); }
   RangeSink* ranges() const { return ranges_; }
+  // Data-parallel training: backward() calls this each time a group of gradients is final, with their
+  // indices in params(): the LM head and final norm, then each layer from the last, the embedding last
+  // (grad_ready_groups(), in that order). The call comes after the ops that produce them were issued.
+  using GradsReady = std::function<void(const std::vector<std::size_t>& params)>;
+  void set_grads_ready(GradsReady f) { grads_ready_ = std::move(f); }
+  const std::vector<std::vector<std::size_t>>& grad_ready_groups() const { return ready_groups_; }
 
   // Training forward over tokens/targets i32 [batch*seq] (targets < 0 are ignored). Returns the mean
   // loss. With keep_for_backward the activations listed above stay alive until backward().
@@ -127,6 +133,8 @@ class Transformer {
   ModelConfig cfg_;
   RangeSink* ranges_ = nullptr;
   FfnProbe ffn_probe_;
+  GradsReady grads_ready_;
+  std::vector<std::vector<std::size_t>> ready_groups_;
   std::vector<Param> params_;
   Param *embed_ = nullptr, *final_norm_ = nullptr, *lm_head_ = nullptr;
   std::vector<LayerParams> layers_;

@@ -35,8 +35,7 @@ TEST(GpuNccl, OneRankCommunicatorKeepsValuesAndTraining) {
   gpu->upload_i32(tok, std::vector<std::int32_t>(ids.begin(), ids.end() - 1));
   gpu->upload_i32(tgt, std::vector<std::int32_t>(ids.begin() + 1, ids.end()));
   Transformer m1(*gpu, cfg), m2(*gpu, cfg);
-  Trainer t1(m1, {}), t2(m2, {});
-  t2.set_communicator(comm.get());
+  Trainer t1(m1, {}), t2(m2, {}, comm.get());
   for (int i = 0; i < 3; ++i) EXPECT_EQ(t1.step(tok, tgt, B, S).loss, t2.step(tok, tgt, B, S).loss) << "step " << i;
   for (std::size_t i = 0; i < m1.params().size(); ++i)
     EXPECT_EQ(gpu->download_f32(m1.params()[i].value), gpu->download_f32(m2.params()[i].value)) << m1.params()[i].name;
