@@ -553,6 +553,13 @@ int main(int argc, char** argv) {
   run->add_option("--only", run_opt.only, "Run only the points with axis=value (repeatable, all must match)");
   run->add_option("--cpu-memory-limit-mib", run_mem_mib, "CPU backend memory limit (points beyond it are stored as oom; default: the memory available less a margin)");
   run->add_flag("--no-profile", run_opt.no_profile, "No profile pass, whatever the scenario's [profile] says");
+  run->add_option("--gpus", run_opt.gpus,
+                  "Run every train point data-parallel on N GPUs of this machine (one process each, NCCL; "
+                  "docs/multi-gpu.md)")
+      ->check(CLI::Range(1, 1024));
+  run->add_option("--point", run_opt.point_index, "Only the point with this sweep index (the launcher's workers)")
+      ->check(CLI::NonNegativeNumber)
+      ->group("");
 
   std::string db_path = "mocbench.db";
   auto* list = app.add_subcommand("list", "List the runs in a results database");

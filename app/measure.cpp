@@ -40,11 +40,13 @@ Stats measure(const MeasureSettings& st, const std::function<double()>& rep, con
     const int n = static_cast<int>(samples.size());
     if (n < min_reps) continue;
     s = summarize(samples);
-    if (s.noise < st.target_noise) {
-      s.converged = true;
+    const bool converged = s.noise < st.target_noise;
+    bool stop = converged || n >= max_reps || wall() - start >= st.time_bound_s;
+    if (st.agree) stop = st.agree(stop);
+    if (stop) {
+      s.converged = converged;
       break;
     }
-    if (n >= max_reps || wall() - start >= st.time_bound_s) break;
   }
   return s;
 }

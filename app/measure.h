@@ -12,6 +12,9 @@ struct MeasureSettings {
   int max_reps = 100;
   double time_bound_s = 10.0;  // wall-clock bound on the timed repetitions
   double target_noise = 0.02;  // stop once stddev / median falls below this (after min_reps)
+  // Ranks of a data-parallel point must run the same number of repetitions: when set, each stop decision
+  // after min_reps goes through it (this rank's wish in, the ranks' common answer out).
+  std::function<bool(bool)> agree;
 };
 
 struct Stats {

@@ -12,6 +12,7 @@
 #include "model/ffn.h"
 #include "model/memory_model.h"
 #include "model/trainer.h"
+#include "app/dist_launch.h"
 #include "model/transformer.h"
 #include "profiling/recording_ops.h"
 #include "profiling/tracer.h"
@@ -304,24 +305,37 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
     Transformer model(ops, cfg);
     if (!spec.weights.empty()) load_weights(spec.weights, model);
     model.set_ranges(sink);
+    Communicator* comm = spec.comm != nullptr && spec.comm->world() > 1 ? spec.comm : nullptr;
+    const int rank = comm ? comm->rank() : 0;
     const std::int64_t n = static_cast<std::int64_t>(spec.batch) * spec.seq;
-    auto ids = random_ids(rng, static_cast<std::size_t>(n + 1), cfg.vocab);
+    // Each rank its own tokens; rank 0's are those of the same point on one GPU.
+    std::mt19937 data_rng(static_cast<std::uint32_t>(cfg.seed + 7919 * static_cast<std::uint64_t>(rank)));
+    auto ids = random_ids(rank == 0 ? rng : data_rng, static_cast<std::size_t>(n + 1), cfg.vocab);
     Tensor tok = ops.empty({n}, DType::i32, workspace_tag()), tgt = ops.empty({n}, DType::i32, workspace_tag());
     ops.upload_i32(tok, std::vector<std::int32_t>(ids.begin(), ids.end() - 1));
     ops.upload_i32(tgt, std::vector<std::int32_t>(ids.begin() + 1, ids.end()));
     TrainConfig tc;
     tc.fp32_master = spec.fp32_master && cfg.param_dtype == DType::bf16;
-    Trainer trainer(model, tc);
+    tc.zero1 = spec.zero1;
+    tc.overlap = spec.comm_overlap;
+    Trainer trainer(model, tc, comm);
     double first_loss = -1, last_loss = 0;
+    std::vector<CommTimes> comm_steps;
     const std::function<double()> sample = [&] {
       return rec([&] {
-        last_loss = trainer.step(tok, tgt, spec.batch, spec.seq).loss;
+        const StepResult r = trainer.step(tok, tgt, spec.batch, spec.seq);
+        last_loss = r.loss;
+        comm_steps.push_back(r.comm);
         if (first_loss < 0) first_loss = last_loss;
       });
     };
-    out.stats = measure(spec.measure, sample);
+    MeasureSettings ms = spec.measure;
+    if (comm) ms.agree = [comm](bool stop) { return comm->mean(stop ? 1.0 : 0.0) > 0.0; };  // any rank done: all
+    out.stats = measure(ms, sample);
     const double loss_timed = last_loss;
-    profile(sample);
+    // No profile pass on a data-parallel point: its repetition count follows each rank's own timing, which
+    // would break the lockstep; the communication's time comes from CUDA events (comm_ms) instead.
+    if (!comm) profile(sample);
     last_loss = loss_timed;
     const auto engine = engine_activation_model(cfg, spec.batch, spec.seq);
     m.push_back({"step_ms", out.stats.median_s * 1e3});
@@ -333,6 +347,23 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
     if (spec.peak_flops > 0) m.push_back({"mfu_pct", 100.0 * tflops * 1e12 / spec.peak_flops});
     m.push_back({"loss_first", first_loss});
     m.push_back({"loss_last", last_loss});
+    if (comm) {
+      // The timed steps' communication (the warm-up's dropped): medians per step.
+      const std::size_t skip = std::min(comm_steps.size(), static_cast<std::size_t>(std::max(0, spec.measure.warmup)));
+      std::vector<double> busy, exposed;
+      for (std::size_t i = skip; i < comm_steps.size(); ++i) {
+        busy.push_back(comm_steps[i].busy_ms);
+        exposed.push_back(comm_steps[i].exposed_ms);
+      }
+      const double bytes = comm_steps.empty() ? 0.0 : comm_steps.back().bytes;
+      const double busy_ms = median_of(busy), w = comm->world();
+      m.push_back({"comm_ms", busy_ms});
+      m.push_back({"comm_exposed_ms", median_of(exposed)});
+      m.push_back({"comm_bytes_per_step", bytes});
+      // All-reduce bus bandwidth (NCCL's convention: 2 (n-1)/n of the payload crosses each link).
+      if (!spec.zero1 && busy_ms > 0) m.push_back({"comm_busbw_GBps", bytes * 2.0 * (w - 1) / w / (busy_ms * 1e-3) / 1e9});
+      m.push_back({"grad_buckets", static_cast<double>(trainer.buckets())});
+    }
     // Activations by module, measured: what one training forward keeps (the allocator's live bytes per
     // module tag once forward returns), for the paper's §2 profile and Table 2. One extra forward after the
     // timed steps; it stays below a step's peak (no backward workspace, no gradients in flight).
@@ -628,6 +659,7 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
   for (const auto& [name, ms] : phase) m.push_back({"phase_" + name + "_ms", ms});
   if (!out.profile) out.memory_events = ops.memory().events();
   m.insert(m.end(), out.profile_metrics.begin(), out.profile_metrics.end());  // after the point's own metrics
+  if (spec.comm != nullptr && spec.comm->world() > 1) join_rank_metrics(*spec.comm, m);  // rank 0: every rank's
   return out;
 }
 

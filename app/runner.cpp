@@ -1,6 +1,7 @@
 #include "app/runner.h"
 
 #include "app/dist_launch.h"
+#include "app/dist_run.h"
 #include "app/host_memory.h"
 
 #include <unistd.h>
@@ -12,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -23,6 +26,7 @@
 #ifdef MOCBENCH_HAVE_CUDA
 #include "kernels/cuda/cuda_info.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/nccl.h"
 #endif
 
 #ifndef MOCBENCH_VERSION
@@ -196,7 +200,49 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     }
     points = std::move(kept);
   }
-  const bool quiet = opt.output == RunOptions::Output::quiet, json = opt.output == RunOptions::Output::json;
+  if (opt.gpus > 0) {  // --gpus N: every train point data-parallel on N GPUs
+    for (auto& p : points) {
+      if (p.mode != "train") continue;
+      p.gpus = opt.gpus;
+      bool found = false;
+      for (auto& [k, v] : p.axes)
+        if (k == "gpus") {
+          v = std::to_string(opt.gpus);
+          found = true;
+        }
+      if (!found) p.axes.push_back({"gpus", std::to_string(opt.gpus)});
+    }
+  }
+  if (opt.point_index >= 0) {
+    std::vector<ScenarioPoint> kept;
+    for (const auto& p : points)
+      if (p.index == opt.point_index) kept.push_back(p);
+    if (kept.empty()) {
+      std::fprintf(stderr, "mocbench: %s has no point #%d (see --dry-run)\n", path.c_str(), opt.point_index);
+      return 2;
+    }
+    points = std::move(kept);
+  }
+  // Ranks of a launch (mocbench's own workers, MPI, Slurm): every train point runs over all of them.
+  DistEnv dist;
+  try {
+    dist = read_dist_env();
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "mocbench: %s\n", e.what());
+    return 2;
+  }
+  if (dist.distributed())
+    for (const auto& p : points)
+      if (p.mode != "train" || p.gpus != dist.world) {
+        std::fprintf(stderr,
+                     "%s: point #%d (%s, gpus = %d) cannot run in this %s launch of %d ranks: every point must train "
+                     "with gpus = %d\n  hint: select them with --only gpus=%d, or pass --gpus %d\n",
+                     path.c_str(), p.index, p.mode.c_str(), p.gpus, dist.source.c_str(), dist.world, dist.world,
+                     dist.world, dist.world);
+        return 2;
+      }
+  const bool writer = !dist.distributed() || dist.rank == 0;  // rank 0 alone writes the database
+  const bool quiet = opt.output == RunOptions::Output::quiet || !writer, json = writer && opt.output == RunOptions::Output::json;
   if (!quiet && !json) {
     std::printf("scenario %s (%s): %zu points on %s\n", sc.name.c_str(), path.c_str(), points.size(), backend.c_str());
     for (const auto& a : applied)
@@ -206,14 +252,16 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     for (const auto& p : points) std::printf("%s\n", p.describe().c_str());
     return 0;
   }
-  // GPU counts: what the machine cannot hold is refused before any work.
-  {
+  // GPU counts: what the machine cannot hold is refused before any work (a launch's ranks each bring theirs).
+  if (!dist.distributed()) {
     int most = 1;
     for (const auto& p : points) most = std::max(most, p.gpus);
-    if (most > 1) {
+    if (most > 1 && backend == "cuda") {
       int available = 0;
+      bool nccl = false;
 #ifdef MOCBENCH_HAVE_CUDA
-      if (backend == "cuda") available = static_cast<int>(cuda::list_gpus().size());
+      available = static_cast<int>(cuda::list_gpus().size());
+      nccl = cuda::nccl_available();
 #endif
       try {
         check_gpu_count(most, available);
@@ -221,11 +269,10 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
         std::fprintf(stderr, "%s: %s\n", path.c_str(), e.what());
         return 2;
       }
-      // The NCCL data-parallel step is issue 15's remaining work: refuse rather than run one GPU silently.
-      std::fprintf(stderr,
-                   "%s: gpus = %d: data-parallel training over NCCL is not built yet (issue 15); run gpus = 1\n",
-                   path.c_str(), most);
-      return 2;
+      if (!nccl) {
+        std::fprintf(stderr, "%s: gpus = %d needs NCCL, which this build does not link (see the build log)\n", path.c_str(), most);
+        return 2;
+      }
     }
   }
   // Checkpoints named with placeholders (e.g. written by a training scenario's [data] save) must exist
@@ -242,7 +289,28 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     }
   }
 
-  db::ResultsDb store = db::ResultsDb::open(opt.db_path, db::OpenMode::read_write);
+  // Ranks other than 0 keep their run in a scratch file of their own, removed at the end.
+  std::string db_path = opt.db_path;
+  if (!writer) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / ("mocbench-rank" + std::to_string(dist.rank) + "-XXXXXX")).string();
+    const int fd = mkstemp(tmpl.data());
+    if (fd < 0) {
+      std::fprintf(stderr, "mocbench: rank %d cannot create a scratch database in %s\n", dist.rank,
+                   std::filesystem::temp_directory_path().c_str());
+      return 1;
+    }
+    ::close(fd);
+    db_path = tmpl;
+  }
+  struct ScratchDb {
+    std::string path;
+    ~ScratchDb() {
+      if (path.empty()) return;
+      std::error_code ec;
+      for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix, ec);
+    }
+  } scratch_db{writer ? std::string() : db_path};
+  db::ResultsDb store = db::ResultsDb::open(db_path, db::OpenMode::read_write);
   db::RunRecord run;
   run.scenario_name = sc.name;
   run.scenario_path = path;
@@ -279,6 +347,14 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
   std::string status = "ok";
   int ok = 0, oom = 0, failed = 0;
   std::string host_limit_note;  // how the CPU backend's memory limit was set, for an oom point's message
+  std::unique_ptr<Communicator> comm;  // a launch's ranks: made at the first point, kept for the others
+  std::map<std::string, double> one_gpu_tokens_per_s;  // the gpus = 1 twins, for scaling efficiency
+  auto twin_key = [](const ScenarioPoint& p) {
+    std::string k = p.mode;
+    for (const auto& [a, v] : p.axes)
+      if (a != "gpus" && a != "zero1" && a != "comm_overlap") k += ";" + a + "=" + v;
+    return k;
+  };
   for (std::size_t i = 0; i < points.size(); ++i) {
     const auto& p = points[i];
     if (!quiet && !json) {
@@ -295,11 +371,32 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     rec.mode = p.mode;
     rec.axes = p.axes;
     PointOutcome out;
+    std::optional<StoredPoint> from_workers;
     try {
+      if (!dist.distributed() && p.gpus > 1) {
+        // This machine's GPUs: one worker process per GPU (app/dist_run.h).
+        WorkerLaunch w;
+        w.scenario_path = path;
+        w.point_index = p.index;
+        w.gpus = p.gpus;
+        w.backend = backend;
+        w.stop = &g_stop;
+        if (opt.no_profile) w.extra_args.push_back("--no-profile");
+        if (opt.gpus > 0) w.extra_args.insert(w.extra_args.end(), {"--gpus", std::to_string(opt.gpus)});
+        if (opt.cpu_memory_limit_bytes)
+          w.extra_args.insert(w.extra_args.end(), {"--cpu-memory-limit-mib", std::to_string(opt.cpu_memory_limit_bytes >> 20)});
+        from_workers = run_point_workers(w);
+        rec.status = from_workers->rec.status;
+        rec.error = from_workers->rec.error;
+        rec.metrics = from_workers->rec.metrics;
+        if (rec.status == "ok") ++ok;
+        else if (rec.status == "oom") ++oom;
+        else if (rec.status != "interrupted") ++failed;
+      } else {
       std::unique_ptr<Ops> ops;
       std::size_t limit = 0;  // the CPU backend's memory limit, for the early refusal of points that cannot fit
 #ifdef MOCBENCH_HAVE_CUDA
-      if (backend == "cuda") ops = cuda::make_cuda_ops(0);
+      if (backend == "cuda") ops = cuda::make_cuda_ops(dist.local_rank);
 #endif
       if (!ops) {
         // By default the host's available memory (read again for each point) less a margin: a point that
@@ -316,13 +413,21 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
       }
       PointSpec spec = to_spec(p, opt.no_profile);
       spec.memory_limit_bytes = limit;
+      spec.zero1 = p.zero1;
+      spec.comm_overlap = p.comm_overlap;
 #ifdef MOCBENCH_HAVE_CUDA
       if (backend == "cuda") spec.peak_flops = dense_bf16_peak_flops(cuda::list_gpus().at(0));
 #endif
+      if (dist.distributed()) {
+        if (!comm) comm = make_rank_communicator(dist, backend, *ops);
+        else comm->bind(*ops);
+        spec.comm = comm.get();
+      }
       out = run_point(*ops, spec);
       rec.status = "ok";
       rec.metrics = out.metrics;
       ++ok;
+      }
     } catch (const Interrupted&) {
       rec.status = "interrupted";
       rec.error = "stopped by SIGINT";
@@ -335,17 +440,33 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
       rec.error = e.what();
       ++failed;
     }
+    if (dist.distributed() && rec.status != "ok") report_worker_failure(dist, rec.status, rec.error);
+    if (rec.status == "ok" && p.mode == "train") {  // scaling efficiency against the same point on one GPU
+      double tps = -1;
+      for (const auto& [k, v] : rec.metrics)
+        if (k == "tokens_per_s") tps = v;
+      if (p.gpus == 1 && tps > 0) one_gpu_tokens_per_s[twin_key(p)] = tps;
+      const auto twin = one_gpu_tokens_per_s.find(twin_key(p));
+      if (p.gpus > 1 && tps > 0 && twin != one_gpu_tokens_per_s.end())
+        rec.metrics.push_back({"scaling_efficiency_pct", 100.0 * tps / (p.gpus * twin->second)});
+    }
     std::vector<db::RangeRecord> ranges;
     for (const auto& r : out.ranges) ranges.push_back({r.name, r.start_ns, r.end_ns, r.depth});
     std::vector<db::MemEventRecord> mem;
     for (const auto& e : out.memory_events)
       mem.push_back({e.t_ns, std::string(category_name(e.tag.category)), std::string(module_name(e.tag.module)),
                      e.tag.layer, e.bytes});
+    std::vector<db::SeriesRecord> series;
+    for (auto& sr : out.series) series.push_back({std::move(sr.name), std::move(sr.x), std::move(sr.y)});
+    if (from_workers) {
+      ranges = std::move(from_workers->ranges);
+      mem = std::move(from_workers->memory);
+      series = std::move(from_workers->series);
+      if (from_workers->profile) out.profile = std::move(from_workers->profile);
+    }
     if (!out.profile_note.empty())
       std::fprintf(stderr, "\nmocbench: point %d not profiled: %s\n", p.index, out.profile_note.c_str());
     try {
-      std::vector<db::SeriesRecord> series;
-      for (auto& sr : out.series) series.push_back({std::move(sr.name), std::move(sr.x), std::move(sr.y)});
       store.add_point(rec, ranges, mem, out.profile ? &*out.profile : nullptr, series);
     } catch (const std::exception& e) {
       // The run stops on a database error (disk full, I/O error): close it as failed where the file can still
@@ -364,6 +485,12 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     }
     if (rec.status == "interrupted") {
       status = "interrupted";
+      break;
+    }
+    if (dist.distributed() && rec.status != "ok") {
+      // The other ranks may be blocked in a collective: end this process; the launcher ends the rest.
+      std::fprintf(stderr, "mocbench: rank %d: point #%d %s: %s\n", dist.rank, p.index, rec.status.c_str(), rec.error.c_str());
+      status = "failed";
       break;
     }
   }
@@ -385,7 +512,7 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
       std::fprintf(stderr, "mocbench: the run is stored, but its summary could not be read back: %s\n", e.what());
     }
   }
-  return status == "interrupted" ? 130 : (failed ? 1 : 0);
+  return status == "interrupted" ? 130 : (failed || status == "failed" ? 1 : 0);
 }
 
 }  // namespace moc

@@ -16,6 +16,8 @@ struct RunOptions {
   // "axis=value" filters: only the points whose axis (or mode) has that value run; all filters must match.
   std::vector<std::string> only;
   bool no_profile = false;  // --no-profile: no profile pass, whatever the scenario's [profile] says
+  int gpus = 0;             // --gpus N: every train point runs data-parallel on N GPUs (0: the scenario's)
+  int point_index = -1;     // --point I: only the point with sweep index I (what the launcher's workers run)
 };
 
 // Returns the process exit code: 0 ok, 1 runtime failure, 2 bad scenario, 130 interrupted.

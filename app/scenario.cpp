@@ -76,7 +76,7 @@ std::vector<std::string> model_keys() {
 std::vector<std::string> axis_keys() {
   std::vector<std::string> k = {"mode", "batch", "seq",           "preset",       "ffn",
                                 "k",    "gcp",   "topk_position", "topk_backend", "precision", "decode_impl",
-                                "weights", "gpus"};
+                                "weights", "gpus", "zero1", "comm_overlap"};
   for (auto& o : override_keys())
     if (!contains(k, o) && o != "select") k.push_back(o);
   return k;
@@ -200,7 +200,7 @@ Rule rule_of(std::string_view key) {
       {Rule::pos_number, {"rope_theta", "norm_eps", "init_std", "time_bound_s", "target_noise", "val_fraction", "lr",
                           "min_lr_ratio"}},
       {Rule::nonneg_number, {"weight_decay"}},
-      {Rule::boolean, {"gcp", "cold", "kernels", "qk_norm", "analyze", "resume"}},
+      {Rule::boolean, {"gcp", "cold", "kernels", "qk_norm", "analyze", "resume", "zero1", "comm_overlap"}},
       {Rule::text, {"name", "description", "weights", "corpus", "save", "cache"}},
       {Rule::mode, {"mode"}},
       {Rule::device, {"device"}},
@@ -231,7 +231,7 @@ std::string example_of(std::string_view key) {
       {"description", "\"...\""}, {"rope_theta", "10000.0"}, {"norm_eps", "1e-6"}, {"init_std", "0.02"},
       {"layers", "4"}, {"hidden", "2048"}, {"d_ffn", "5461"}, {"heads", "32"}, {"kv_heads", "8"},
       {"vocab", "32000"}, {"seq_len", "256"}, {"qk_norm", "true"}, {"experts", "8"}, {"experts_per_token", "2"},
-      {"gpus", "2"}, {"corpus", "\"python3.11-doc\""}, {"val_fraction", "0.05"}, {"eval_every", "100"}, {"eval_windows", "0 (all)"},
+      {"gpus", "2"}, {"zero1", "true"}, {"comm_overlap", "false"}, {"corpus", "\"python3.11-doc\""}, {"val_fraction", "0.05"}, {"eval_every", "100"}, {"eval_windows", "0 (all)"},
       {"lr", "0.001"}, {"min_lr_ratio", "0.1"}, {"weight_decay", "0.1"}, {"save", "\"ckpt/{ffn}.safetensors\""},
       {"cache", "\".local/data\""}, {"analyze", "true"}, {"resume", "true"},
   };
@@ -980,10 +980,17 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
       if (pt.gpus > 1 && pt.mode != "train")
         fail(path, v->pos, "gpus = " + v->text + ": data parallelism is for train points, not " + pt.mode + context,
              "use gpus = 1 for this mode, or exclude its points");
-      if (pt.gpus > 1 && backend == "cpu")
-        fail(path, v->pos, "gpus = " + v->text + ": the CPU backend runs one process" + context,
-             "data parallelism needs CUDA GPUs; add [overrides.cpu] axes = { gpus = [1] }");
+      if (pt.gpus > 1 && pt.data.active())
+        fail(path, v->pos, "gpus = " + v->text + ": training on [data] text runs on one GPU (data-parallel text "
+             "training is not built)" + context, "use gpus = 1 with [data], or drop [data] to measure throughput");
     }
+    for (const char* key : {"zero1", "comm_overlap"})
+      if (const ScenarioValue* v = find_value(rp, key)) {
+        (std::string(key) == "zero1" ? pt.zero1 : pt.comm_overlap) = v->b;
+        if (pt.gpus == 1 && (std::string(key) == "zero1" ? v->b : !v->b))
+          fail(path, v->pos, std::string(key) + " = " + v->text + " applies to data-parallel points (gpus > 1); this one "
+               "has gpus = 1" + context, "exclude it: [[exclude]] gpus = 1, " + std::string(key) + " = " + v->text);
+      }
     if (pt.model.moe() && pt.mode != "train")
       fail(path, model_pos("experts"),
            "a mixture-of-experts model (" + std::to_string(pt.model.experts) + " experts) runs in mode train only, not " +

@@ -88,6 +88,8 @@ struct ScenarioPoint {
                       // seq_len raised to cover the point (seq, or prompt + generate for decode); validated
   int batch = 1;  // per GPU when gpus > 1
   int gpus = 1;   // data-parallel ranks (issue 15): one process per GPU
+  bool zero1 = false;        // gpus > 1: optimizer state sharded over the ranks (ZeRO-1)
+  bool comm_overlap = true;  // gpus > 1: gradient buckets overlap backward (false: all after backward)
   int seq = 0;  // defaults to the model's seq_len (before it is raised) when not an axis
   Measurement measure;
   std::string topk_backend = "own";  // own | raft

@@ -166,6 +166,14 @@ SummaryTable table_of(const std::string& mode, const std::vector<const db::Point
     values.push_back(value("val_loss", "val loss", "", scaled("val_loss", 1), 3));
     values.push_back(value("val_ppl", "val ppl", "", scaled("val_ppl", 1), 2));
   }
+  // Data-parallel points: tokens/s above is the ranks' total; per GPU, against N x the same point on one
+  // GPU, the communication's time per step and the part of it backward did not hide.
+  if (mode == "train" && any_has("ranks")) {
+    values.push_back(value("tokens_per_s_per_gpu", "tokens/s/GPU", "1/s", scaled("tokens_per_s_per_gpu", 1), 0));
+    values.push_back(value("scaling_pct", "scaling (%)", "%", scaled("scaling_efficiency_pct", 1), 1));
+    values.push_back(value("comm_ms", "comm (ms)", "ms", scaled("comm_ms", 1)));
+    values.push_back(value("comm_exposed_ms", "exposed (ms)", "ms", scaled("comm_exposed_ms", 1)));
+  }
   if (mode == "decode" && any_has("union_channels"))
     values.push_back(value("channels_read", "channels read", "", scaled("union_channels", 1), 0));
   for (const auto& v : values) t.columns.push_back(v.column);

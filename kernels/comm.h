@@ -12,6 +12,10 @@
 #include "kernels/tensor.h"
 
 namespace moc {
+class Ops;
+}
+
+namespace moc {
 
 // One tensor of a bucket: root < 0: it becomes the mean over the ranks on every rank (all-reduce); root >= 0:
 // the mean lands on rank `root` only (reduce; ZeRO-1's reduce-scatter at tensor granularity), the other ranks'
@@ -48,6 +52,9 @@ class Communicator {
   // Every rank's values, rank by rank (each rank passes the same count): per-rank metrics for rank 0.
   virtual std::vector<double> all_gather(const std::vector<double>& values) = 0;
   virtual CommTimes take_times() { return {}; }
+  // Later calls use `ops` (its device buffers and, on the GPU, its stream): a runner that makes a new backend
+  // per sweep point keeps one communicator (NCCL's creation is collective and slow). Same device only.
+  virtual void bind(Ops& ops) = 0;
   virtual int rank() const = 0;
   virtual int world() const = 0;
 

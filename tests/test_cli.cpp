@@ -209,6 +209,111 @@ batch = [1, 512, 2]
 seq = [16]
 )";
 
+// Issue 15: `gpus = N` starts N worker processes of mocbench itself, which meet through the launch contract
+// (environment variables) and, on the CPU backend, shared memory; rank 0 stores the point with every rank's
+// metrics and the runner copies it into the database. Ends in CI what NCCL does on GPU machines.
+const char* kDataParallelScenario = R"(name = "dp"
+mode = "train"
+device = "cpu"
+[model]
+preset = "tiny"
+[measure]
+warmup = 1
+min_reps = 3
+max_reps = 4
+[axes]
+ffn = ["dense", "moc"]
+zero1 = [false, true]
+gpus = [1, 2]
+[[exclude]]
+gpus = 1
+zero1 = true
+)";
+
+TEST_F(Cli, DataParallelPointsRunAsWorkerProcessesAndStoreEveryRank) {
+  const std::string sc = write("dp.toml", kDataParallelScenario);
+  const std::string db = path("dp.db");
+  auto r = mocbench("run " + sc + " --db " + db);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("6 ok, 0 oom, 0 failed of 6 points"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("scaling (%)"), std::string::npos) << "the summary shows the multi-GPU columns\n" << r.out;
+  auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
+  const auto pts = store.points(1);
+  ASSERT_EQ(pts.size(), 6u);
+  auto metric = [](const db::PointRecord& p, const std::string& name) {
+    for (const auto& [k, v] : p.metrics)
+      if (k == name) return v;
+    return -1.0;
+  };
+  auto axis = [](const db::PointRecord& p, const std::string& name) {
+    for (const auto& [k, v] : p.axes)
+      if (k == name) return v;
+    return std::string();
+  };
+  for (const auto& p : pts) {
+    SCOPED_TRACE(p.index);
+    EXPECT_EQ(p.status, "ok") << p.error;
+    if (axis(p, "gpus") == "1") {
+      EXPECT_EQ(metric(p, "ranks"), -1.0);
+      continue;
+    }
+    EXPECT_EQ(metric(p, "ranks"), 2.0);
+    EXPECT_EQ(metric(p, "rank0_loss_last"), metric(p, "rank1_loss_last")) << "both ranks report the mean loss";
+    EXPECT_NEAR(metric(p, "tokens_per_s"), metric(p, "rank0_tokens_per_s") + metric(p, "rank1_tokens_per_s"), 1e-6 * metric(p, "tokens_per_s"));
+    EXPECT_GT(metric(p, "scaling_efficiency_pct"), 0.0) << "against the gpus = 1 point before it";
+    EXPECT_GT(metric(p, "comm_bytes_per_step"), 0.0);
+    EXPECT_GE(metric(p, "comm_ms"), 0.0);
+    EXPECT_FALSE(store.ranges(p.id).empty()) << "rank 0's phase ranges come along";
+    EXPECT_FALSE(store.memory_events(p.id).empty()) << "and its memory timeline";
+    const double opt0 = metric(p, "rank0_peak_optimizer_state_bytes"), opt1 = metric(p, "rank1_peak_optimizer_state_bytes");
+    if (axis(p, "zero1") == "true") {
+      // Each rank holds about half of the AdamW state; the gpus = 1 twin holds all of it.
+      double single = 0;
+      for (const auto& q : pts)
+        if (axis(q, "gpus") == "1" && axis(q, "ffn") == axis(p, "ffn")) single = metric(q, "peak_optimizer_state_bytes");
+      EXPECT_NEAR(opt0 + opt1, single, 0.01 * single);
+      EXPECT_LT(opt0, 0.6 * single);
+    } else {
+      EXPECT_EQ(opt0, opt1);
+    }
+  }
+  // The same point with --gpus from the command line; a worker that fails (here: OOM under a tiny memory
+  // limit) ends the others, and the point is stored with its rank's message while the sweep goes on.
+  std::string big = kDataParallelScenario;
+  big.replace(big.find("[axes]\n"), 7, "[axes]\nbatch = [64]\nseq = [128]\n");
+  const std::string sc_big = write("dp_big.toml", big);
+  auto oom = mocbench("run " + sc_big + " --db " + db + " --only ffn=dense --only zero1=false --cpu-memory-limit-mib 1");
+  EXPECT_EQ(oom.code, 0) << oom.out;
+  const auto o = store.points(2);
+  ASSERT_EQ(o.size(), 2u);
+  for (const auto& p : o) {
+    EXPECT_EQ(p.status, "oom") << p.error;
+  }
+  EXPECT_NE(o[1].error.find("rank "), std::string::npos) << o[1].error;
+}
+
+TEST_F(Cli, LaunchContractMistakesAreRefusedBeforeAnyWork) {
+  const std::string sc = write("dp.toml", kDataParallelScenario);
+  const std::string db = path("c.db");
+  // A rank without its world size.
+  auto r = mocbench_env("MOCBENCH_RANK=0", "run " + sc + " --db " + db);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("MOCBENCH_WORLD_SIZE is missing"), std::string::npos) << r.out;
+  // A launch of 2 ranks with points that are not gpus = 2.
+  r = mocbench_env("MOCBENCH_RANK=0 MOCBENCH_WORLD_SIZE=2 MOCBENCH_LOCAL_RANK=0 MOCBENCH_NCCL_ID_FILE=" + path("id"),
+                   "run " + sc + " --db " + db);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("every point must train with gpus = 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--only gpus=2"), std::string::npos) << r.out;
+  // Outside mocbench's launcher the CPU backend has no shared memory to meet in.
+  r = mocbench_env("MOCBENCH_RANK=0 MOCBENCH_WORLD_SIZE=2 MOCBENCH_LOCAL_RANK=0 MOCBENCH_NCCL_ID_FILE=" + path("id"),
+                   "run " + sc + " --db " + db + " --only gpus=2 --only zero1=false --only ffn=dense");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("mocbench's own launcher"), std::string::npos) << r.out << r.out;
+  EXPECT_FALSE(fs::exists(db) && db::ResultsDb::open(db, db::OpenMode::read_only).points(1).size() > 0 &&
+               db::ResultsDb::open(db, db::OpenMode::read_only).points(1)[0].status == "ok");
+}
+
 TEST_F(Cli, OutOfMemoryPointIsStoredAndTheSweepGoesOn) {
   const std::string sc = write("oom.toml", kOomScenario);
   const std::string db = path("o.db");

@@ -93,7 +93,7 @@ TEST(DistEnv, IdsRoundTripThroughHex) {
 }
 
 TEST(DistLaunch, WorkersGetTheContractOneGpuEachAndNoNvls) {
-  const auto env = worker_environment(1, 2, kId, {3, 5});
+  const auto env = worker_environment(1, 2, "MOCBENCH_NCCL_ID=" + kId, {"3", "5"});
   const std::set<std::string> s(env.begin(), env.end());
   for (const char* v : {"MOCBENCH_RANK=1", "MOCBENCH_WORLD_SIZE=2", "MOCBENCH_LOCAL_RANK=0", "CUDA_VISIBLE_DEVICES=5",
                         "NCCL_NVLS_ENABLE=0"})
@@ -117,7 +117,7 @@ TEST(DistLaunch, MoreGpusThanTheMachineHasAreRefusedBeforeAnyWork) {
     EXPECT_NE(std::string(e.what()).find("gpus = 4 but this machine has 2 usable GPUs"), std::string::npos) << e.what();
   }
   EXPECT_THROW(check_gpu_count(0, 2), ConfigError);
-  EXPECT_THROW(worker_environment(0, 3, kId, {0, 1}), ConfigError);
+  EXPECT_THROW(worker_environment(0, 3, "MOCBENCH_NCCL_ID=" + kId, {"0", "1"}), ConfigError);
 }
 
 TEST(GradBuckets, EveryGradientOnceInReadyOrderWithinTheCap) {
@@ -154,7 +154,13 @@ TEST(GradBuckets, EveryGradientOnceInReadyOrderWithinTheCap) {
 }  // namespace moc
 
 #include <thread>
+#include <unistd.h>
+#include <chrono>
 
+#include <filesystem>
+#include <fstream>
+
+#include "kernels/cpu/shm_comm.h"
 #include "kernels/ops.h"
 #include "kernels/local_comm.h"
 #include "model/trainer.h"
@@ -256,6 +262,163 @@ TEST(DataParallel, TwoRanksOnHalvesEqualOneProcessOnTheWholeBatch) {
         EXPECT_LT(test::rel_err(weights[0][i], w1), v.fp32_master ? 2e-2 : 1e-4) << whole.params()[i].name;
       }
     }
+}
+
+
+TEST(DistLaunch, WorkersGetTheGpusThisProcessSees) {
+  EXPECT_EQ(visible_devices(nullptr, 3), (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_EQ(visible_devices("", 2), (std::vector<std::string>{"0", "1"}));
+  // Worker i gets the i-th entry of CUDA_VISIBLE_DEVICES, not the machine's i-th GPU (UUIDs pass through).
+  EXPECT_EQ(visible_devices("4, 6", 2), (std::vector<std::string>{"4", "6"}));
+  EXPECT_EQ(visible_devices("GPU-ab12,GPU-cd34", 2), (std::vector<std::string>{"GPU-ab12", "GPU-cd34"}));
+}
+
+TEST(DistLaunch, TheNcclIdTravelsThroughTheIdFile) {
+  const auto dir = std::filesystem::temp_directory_path() / ("mocbench-id-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  DistEnv d;
+  d.world = 2;
+  d.nccl_id_file = (dir / "nccl.id").string();
+  d.id_timeout_s = 30;
+  std::vector<unsigned char> id(128);
+  std::iota(id.begin(), id.end(), static_cast<unsigned char>(7));
+  int made = 0;
+  // Rank 1 starts first and waits; rank 0 makes the id and writes it.
+  std::vector<unsigned char> got1;
+  std::thread waiter([&] {
+    DistEnv r1 = d;
+    r1.rank = 1;
+    got1 = acquire_nccl_id(r1, [&]() -> std::vector<unsigned char> { throw std::logic_error("rank 1 must not make the id"); });
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  DistEnv r0 = d;
+  r0.rank = 0;
+  EXPECT_EQ(acquire_nccl_id(r0, [&] {
+              ++made;
+              return id;
+            }),
+            id);
+  waiter.join();
+  EXPECT_EQ(got1, id);
+  EXPECT_EQ(made, 1);
+  // From the environment's hex, nobody makes one.
+  DistEnv hex = d;
+  hex.rank = 1;
+  hex.nccl_id = id_to_hex(id);
+  EXPECT_EQ(acquire_nccl_id(hex, [&]() -> std::vector<unsigned char> { throw std::logic_error("no"); }), id);
+  // A rank that never sees the file gives up with what to check.
+  DistEnv lonely = d;
+  lonely.rank = 1;
+  lonely.nccl_id_file = (dir / "never.id").string();
+  lonely.id_timeout_s = 0.1;
+  try {
+    acquire_nccl_id(lonely, [] { return std::vector<unsigned char>(128); });
+    ADD_FAILURE() << "no timeout";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0's NCCL id"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The CPU backend's multi-process communicator against the in-process reference, with slots small enough
+// that every tensor goes in several chunks (ranks are threads here; the barrier is process-shared either way).
+TEST(ShmComm, MatchesTheInProcessReference) {
+  const auto file = (std::filesystem::temp_directory_path() / ("mocbench-shm-" + std::to_string(::getpid()))).string();
+  create_shm_comm_file(file, 2, 40);  // 5 doubles per rank
+  LocalCommGroup group(2);
+  std::vector<std::vector<std::vector<float>>> shm_out(2), ref_out(2);
+  std::vector<std::vector<double>> gathered(2);
+  std::vector<double> means(2);
+  auto rank_main = [&](int rank) {
+    auto ops = make_cpu_ops();
+    const auto comm = open_shm_communicator(file, rank, 2, *ops);
+    LocalCommunicator ref(group, rank, *ops);
+    std::mt19937 rng(static_cast<std::uint32_t>(100 + rank));
+    auto fresh = [&] {
+      std::vector<Tensor> t;
+      t.push_back(test::random_tensor(*ops, rng, {3, 7}));
+      t.push_back(test::random_tensor(*ops, rng, {13}, 1.0f, DType::bf16));
+      t.push_back(test::random_tensor(*ops, rng, {2, 2}));
+      return t;
+    };
+    auto a = fresh();
+    rng.seed(static_cast<std::uint32_t>(100 + rank));
+    auto b = fresh();  // the same values
+    // all-reduce, reduce to rank 1 (the third tensor), broadcast from rank 0 (the first).
+    comm->start({{&a[0], -1}, {&a[1], -1}, {&a[2], 1}});
+    comm->wait();
+    ref.start({{&b[0], -1}, {&b[1], -1}, {&b[2], 1}});
+    comm->broadcast({{&a[0], 0}});
+    ref.broadcast({{&b[0], 0}});
+    for (auto& t : a) shm_out[static_cast<std::size_t>(rank)].push_back(ops->download_f32(t));
+    for (auto& t : b) ref_out[static_cast<std::size_t>(rank)].push_back(ops->download_f32(t));
+    gathered[static_cast<std::size_t>(rank)] = comm->all_gather({1.0 * rank, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0 + rank});
+    means[static_cast<std::size_t>(rank)] = comm->mean(rank == 0 ? 1.5 : 2.5);
+    const CommTimes t = comm->take_times();
+    EXPECT_GT(t.bytes, 0.0);
+    EXPECT_GE(t.calls, 1);
+  };
+  std::thread r1(rank_main, 1);
+  rank_main(0);
+  r1.join();
+  std::filesystem::remove(file);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(shm_out[static_cast<std::size_t>(r)], ref_out[static_cast<std::size_t>(r)]) << "rank " << r;
+  EXPECT_EQ(shm_out[0][0], shm_out[1][0]);
+  EXPECT_EQ(shm_out[0][1], shm_out[1][1]);
+  EXPECT_NE(shm_out[0][2], shm_out[1][2]) << "a reduce leaves the other rank's copy as it was";
+  const std::vector<double> want = {0, 2, 3, 4, 5, 6, 7, 1, 2, 3, 4, 5, 6, 8};
+  EXPECT_EQ(gathered[0], want);
+  EXPECT_EQ(gathered[1], want);
+  EXPECT_EQ(means[0], 2.0);
+  EXPECT_EQ(means[1], 2.0);
+  EXPECT_THROW(open_shm_communicator(file + ".missing", 0, 2, *make_cpu_ops()), std::runtime_error);
+}
+
+// Rank 0 ends with the point's metrics for all: throughput summed, the slowest step, each rank's own values.
+TEST(DistMetrics, RankZeroGetsTheAggregateAndEveryRanksValues) {
+  LocalCommGroup group(2);
+  std::vector<std::vector<std::pair<std::string, double>>> out(2);
+  auto rank_main = [&](int rank) {
+    auto ops = make_cpu_ops();
+    LocalCommunicator comm(group, rank, *ops);
+    std::vector<std::pair<std::string, double>> m = {
+        {"step_ms", rank == 0 ? 10.0 : 12.0}, {"tokens_per_s", rank == 0 ? 1000.0 : 900.0}, {"mfu_pct", rank == 0 ? 40.0 : 36.0},
+        {"peak_optimizer_state_bytes", rank == 0 ? 100.0 : 80.0}, {"peak_bytes", rank == 0 ? 500.0 : 520.0}, {"loss_last", 3.0}};
+    join_rank_metrics(comm, m);
+    out[static_cast<std::size_t>(rank)] = m;
+  };
+  std::thread r1(rank_main, 1);
+  rank_main(0);
+  r1.join();
+  std::map<std::string, double> m0(out[0].begin(), out[0].end());
+  EXPECT_EQ(m0["tokens_per_s"], 1900.0);
+  EXPECT_EQ(m0["tokens_per_s_per_gpu"], 950.0);
+  EXPECT_EQ(m0["step_ms"], 12.0);
+  EXPECT_EQ(m0["mfu_pct"], 38.0);
+  EXPECT_EQ(m0["peak_bytes"], 500.0) << "memory per GPU is rank 0's";
+  EXPECT_EQ(m0["peak_bytes_max"], 520.0);
+  EXPECT_EQ(m0["ranks"], 2.0);
+  EXPECT_EQ(m0["rank1_peak_optimizer_state_bytes"], 80.0);
+  EXPECT_EQ(m0["rank0_tokens_per_s"], 1000.0);
+  EXPECT_EQ(m0["rank1_step_ms"], 12.0);
+  EXPECT_EQ(out[1].size(), 6u) << "the other ranks keep their own";
+  // Ranks that measured different things are refused rather than mixed.
+  LocalCommGroup g2(2);
+  std::vector<bool> threw(2);
+  auto bad = [&](int rank) {
+    auto ops = make_cpu_ops();
+    LocalCommunicator comm(g2, rank, *ops);
+    std::vector<std::pair<std::string, double>> m = {{rank == 0 ? "a" : "b", 1.0}};
+    try {
+      join_rank_metrics(comm, m);
+    } catch (const std::runtime_error&) {
+      threw[static_cast<std::size_t>(rank)] = true;
+    }
+  };
+  std::thread b1(bad, 1);
+  bad(0);
+  b1.join();
+  EXPECT_TRUE(threw[0] && threw[1]);
 }
 
 }  // namespace

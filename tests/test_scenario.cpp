@@ -597,22 +597,30 @@ TEST(ScenarioData, AWeightsAxisMixesRandomAndTemplatedCheckpoints) {
 namespace moc {
 namespace {
 
-TEST(ScenarioGpus, GpusIsATrainAxisAndTheCpuBackendRunsOne) {
+TEST(ScenarioGpus, GpusZero1AndOverlapAreTrainAxes) {
   const std::string train =
       "name = \"t\"\nmode = \"train\"\n[model]\npreset = \"tiny\"\n[axes]\ngpus = [1, 2]\n"  // gpus on line 6
-      "[overrides.cpu]\naxes = { gpus = [1] }\n";
+      "zero1 = [false, true]\n[[exclude]]\ngpus = 1\nzero1 = true\n";
   const auto s = parse_scenario(train, kFile);
   const auto cuda = s.expand("cuda");
-  ASSERT_EQ(cuda.size(), 2u);
+  ASSERT_EQ(cuda.size(), 3u);
   EXPECT_EQ(cuda[0].gpus, 1);
+  EXPECT_FALSE(cuda[0].zero1);
   EXPECT_EQ(cuda[1].gpus, 2);
-  EXPECT_EQ(s.expand("cpu").size(), 1u);
+  EXPECT_FALSE(cuda[1].zero1);
+  EXPECT_TRUE(cuda[2].zero1);
+  EXPECT_TRUE(cuda[2].comm_overlap);
+  // The CPU backend runs its ranks as processes too (shared memory instead of NCCL: the launcher's test bed).
+  EXPECT_EQ(s.expand("cpu").size(), 3u);
   EXPECT_EQ(parse_scenario(kBase, kFile).expand("cpu")[0].gpus, 1);
-  // Without the CPU override the CPU expansion is refused at the axis, as is data parallelism outside train.
-  expect_refused("name = \"t\"\nmode = \"train\"\n[model]\npreset = \"tiny\"\n[axes]\ngpus = [1, 2]\n", 6, 0,
-                 "the CPU backend runs one process", "[overrides.cpu] axes = { gpus = [1] }");
+  const std::string head = "name = \"t\"\nmode = \"train\"\n[model]\npreset = \"tiny\"\n[axes]\n";
   expect_refused(kBase + "gpus = [2]\n", 7, 0, "data parallelism is for train points, not ffn-decode");
   expect_refused(kBase + "gpus = [0]\n", 7, 0, "must be positive");
+  // zero1 and comm_overlap = false mean nothing on one GPU: refused, with the exclude that fixes it.
+  expect_refused(head + "gpus = [1, 2]\nzero1 = [true]\n", 7, 0, "applies to data-parallel points (gpus > 1)",
+                 "[[exclude]] gpus = 1, zero1 = true");
+  expect_refused(head + "comm_overlap = [false]\n", 6, 0, "applies to data-parallel points (gpus > 1)");
+  expect_refused(head + "zero1 = [\"yes\"]\n", 6, 0, "zero1");
 }
 
 }  // namespace

@@ -129,6 +129,7 @@ class NcclCommunicator final : public Communicator {
     times_ = {};
     return t;
   }
+  void bind(Ops& ops) override { ops_ = &ops; }
   int rank() const override { return rank_; }
   int world() const override { return world_; }
 

@@ -1,0 +1,216 @@
+#include "app/dist_run.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "kernels/cpu/shm_comm.h"
+#include "model/config.h"
+#ifdef MOCBENCH_HAVE_CUDA
+#include "kernels/cuda/cuda_info.h"
+#include "kernels/cuda/nccl.h"
+#endif
+
+extern char** environ;
+
+namespace moc {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<Communicator> make_rank_communicator(const DistEnv& d, const std::string& backend, Ops& ops) {
+  if (backend == "cpu") {
+    const char* f = std::getenv("MOCBENCH_SHM_FILE");
+    if (f == nullptr || *f == 0)
+      throw ConfigError("the CPU backend's ranks meet in shared memory that mocbench's own launcher prepares "
+                        "(gpus = N in a scenario, or --gpus N); under " + d.source +
+                        " run the CUDA backend (--device cuda)");
+    return open_shm_communicator(f, d.rank, d.world, ops);
+  }
+#ifdef MOCBENCH_HAVE_CUDA
+  if (!cuda::nccl_available()) throw ConfigError("this build has no NCCL: data-parallel training is off");
+  const auto id = acquire_nccl_id(d, [] { return cuda::nccl_unique_id(); });
+  return cuda::make_nccl_communicator(ops, id, d.rank, d.world);
+#else
+  throw ConfigError("this build has no CUDA backend: data parallelism over GPUs needs one");
+#endif
+}
+
+void report_worker_failure(const DistEnv& d, const std::string& status, const std::string& message) {
+  const char* dir = std::getenv("MOCBENCH_WORKER_DIR");
+  if (dir == nullptr || *dir == 0) return;
+  std::ofstream f(fs::path(dir) / ("rank" + std::to_string(d.rank) + ".error"), std::ios::trunc);
+  f << status << "\n" << message;
+}
+
+namespace {
+
+std::string self_exe() {
+  std::error_code ec;
+  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw ConfigError("cannot find mocbench's own executable to start workers: " + ec.message());
+  return p.string();
+}
+
+std::vector<std::string> parent_environment(const std::vector<std::string>& add) {
+  std::vector<std::string> out;
+  auto name_of = [](const std::string& kv) { return kv.substr(0, kv.find('=')); };
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv(*e), name = name_of(kv);
+    bool replaced = false;
+    for (const auto& a : add) replaced = replaced || name_of(a) == name;
+    if (!replaced) out.push_back(kv);
+  }
+  out.insert(out.end(), add.begin(), add.end());
+  return out;
+}
+
+std::string exit_text(int status) {
+  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("signal ") + strsignal(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+}  // namespace
+
+StoredPoint run_point_workers(const WorkerLaunch& w) {
+  const int n = w.gpus;
+  std::string tmpl = (fs::temp_directory_path() / "mocbench-point-XXXXXX").string();
+  if (mkdtemp(tmpl.data()) == nullptr) throw ConfigError("cannot create a directory for the workers in " + fs::temp_directory_path().string());
+  const fs::path dir(tmpl);
+  struct Cleanup {
+    fs::path d;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+    }
+  } cleanup{dir};
+
+  std::vector<std::string> devices, common = {"MOCBENCH_WORKER_DIR=" + dir.string()};
+  std::string id_setting = "MOCBENCH_NCCL_ID_FILE=" + (dir / "nccl.id").string();
+  if (w.backend == "cpu") {
+    create_shm_comm_file((dir / "comm.shm").string(), n);
+    common.push_back("MOCBENCH_SHM_FILE=" + (dir / "comm.shm").string());
+    // The ranks share the machine's cores.
+    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    common.push_back("OMP_NUM_THREADS=" + std::to_string(std::max(1u, hw / static_cast<unsigned>(n))));
+    for (int r = 0; r < n; ++r) devices.push_back(std::to_string(r));  // unused by the CPU backend
+  } else {
+    int count = 0;
+#ifdef MOCBENCH_HAVE_CUDA
+    count = static_cast<int>(cuda::list_gpus().size());
+#endif
+    devices = visible_devices(std::getenv("CUDA_VISIBLE_DEVICES"), count);
+  }
+  const std::string exe = self_exe(), db = (dir / "point.db").string();
+  std::vector<std::string> args = {exe, "run", w.scenario_path, "--point", std::to_string(w.point_index), "--db", db,
+                                   "--quiet", "--device", w.backend};
+  args.insert(args.end(), w.extra_args.begin(), w.extra_args.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  std::vector<pid_t> pids;
+  auto kill_all = [&](int sig) {
+    for (pid_t p : pids)
+      if (p > 0) ::kill(p, sig);
+  };
+  for (int r = 0; r < n; ++r) {
+    auto add = worker_environment(r, n, id_setting, devices);
+    add.insert(add.end(), common.begin(), common.end());
+    auto env = parent_environment(add);
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data());
+    if (rc != 0) {
+      kill_all(SIGKILL);
+      for (pid_t p : pids) waitpid(p, nullptr, 0);
+      throw ConfigError("cannot start worker " + std::to_string(r) + " (" + exe + "): " + std::strerror(rc));
+    }
+    pids.push_back(pid);
+  }
+
+  // Wait for all. When one rank ends badly, the others are blocked in a collective: end them (SIGTERM, then
+  // SIGKILL after a grace period).
+  std::vector<int> status(static_cast<std::size_t>(n), 0);
+  std::vector<bool> done(static_cast<std::size_t>(n), false);
+  int first_bad = -1, left = n;
+  bool forwarded = false;
+  std::chrono::steady_clock::time_point bad_at;
+  while (left > 0) {
+    for (int r = 0; r < n; ++r) {
+      if (done[static_cast<std::size_t>(r)]) continue;
+      int st = 0;
+      const pid_t got = waitpid(pids[static_cast<std::size_t>(r)], &st, WNOHANG);
+      if (got == 0) continue;
+      done[static_cast<std::size_t>(r)] = true;
+      status[static_cast<std::size_t>(r)] = st;
+      pids[static_cast<std::size_t>(r)] = -1;
+      --left;
+      const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+      if (!ok && first_bad < 0) {
+        first_bad = r;
+        bad_at = std::chrono::steady_clock::now();
+        kill_all(SIGTERM);
+      }
+    }
+    if (w.stop && w.stop->load() && !forwarded) {
+      kill_all(SIGINT);
+      forwarded = true;
+    }
+    if (first_bad >= 0 && left > 0 && std::chrono::steady_clock::now() - bad_at > std::chrono::seconds(10)) kill_all(SIGKILL);
+    if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+
+  StoredPoint out;
+  if (first_bad < 0) {
+    std::error_code ec;
+    if (!fs::exists(db, ec)) {
+      out.rec.status = "failed";
+      out.rec.error = "the workers ended without storing the point";
+      return out;
+    }
+    const db::ResultsDb in = db::ResultsDb::open(db, db::OpenMode::read_only);
+    const auto runs = in.runs();
+    const auto points = runs.empty() ? std::vector<db::PointRecord>{} : in.points(runs.front().id);
+    if (points.empty()) {
+      out.rec.status = "failed";
+      out.rec.error = "rank 0 stored no point";
+      return out;
+    }
+    out.rec = points.front();
+    out.ranges = in.ranges(out.rec.id);
+    out.memory = in.memory_events(out.rec.id);
+    out.series = in.series(out.rec.id);
+    out.profile = in.profile(out.rec.id);
+    return out;
+  }
+  // The first rank that failed says why (its message file), else its exit status.
+  out.rec.status = "failed";
+  std::string message = "rank " + std::to_string(first_bad) + " ended with " + exit_text(status[static_cast<std::size_t>(first_bad)]);
+  std::ifstream f(dir / ("rank" + std::to_string(first_bad) + ".error"));
+  std::string st;
+  if (f && std::getline(f, st)) {
+    std::stringstream rest;
+    rest << f.rdbuf();
+    out.rec.status = st;
+    message = "rank " + std::to_string(first_bad) + ": " + rest.str();
+  } else if (forwarded) {
+    out.rec.status = "interrupted";
+    message = "stopped by SIGINT";
+  }
+  out.rec.error = message;
+  return out;
+}
+
+}  // namespace moc
