@@ -138,7 +138,71 @@ PointSpec to_spec(const ScenarioPoint& p, bool no_profile) {
   s.persistent_decode = p.decode_impl == "persistent";
   s.weights = p.weights;
   s.data = p.data;
+  s.zero1 = p.zero1;
+  s.comm_overlap = p.comm_overlap;
   return s;
+}
+
+// A point in this process: its backend (made per point, so each starts with an empty allocator) and, for a
+// rank of a launch, the communicator (made at the first point and kept: NCCL's creation is collective).
+PointOutcome run_here(const ScenarioPoint& p, const RunOptions& opt, const std::string& backend, const DistEnv& dist,
+                      std::unique_ptr<Communicator>& comm, std::string& host_limit_note) {
+  std::unique_ptr<Ops> ops;
+  std::size_t limit = 0;  // the CPU backend's memory limit, for the early refusal of points that cannot fit
+#ifdef MOCBENCH_HAVE_CUDA
+  if (backend == "cuda") ops = cuda::make_cuda_ops(dist.local_rank);
+#endif
+  if (!ops) {
+    // By default the host's available memory (read again for each point) less a margin: a point that
+    // cannot fit is OutOfMemory, not a process the kernel's OOM killer ends.
+    limit = opt.cpu_memory_limit_bytes;
+    host_limit_note.clear();
+    if (limit == 0)
+      if (const auto hm = host_memory_available()) {
+        limit = default_cpu_memory_limit(*hm);
+        host_limit_note = " (the default limit: " + std::to_string(hm->available_bytes >> 20) + " MiB available per " +
+                          hm->source + " less a margin; --cpu-memory-limit-mib sets another)";
+      }
+    ops = make_cpu_ops(limit);
+  }
+  PointSpec spec = to_spec(p, opt.no_profile);
+  spec.memory_limit_bytes = limit;
+#ifdef MOCBENCH_HAVE_CUDA
+  if (backend == "cuda") spec.peak_flops = dense_bf16_peak_flops(cuda::list_gpus().at(0));
+#endif
+  if (dist.distributed()) {
+    if (!comm) comm = make_rank_communicator(dist, backend, *ops);
+    else comm->bind(*ops);
+    spec.comm = comm.get();
+  }
+  return run_point(*ops, spec);
+}
+
+// A data-parallel point on this machine's GPUs: one worker process per GPU (app/dist_run.h).
+StoredPoint run_on_workers(const std::string& path, const ScenarioPoint& p, const RunOptions& opt, const std::string& backend) {
+  WorkerLaunch w;
+  w.scenario_path = path;
+  w.point_index = p.index;
+  w.gpus = p.gpus;
+  w.backend = backend;
+  w.stop = &g_stop;
+  if (opt.no_profile) w.extra_args.push_back("--no-profile");
+  if (opt.gpus > 0) w.extra_args.insert(w.extra_args.end(), {"--gpus", std::to_string(opt.gpus)});
+  if (opt.cpu_memory_limit_bytes)
+    w.extra_args.insert(w.extra_args.end(), {"--cpu-memory-limit-mib", std::to_string(opt.cpu_memory_limit_bytes >> 20)});
+  return run_point_workers(w);
+}
+
+// What the database keeps of a point measured in this process.
+StoredPoint stored_from(PointOutcome& out) {
+  StoredPoint sp;
+  for (const auto& r : out.ranges) sp.ranges.push_back({r.name, r.start_ns, r.end_ns, r.depth});
+  for (const auto& e : out.memory_events)
+    sp.memory.push_back({e.t_ns, std::string(category_name(e.tag.category)), std::string(module_name(e.tag.module)),
+                         e.tag.layer, e.bytes});
+  for (auto& sr : out.series) sp.series.push_back({std::move(sr.name), std::move(sr.x), std::move(sr.y)});
+  sp.profile = std::move(out.profile);
+  return sp;
 }
 }  // namespace
 
@@ -370,63 +434,24 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     rec.index = p.index;  // the sweep position, also when --only runs a subset
     rec.mode = p.mode;
     rec.axes = p.axes;
-    PointOutcome out;
-    std::optional<StoredPoint> from_workers;
+    StoredPoint stored;
     try {
       if (!dist.distributed() && p.gpus > 1) {
-        // This machine's GPUs: one worker process per GPU (app/dist_run.h).
-        WorkerLaunch w;
-        w.scenario_path = path;
-        w.point_index = p.index;
-        w.gpus = p.gpus;
-        w.backend = backend;
-        w.stop = &g_stop;
-        if (opt.no_profile) w.extra_args.push_back("--no-profile");
-        if (opt.gpus > 0) w.extra_args.insert(w.extra_args.end(), {"--gpus", std::to_string(opt.gpus)});
-        if (opt.cpu_memory_limit_bytes)
-          w.extra_args.insert(w.extra_args.end(), {"--cpu-memory-limit-mib", std::to_string(opt.cpu_memory_limit_bytes >> 20)});
-        from_workers = run_point_workers(w);
-        rec.status = from_workers->rec.status;
-        rec.error = from_workers->rec.error;
-        rec.metrics = from_workers->rec.metrics;
+        stored = run_on_workers(path, p, opt, backend);
+        rec.status = stored.rec.status;
+        rec.error = stored.rec.error;
+        rec.metrics = stored.rec.metrics;
         if (rec.status == "ok") ++ok;
         else if (rec.status == "oom") ++oom;
         else if (rec.status != "interrupted") ++failed;
       } else {
-      std::unique_ptr<Ops> ops;
-      std::size_t limit = 0;  // the CPU backend's memory limit, for the early refusal of points that cannot fit
-#ifdef MOCBENCH_HAVE_CUDA
-      if (backend == "cuda") ops = cuda::make_cuda_ops(dist.local_rank);
-#endif
-      if (!ops) {
-        // By default the host's available memory (read again for each point) less a margin: a point that
-        // cannot fit is OutOfMemory, not a process the kernel's OOM killer ends.
-        limit = opt.cpu_memory_limit_bytes;
-        host_limit_note.clear();
-        if (limit == 0)
-          if (const auto hm = host_memory_available()) {
-            limit = default_cpu_memory_limit(*hm);
-            host_limit_note = " (the default limit: " + std::to_string(hm->available_bytes >> 20) + " MiB available per " +
-                              hm->source + " less a margin; --cpu-memory-limit-mib sets another)";
-          }
-        ops = make_cpu_ops(limit);
-      }
-      PointSpec spec = to_spec(p, opt.no_profile);
-      spec.memory_limit_bytes = limit;
-      spec.zero1 = p.zero1;
-      spec.comm_overlap = p.comm_overlap;
-#ifdef MOCBENCH_HAVE_CUDA
-      if (backend == "cuda") spec.peak_flops = dense_bf16_peak_flops(cuda::list_gpus().at(0));
-#endif
-      if (dist.distributed()) {
-        if (!comm) comm = make_rank_communicator(dist, backend, *ops);
-        else comm->bind(*ops);
-        spec.comm = comm.get();
-      }
-      out = run_point(*ops, spec);
-      rec.status = "ok";
-      rec.metrics = out.metrics;
-      ++ok;
+        PointOutcome out = run_here(p, opt, backend, dist, comm, host_limit_note);
+        if (!out.profile_note.empty())
+          std::fprintf(stderr, "\nmocbench: point %d not profiled: %s\n", p.index, out.profile_note.c_str());
+        rec.status = "ok";
+        rec.metrics = out.metrics;
+        stored = stored_from(out);
+        ++ok;
       }
     } catch (const Interrupted&) {
       rec.status = "interrupted";
@@ -450,24 +475,8 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
       if (p.gpus > 1 && tps > 0 && twin != one_gpu_tokens_per_s.end())
         rec.metrics.push_back({"scaling_efficiency_pct", 100.0 * tps / (p.gpus * twin->second)});
     }
-    std::vector<db::RangeRecord> ranges;
-    for (const auto& r : out.ranges) ranges.push_back({r.name, r.start_ns, r.end_ns, r.depth});
-    std::vector<db::MemEventRecord> mem;
-    for (const auto& e : out.memory_events)
-      mem.push_back({e.t_ns, std::string(category_name(e.tag.category)), std::string(module_name(e.tag.module)),
-                     e.tag.layer, e.bytes});
-    std::vector<db::SeriesRecord> series;
-    for (auto& sr : out.series) series.push_back({std::move(sr.name), std::move(sr.x), std::move(sr.y)});
-    if (from_workers) {
-      ranges = std::move(from_workers->ranges);
-      mem = std::move(from_workers->memory);
-      series = std::move(from_workers->series);
-      if (from_workers->profile) out.profile = std::move(from_workers->profile);
-    }
-    if (!out.profile_note.empty())
-      std::fprintf(stderr, "\nmocbench: point %d not profiled: %s\n", p.index, out.profile_note.c_str());
     try {
-      store.add_point(rec, ranges, mem, out.profile ? &*out.profile : nullptr, series);
+      store.add_point(rec, stored.ranges, stored.memory, stored.profile ? &*stored.profile : nullptr, stored.series);
     } catch (const std::exception& e) {
       // The run stops on a database error (disk full, I/O error): close it as failed where the file can still
       // be written, so it does not stay "running"; the caller reports the error either way.
