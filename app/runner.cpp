@@ -267,6 +267,11 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
   if (opt.gpus > 0) {  // --gpus N: every train point data-parallel on N GPUs
     for (auto& p : points) {
       if (p.mode != "train") continue;
+      if (p.data.active() && opt.gpus > 1) {
+        std::fprintf(stderr, "%s: point #%d trains on [data] text, which runs on one GPU (data-parallel text training "
+                             "is not built)\n  hint: --only to leave it out, or drop --gpus\n", path.c_str(), p.index);
+        return 2;
+      }
       p.gpus = opt.gpus;
       bool found = false;
       for (auto& [k, v] : p.axes)

@@ -305,6 +305,10 @@ TEST_F(Cli, LaunchContractMistakesAreRefusedBeforeAnyWork) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("every point must train with gpus = 2"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--only gpus=2"), std::string::npos) << r.out;
+  // --gpus on text training ([data]), which is single-GPU.
+  r = mocbench("run " + std::string(MOCBENCH_SOURCE_DIR) + "/scenarios/quality_small.toml --device cpu --gpus 2 --db " + db);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("trains on [data] text, which runs on one GPU"), std::string::npos) << r.out;
   // Outside mocbench's launcher the CPU backend has no shared memory to meet in.
   r = mocbench_env("MOCBENCH_RANK=0 MOCBENCH_WORLD_SIZE=2 MOCBENCH_LOCAL_RANK=0 MOCBENCH_NCCL_ID_FILE=" + path("id"),
                    "run " + sc + " --db " + db + " --only gpus=2 --only zero1=false --only ffn=dense");
