@@ -7,12 +7,12 @@
 #include <random>
 #include <stdexcept>
 
+#include "app/dist_launch.h"
 #include "model/checkpoint.h"
 #include "model/decoder.h"
 #include "model/ffn.h"
 #include "model/memory_model.h"
 #include "model/trainer.h"
-#include "app/dist_launch.h"
 #include "model/transformer.h"
 #include "profiling/recording_ops.h"
 #include "profiling/tracer.h"

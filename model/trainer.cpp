@@ -58,6 +58,10 @@ Trainer::Trainer(Transformer& model, const TrainConfig& cfg, Communicator* comm)
   norm_acc_ = o.empty({1}, DType::f32, workspace_tag());
 }
 
+Trainer::~Trainer() {
+  if (comm_ != nullptr && cfg_.overlap) model_->set_grads_ready({});
+}
+
 float Trainer::lr_at(int step) const {
   if (cfg_.warmup_steps > 0 && step <= cfg_.warmup_steps)
     return cfg_.lr * static_cast<float>(step) / static_cast<float>(cfg_.warmup_steps);

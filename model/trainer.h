@@ -43,6 +43,9 @@ class Trainer {
   // feed batches of the same number of (non-ignored) target tokens, so the mean of their means is the
   // global mean. Parameters must start equal on every rank (the same seed, or the same checkpoint).
   Trainer(Transformer& model, const TrainConfig& cfg, Communicator* comm = nullptr);
+  ~Trainer();  // detaches from the model's gradient hook
+  Trainer(const Trainer&) = delete;  // the model's hook points at this object
+  Trainer& operator=(const Trainer&) = delete;
   StepResult step(const Tensor& tokens, const Tensor& targets, int batch, int seq);
   float lr_at(int step) const;  // step is 1-based
   int steps_done() const { return step_; }
