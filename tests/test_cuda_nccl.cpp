@@ -80,6 +80,7 @@ TEST(GpuNccl, OneRankCommunicatorKeepsValuesAndTraining) {
 // batch against one GPU on the whole batch (the same loss curve within bf16 tolerance), with gradients in
 // buckets overlapping backward, all after backward, and ZeRO-1 (= unsharded AdamW). It needs two GPUs, or
 // an NCCL that accepts two ranks on one GPU; otherwise it skips saying which.
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -210,8 +211,16 @@ TEST(GpuNccl, TwoProcessesAllReduceExactlyAndTrainLikeOneGpuOnTheWholeBatch) {
     std::vector<char*> envp, argv = {exe.data(), filter.data(), nullptr};
     for (auto& s : env) envp.push_back(s.data());
     envp.push_back(nullptr);
+    // Each worker's output to a file, shown when it fails (on one GPU the refusal is expected, not noise).
+    const std::string log = (dir / ("rank" + std::to_string(r) + ".log")).string();
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
     pid_t pid = 0;
-    ASSERT_EQ(posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data()), 0);
+    const int rc = posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    ASSERT_EQ(rc, 0);
     pids.push_back(pid);
   }
   bool ok = true;
@@ -229,10 +238,17 @@ TEST(GpuNccl, TwoProcessesAllReduceExactlyAndTrainLikeOneGpuOnTheWholeBatch) {
       lines[static_cast<std::size_t>(r)].emplace_back(std::istream_iterator<double>(is), std::istream_iterator<double>());
     }
   }
+  std::string logs;
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream f(dir / ("rank" + std::to_string(r) + ".log"));
+    logs += "--- rank " + std::to_string(r) + "\n" + std::string(std::istreambuf_iterator<char>(f), {});
+  }
   std::filesystem::remove_all(dir);
   if (!ok && gpus < 2 && lines[0].size() < 2)
-    GTEST_SKIP() << "one GPU, and this NCCL refuses two ranks on it; run on a machine with two GPUs";
-  ASSERT_TRUE(ok) << "a worker failed (its output is above)";
+    GTEST_SKIP() << "one GPU, and this NCCL refuses two ranks on it ("
+                 << (logs.find("invalid usage") != std::string::npos ? "ncclCommInitRank: invalid usage" : "see the workers' logs")
+                 << "); run on a machine with two GPUs";
+  ASSERT_TRUE(ok) << "a worker failed:\n" << logs;
   ASSERT_EQ(lines[0].size(), 3u + std::size(kVariants));
   ASSERT_EQ(lines[1].size(), lines[0].size());
   // Expected collectives from the ranks' inputs, on the host in f64.
