@@ -1,4 +1,4 @@
-// Data-parallel runs (issue 15, part): how the processes of one run find each other. One process per GPU;
+// Data-parallel runs (issue 15): how the processes of one run find each other. One process per GPU;
 // the model and ops stay single-GPU, and ranks are joined by an NCCL communicator made from one unique id.
 //
 // The environment contract (read_dist_env), first match wins:
@@ -10,10 +10,10 @@
 // and the NCCL unique id from MOCBENCH_NCCL_ID (256 hex digits: the 128-byte ncclUniqueId) or, across
 // machines without one, MOCBENCH_NCCL_ID_FILE: a path on a filesystem every rank sees, where rank 0 writes
 // the id (atomically) and the others wait for it (MOCBENCH_NCCL_ID_TIMEOUT_S, default 120). None of these
-// set: one process, world size 1. A rank uses GPU local_rank of those it sees (CUDA_VISIBLE_DEVICES).
+// set: one process, world size 1. A rank uses GPU local_rank of those it sees, or the only one it sees.
 //
 // On one machine, `gpus = N` (a scenario axis) or `--gpus N` starts N workers with the first contract and
-// CUDA_VISIBLE_DEVICES of one GPU each (worker_environment). NCCL_NVLS_ENABLE=0 in every worker: NVLink
+// CUDA_VISIBLE_DEVICES of one GPU each (worker_environment; app/dist_run.h starts them). NCCL_NVLS_ENABLE=0 in every worker: NVLink
 // SHARP (multicast) needs the fabric manager's multicast objects, which the lent multi-GPU machines do not
 // provide (KINDS.md), and NCCL would otherwise try it at communicator creation on NVSwitch systems.
 #pragma once

@@ -150,7 +150,15 @@ PointOutcome run_here(const ScenarioPoint& p, const RunOptions& opt, const std::
   std::unique_ptr<Ops> ops;
   std::size_t limit = 0;  // the CPU backend's memory limit, for the early refusal of points that cannot fit
 #ifdef MOCBENCH_HAVE_CUDA
-  if (backend == "cuda") ops = cuda::make_cuda_ops(dist.local_rank);
+  if (backend == "cuda") {
+    // A rank's GPU: its local rank among those it sees, or the only one it sees (srun --gpus-per-task 1 and
+    // mocbench's own workers give each process one GPU, whatever its local rank).
+    const int seen = static_cast<int>(cuda::list_gpus().size());
+    if (seen != 1 && dist.local_rank >= seen)
+      throw ConfigError("rank " + std::to_string(dist.rank) + ": local rank " + std::to_string(dist.local_rank) + " but this "
+                        "process sees " + std::to_string(seen) + " GPUs (CUDA_VISIBLE_DEVICES)");
+    ops = cuda::make_cuda_ops(seen == 1 ? 0 : dist.local_rank);
+  }
 #endif
   if (!ops) {
     // By default the host's available memory (read again for each point) less a margin: a point that
