@@ -65,7 +65,8 @@ std::vector<std::string> parent_environment(const std::vector<std::string>& add)
   auto name_of = [](const std::string& kv) { return kv.substr(0, kv.find('=')); };
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv(*e), name = name_of(kv);
-    bool replaced = false;
+    // A surrounding launch's id must not reach the workers: they meet through the launcher's file.
+    bool replaced = name == "MOCBENCH_NCCL_ID" || name == "MOCBENCH_SHM_FILE";
     for (const auto& a : add) replaced = replaced || name_of(a) == name;
     if (!replaced) out.push_back(kv);
   }
