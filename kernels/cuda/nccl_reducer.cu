@@ -31,10 +31,12 @@ ncclDataType_t nccl_type(DType t) {
   }
 }
 
-// Buckets run on a second stream (comm_): an event recorded on the compute stream when the bucket is ready,
-// the collectives on comm_, and wait() makes the compute stream wait for comm_. Each bucket is bracketed by
-// timing events on comm_ (its busy time); wait() also records when the compute stream got there, so the
-// exposed part is the time from there to comm_'s end.
+// Buckets run on a second stream (side_): an event recorded on the compute stream when the bucket is ready,
+// the collectives on side_, and wait() makes the compute stream wait for side_. Each bucket is bracketed by
+// timing events on side_ (its busy time); wait() also records when the compute stream got there, so the
+// exposed part is the time from there to side_'s end. Every other call (mean, all_gather, broadcast) runs on
+// the compute stream after wait(), so all of the communicator's work is ordered by streams and events, the
+// same on every rank.
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(Ops& ops, const std::vector<unsigned char>& id, int rank, int world)
