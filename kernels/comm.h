@@ -7,6 +7,7 @@
 // Every rank must issue the same calls in the same order (NCCL's rule); the values may differ.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kernels/tensor.h"
@@ -34,12 +35,15 @@ struct CommTimes {
   int calls = 0;
 };
 
+// The ranks' common state (this rank's Ops, its rank and the world size, the communication times) lives here;
+// an implementation supplies the transfers.
 class Communicator {
  public:
+  Communicator(Ops& ops, int rank, int world) : ops_(&ops), rank_(rank), world_(world) {}
   virtual ~Communicator() = default;
   // In place and in order with the caller's work: each tensor (f32 or bf16, the same shapes on every rank, on
   // this rank's device) becomes the mean over the ranks.
-  virtual void all_reduce_mean(const std::vector<Tensor*>& tensors) = 0;
+  void all_reduce_mean(const std::vector<Tensor*>& tensors) { reduce_mean(tensors, -1); }
   // Starts a bucket once the work issued so far has produced it; on the GPU it runs on a second stream beside
   // the work issued after it (backward's earlier layers). wait() orders later work after every started bucket.
   // The base class runs the bucket at once (a synchronous transport has nothing to overlap).
@@ -47,20 +51,29 @@ class Communicator {
   virtual void wait() {}
   // In place: each tensor takes rank `root`'s value (after a sharded optimizer step, the owner's parameter).
   virtual void broadcast(const std::vector<CommItem>& items) = 0;
-  // The mean over the ranks of a host value (every rank gets the same, bit for bit).
-  virtual double mean(double value) = 0;
   // Every rank's values, rank by rank (each rank passes the same count): per-rank metrics for rank 0.
   virtual std::vector<double> all_gather(const std::vector<double>& values) = 0;
-  virtual CommTimes take_times() { return {}; }
+  // The mean over the ranks of a host value: every rank sums the same gathered values in rank order, so every
+  // rank gets the same bits.
+  double mean(double value) {
+    double s = 0;
+    for (double v : all_gather({value})) s += v;
+    return s / world_;
+  }
+  virtual CommTimes take_times() { return std::exchange(times_, {}); }
   // Later calls use `ops` (its device buffers and, on the GPU, its stream): a runner that makes a new backend
   // per sweep point keeps one communicator (NCCL's creation is collective and slow). Same device only.
-  virtual void bind(Ops& ops) = 0;
-  virtual int rank() const = 0;
-  virtual int world() const = 0;
+  void bind(Ops& ops) { ops_ = &ops; }
+  int rank() const { return rank_; }
+  int world() const { return world_; }
 
  protected:
-  // The synchronous form of start(): all-reduce items in one call, reduce items one root at a time.
+  // The synchronous transfer: each tensor becomes the mean over the ranks on rank `root` (root < 0: on every
+  // rank, an all-reduce); start() groups a bucket's items into such calls.
   virtual void reduce_mean(const std::vector<Tensor*>& tensors, int root) = 0;
+  Ops* ops_;
+  int rank_, world_;
+  CommTimes times_;  // since the last take_times()
 };
 
 inline void Communicator::start(const std::vector<CommItem>& bucket) {

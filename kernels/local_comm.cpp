@@ -61,16 +61,4 @@ std::vector<double> LocalCommunicator::all_gather(const std::vector<double>& val
   return out;
 }
 
-double LocalCommunicator::mean(double value) {
-  double s = 0;
-  for (double v : all_gather({value})) s += v;
-  return s / group_->world();
-}
-
-CommTimes LocalCommunicator::take_times() {
-  const CommTimes t = times_;
-  times_ = {};
-  return t;
-}
-
 }  // namespace moc

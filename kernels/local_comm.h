@@ -25,24 +25,15 @@ class LocalCommGroup {
 
 class LocalCommunicator final : public Communicator {
  public:
-  LocalCommunicator(LocalCommGroup& group, int rank, Ops& ops) : group_(&group), rank_(rank), ops_(&ops) {}
-  void all_reduce_mean(const std::vector<Tensor*>& tensors) override { reduce_mean(tensors, -1); }
+  LocalCommunicator(LocalCommGroup& group, int rank, Ops& ops) : Communicator(ops, rank, group.world()), group_(&group) {}
   void broadcast(const std::vector<CommItem>& items) override;
-  double mean(double value) override;
   std::vector<double> all_gather(const std::vector<double>& values) override;
-  CommTimes take_times() override;
-  void bind(Ops& ops) override { ops_ = &ops; }
-  int rank() const override { return rank_; }
-  int world() const override { return group_->world(); }
 
  protected:
-  void reduce_mean(const std::vector<Tensor*>& tensors, int root) override;  // root < 0: every rank
+  void reduce_mean(const std::vector<Tensor*>& tensors, int root) override;
 
  private:
   LocalCommGroup* group_;
-  int rank_;
-  Ops* ops_;
-  CommTimes times_;
 };
 
 }  // namespace moc

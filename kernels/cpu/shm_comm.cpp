@@ -38,13 +38,12 @@ double now_ms() {
 class ShmCommunicator final : public Communicator {
  public:
   ShmCommunicator(void* base, std::size_t size, int rank, int world, Ops& ops)
-      : base_(base), size_(size), rank_(rank), world_(world), ops_(&ops) {
+      : Communicator(ops, rank, world), base_(base), size_(size) {
     hdr_ = static_cast<Header*>(base);
     slot_floats_ = static_cast<std::size_t>(hdr_->slot_bytes) / sizeof(double);
   }
   ~ShmCommunicator() override { munmap(base_, size_); }
 
-  void all_reduce_mean(const std::vector<Tensor*>& tensors) override { reduce_mean(tensors, -1); }
   void broadcast(const std::vector<CommItem>& items) override {
     for (const auto& it : items) {
       std::vector<float> v = it.root == rank_ ? ops_->download_f32(*it.tensor) : std::vector<float>(static_cast<std::size_t>(it.tensor->numel()));
@@ -57,11 +56,6 @@ class ShmCommunicator final : public Communicator {
       }
       if (it.root != rank_) ops_->upload_f32(*it.tensor, v);
     }
-  }
-  double mean(double value) override {
-    double s = 0;
-    for (double v : all_gather({value})) s += v;
-    return s / world_;
   }
   std::vector<double> all_gather(const std::vector<double>& values) override {
     std::vector<double> out(values.size() * static_cast<std::size_t>(world_));
@@ -77,15 +71,6 @@ class ShmCommunicator final : public Communicator {
     } while (at < values.size());
     return out;
   }
-  CommTimes take_times() override {
-    const CommTimes t = times_;
-    times_ = {};
-    return t;
-  }
-  void bind(Ops& ops) override { ops_ = &ops; }
-  int rank() const override { return rank_; }
-  int world() const override { return world_; }
-
  protected:
   void reduce_mean(const std::vector<Tensor*>& tensors, int root) override {
     const double t0 = now_ms();
@@ -125,10 +110,7 @@ class ShmCommunicator final : public Communicator {
   void* base_;
   std::size_t size_;
   Header* hdr_;
-  int rank_, world_;
-  Ops* ops_;
   std::size_t slot_floats_ = 0;
-  CommTimes times_;
 };
 
 }  // namespace

@@ -40,7 +40,7 @@ ncclDataType_t nccl_type(DType t) {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(Ops& ops, const std::vector<unsigned char>& id, int rank, int world)
-      : ops_(&ops), rank_(rank), world_(world) {
+      : Communicator(ops, rank, world) {
     if (id.size() != sizeof(ncclUniqueId)) throw std::invalid_argument("NCCL: the unique id must be 128 bytes");
     ncclUniqueId uid;
     std::memcpy(uid.internal, id.data(), sizeof uid.internal);
@@ -55,7 +55,6 @@ class NcclCommunicator final : public Communicator {
     cudaFree(scratch_);
     ncclCommDestroy(comm_);
   }
-  void all_reduce_mean(const std::vector<Tensor*>& tensors) override { reduce_mean(tensors, -1); }
   void start(const std::vector<CommItem>& bucket) override {
     check(cudaEventRecord(ready_, stream()), "cudaEventRecord (bucket ready)");
     check(cudaStreamWaitEvent(side_, ready_, 0), "cudaStreamWaitEvent (bucket ready)");
@@ -82,11 +81,6 @@ class NcclCommunicator final : public Communicator {
                           nccl_type(it.tensor->dtype()), it.root, comm_, stream()),
             "ncclBroadcast");
     check(ncclGroupEnd(), "ncclGroupEnd");
-  }
-  double mean(double local) override {
-    double s = 0;
-    for (double v : all_gather({local})) s += v;  // the same order on every rank: the same bits
-    return s / world_;
   }
   std::vector<double> all_gather(const std::vector<double>& values) override {
     const std::size_t n = values.size(), bytes = std::max<std::size_t>(1, n * static_cast<std::size_t>(world_)) * sizeof(double);
@@ -131,9 +125,6 @@ class NcclCommunicator final : public Communicator {
     times_ = {};
     return t;
   }
-  void bind(Ops& ops) override { ops_ = &ops; }
-  int rank() const override { return rank_; }
-  int world() const override { return world_; }
 
  protected:
   void reduce_mean(const std::vector<Tensor*>& tensors, int root) override {
@@ -158,8 +149,6 @@ class NcclCommunicator final : public Communicator {
     if (root < 0) check(ncclAllReduce(t.raw(), t.raw(), n, nccl_type(t.dtype()), ncclAvg, comm_, s), "ncclAllReduce");
     else check(ncclReduce(t.raw(), t.raw(), n, nccl_type(t.dtype()), ncclAvg, root, comm_, s), "ncclReduce");
   }
-  Ops* ops_;
-  int rank_, world_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t side_ = nullptr;
   cudaEvent_t ready_ = nullptr;
@@ -169,7 +158,6 @@ class NcclCommunicator final : public Communicator {
   bool pending_ = false;
   void* scratch_ = nullptr;
   std::size_t scratch_bytes_ = 0;
-  CommTimes times_;
 };
 
 }  // namespace
