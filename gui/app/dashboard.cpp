@@ -108,7 +108,7 @@ void Dashboard::build_layout(unsigned int dockspace_id) {
   ImGuiID right = 0;
   const ImGuiID left = ImGui::DockBuilderSplitNode(dockspace_id, ImGuiDir_Left, 0.34f, nullptr, &right);
   ImGui::DockBuilderDockWindow(view_title(View::runs), left);
-  for (View v : {View::sweep, View::breakdown, View::timeline, View::memory, View::compare, View::training})
+  for (View v : {View::sweep, View::breakdown, View::timeline, View::kernels, View::memory, View::compare, View::training})
     ImGui::DockBuilderDockWindow(view_title(v), right);
   ImGui::DockBuilderFinish(dockspace_id);
 }
@@ -147,6 +147,7 @@ double Dashboard::frame() {
   draw_sweep_view(store_, ui_);
   draw_breakdown_view(store_, ui_);
   draw_timeline_view(store_, ui_);
+  draw_kernel_stats_view(store_, ui_);
   draw_memory_view(store_, ui_);
   draw_compare_view(store_, ui_);
   draw_training_view(store_, ui_);

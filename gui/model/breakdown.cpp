@@ -30,7 +30,7 @@ std::string point_label(const db::PointRecord& p, const std::vector<std::string>
   return s;
 }
 
-bool breakdown_bar(const db::PointRecord& p, const prof::ProfileTrace* profile, BreakdownBar* out) {
+bool breakdown_bar(const db::PointRecord& p, const prof::ProfileTrace* profile, BreakdownBar* out, prof::TimeMode mode) {
   const bool ffn_decode = p.mode == "ffn-decode";
   out->point_id = p.id;
   out->parts = {};
@@ -44,7 +44,7 @@ bool breakdown_bar(const db::PointRecord& p, const prof::ProfileTrace* profile, 
     if (std::isnan(metric_of(p, n))) timed_parts = false;
   prof::PaperBreakdown pb;
   const bool profiled = profile && profile->steps > 0 && (!profile->kernels.empty() || !profile->memcpys.empty());
-  if (profiled) pb = prof::paper_breakdown(*profile);
+  if (profiled) pb = prof::paper_breakdown(*profile, mode);
   // A profile whose FFN ran as one fused op (the CPU backend's ffn_decode) cannot tell the parts apart: the
   // timed parts can, when the point has them.
   if (profiled && !(pb.fused_decode && timed_parts)) {
@@ -74,13 +74,43 @@ bool breakdown_bar(const db::PointRecord& p, const prof::ProfileTrace* profile, 
   return out->timed_total > 0;
 }
 
-BreakdownData build_breakdown(const std::vector<db::PointRecord>& points, const ProfileOf& profile_of) {
+namespace {
+// The order that puts each group's entries together (groups by first appearance, stable within).
+std::vector<std::size_t> grouped_order(const std::vector<std::string>& groups) {
+  std::map<std::string, std::size_t> first;
+  for (const auto& g : groups) first.emplace(g, first.size());
+  std::vector<std::size_t> order(groups.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return first[groups[a]] < first[groups[b]]; });
+  return order;
+}
+template <typename T>
+void permute(std::vector<T>* v, const std::vector<std::size_t>& order) {
+  std::vector<T> out;
+  out.reserve(v->size());
+  for (std::size_t i : order) out.push_back(std::move((*v)[i]));
+  *v = std::move(out);
+}
+}  // namespace
+
+BreakdownData build_breakdown(const std::vector<db::PointRecord>& points, const ProfileOf& profile_of, prof::TimeMode mode) {
   BreakdownData d;
+  d.mode = mode;
   const auto varying = varying_axes(points);
   std::vector<std::string> label_axes;
   for (const auto& a : varying)
     if (a != "mode") label_axes.push_back(a);
+  // Two or more axes: the first groups the bars, the rest label them.
+  if (label_axes.size() >= 2) {
+    d.group_axis = label_axes.front();
+    label_axes.erase(label_axes.begin());
+  }
   d.label_axes = label_axes;
+  auto group_of_point = [&](const db::PointRecord& p) {
+    if (d.group_axis.empty()) return std::string();
+    const std::string* v = axis_of(p, d.group_axis);
+    return d.group_axis + "=" + (v ? *v : std::string("?"));
+  };
   std::map<std::string, std::size_t> group_of, phases_of;
   std::vector<std::vector<double>> other;  // per d.phases entry: each point's "other"
   // The phases that partition a step, in stacking order; nested ones (forward, layer.N, ffn.gate) are not.
@@ -89,7 +119,8 @@ BreakdownData build_breakdown(const std::vector<db::PointRecord>& points, const 
     if (p.status != "ok" || p.mode == "topk") continue;
     auto prof = profile_of ? profile_of(p.id) : nullptr;
     BreakdownBar bar;
-    if (breakdown_bar(p, prof.get(), &bar)) {
+    if (breakdown_bar(p, prof.get(), &bar, mode)) {
+      bar.group = group_of_point(p);
       bar.label = point_label(p, label_axes, "\n", false);
       auto [it, fresh] = group_of.emplace(p.mode, d.groups.size());
       if (fresh) d.groups.push_back({p.mode, p.mode == "ffn-decode" ? "us" : "ms", {}});
@@ -107,6 +138,7 @@ BreakdownData build_breakdown(const std::vector<db::PointRecord>& points, const 
     PhaseBars& pb = d.phases[pit->second];
     const std::size_t col = pb.labels.size();
     pb.labels.push_back(point_label(p, label_axes, "\n", false));
+    pb.groups.push_back(group_of_point(p));
     pb.point_ids.push_back(p.id);
     double sum = 0;
     const bool have_ffn = !std::isnan(metric_of(p, "phase_ffn_ms"));
@@ -140,6 +172,18 @@ BreakdownData build_breakdown(const std::vector<db::PointRecord>& points, const 
     kept.push_back(std::move(pb));
   }
   d.phases = std::move(kept);
+  for (auto& g : d.groups) {
+    std::vector<std::string> groups;
+    for (const auto& b : g.bars) groups.push_back(b.group);
+    permute(&g.bars, grouped_order(groups));
+  }
+  for (auto& pb : d.phases) {
+    const auto order = grouped_order(pb.groups);
+    permute(&pb.labels, order);
+    permute(&pb.groups, order);
+    permute(&pb.point_ids, order);
+    for (auto& row : pb.ms) permute(&row, order);
+  }
   return d;
 }
 

@@ -1,6 +1,8 @@
 #include "gui/model/timeline.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <unordered_map>
 
@@ -10,12 +12,70 @@ namespace moc::gui {
 
 const std::string& kernel_name(const prof::KernelRecord& k) { return k.short_name.empty() ? k.name : k.short_name; }
 
+int pack_rows(std::vector<TimelineItem>* items) {
+  std::vector<std::size_t> order(items->size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return (*items)[a].start < (*items)[b].start; });
+  std::vector<std::int64_t> row_end;  // the last end placed on each row
+  for (std::size_t i : order) {
+    TimelineItem& it = (*items)[i];
+    std::size_t r = 0;
+    while (r < row_end.size() && row_end[r] > it.start) ++r;
+    if (r == row_end.size()) row_end.push_back(it.end);
+    row_end[r] = std::max(it.start, it.end);
+    it.row = static_cast<std::int32_t>(r);
+  }
+  return std::max<int>(1, static_cast<int>(row_end.size()));
+}
+
+std::string phase_lane_label(const std::vector<std::string>& names, std::size_t max_names) {
+  std::string s;
+  for (std::size_t i = 0; i < names.size() && i < max_names; ++i) s += (i ? " / " : "") + names[i];
+  if (names.size() > max_names) s += " ...";
+  return s;
+}
+
+double tick_step(double min_step_ns) {
+  const double want = std::max(1.0, min_step_ns);
+  double mag = std::pow(10.0, std::floor(std::log10(want)));
+  // log10 rounding: make sure mag <= want < 10 mag.
+  if (mag > want) mag /= 10;
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * mag >= want * (1 - 1e-12)) return m * mag;
+  return 10 * mag;
+}
+
+std::vector<TimeTick> time_ticks(double t0_ns, double t1_ns, double min_step_ns) {
+  std::vector<TimeTick> out;
+  if (!(t1_ns >= t0_ns)) return out;
+  const double step = tick_step(min_step_ns);
+  // Each tick is k * step for a whole k (no accumulated error: 200 us stays 200 us).
+  const auto k0 = static_cast<long long>(std::ceil(t0_ns / step)), k1 = static_cast<long long>(std::floor(t1_ns / step));
+  for (long long k = k0; k <= k1 && out.size() < 10000; ++k) {
+    const double ns = static_cast<double>(k) * step;
+    out.push_back({ns, format_tick(ns, step)});
+  }
+  return out;
+}
+
+std::string format_tick(double ns, double step_ns) {
+  if (ns == 0) return "0";
+  const double a = std::fabs(ns);
+  const double unit = a < 1e3 ? 1 : a < 1e6 ? 1e3 : a < 1e9 ? 1e6 : 1e9;
+  const char* name = a < 1e3 ? "ns" : a < 1e6 ? "us" : a < 1e9 ? "ms" : "s";
+  const int decimals = std::clamp(static_cast<int>(std::ceil(std::log10(unit / std::max(1.0, step_ns)) - 1e-9)), 0, 9);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f %s", decimals, ns / unit, name);
+  return buf;
+}
+
 Timeline build_timeline(std::shared_ptr<const prof::ProfileTrace> trace) {
   Timeline tl;
   tl.trace = trace;
   if (!trace) return tl;
   const prof::ProfileTrace& t = *trace;
   const prof::PhaseIndex ix(t);
+  const prof::DeviceTimes excl = prof::device_times(t, prof::TimeMode::exclusive);
   std::unordered_map<std::string, std::int32_t> color_of;
   auto color = [&](const std::string& phase) {
     auto [it, fresh] = color_of.emplace(phase, static_cast<std::int32_t>(tl.phases.size()));
@@ -53,15 +113,15 @@ Timeline build_timeline(std::shared_ptr<const prof::ProfileTrace> trace) {
       const prof::PaperPart part = prof::decode_kernel_part(k.short_name);
       if (part != prof::PaperPart::other) c = color(std::string("ffn.decode: ") + prof::paper_part_label(part));
     }
-    lane(k.device_id, k.stream_id).items.push_back({k.start_ns, k.end_ns, c, static_cast<std::int32_t>(i), ItemKind::kernel});
+    lane(k.device_id, k.stream_id).items.push_back({k.start_ns, k.end_ns, excl.kernel_own[i], c, static_cast<std::int32_t>(i), ItemKind::kernel});
   }
   for (std::size_t i = 0; i < t.memcpys.size(); ++i) {
     const auto& m = t.memcpys[i];
-    lane(m.device_id, m.stream_id).items.push_back({m.start_ns, m.end_ns, color("memcpy"), static_cast<std::int32_t>(i), ItemKind::memcpy});
+    lane(m.device_id, m.stream_id).items.push_back({m.start_ns, m.end_ns, excl.memcpy_own[i], color("memcpy"), static_cast<std::int32_t>(i), ItemKind::memcpy});
   }
   for (std::size_t i = 0; i < t.memsets.size(); ++i) {
     const auto& m = t.memsets[i];
-    lane(m.device_id, m.stream_id).items.push_back({m.start_ns, m.end_ns, color("memset"), static_cast<std::int32_t>(i), ItemKind::memset});
+    lane(m.device_id, m.stream_id).items.push_back({m.start_ns, m.end_ns, excl.memset_own[i], color("memset"), static_cast<std::int32_t>(i), ItemKind::memset});
   }
   // Re-order lanes by (device, stream).
   for (const auto& [key, idx] : lane_of) tl.lanes.push_back(std::move(op_lanes[idx]));
@@ -70,24 +130,41 @@ Timeline build_timeline(std::shared_ptr<const prof::ProfileTrace> trace) {
   for (const auto& r : t.ranges) max_depth = std::max(max_depth, r.depth);
   for (int d = 0; d <= max_depth; ++d) {
     TimelineLane l;
-    l.label = "phases " + std::to_string(d);
     l.phases = true;
     l.depth = d;
     tl.lanes.push_back(std::move(l));
   }
   const std::size_t first_phase_lane = tl.lanes.size() - static_cast<std::size_t>(max_depth + 1);
+  std::vector<std::vector<std::string>> names_at(static_cast<std::size_t>(max_depth + 1));  // a lane's range names
   for (std::size_t i = 0; i < t.ranges.size(); ++i) {
     const auto& r = t.ranges[i];
     if (r.end_ns <= r.start_ns || r.ops <= 0) continue;  // a range without device work has no projection
     const std::string name = r.name.starts_with("layer.") ? std::string("layer") : r.name;
+    auto& names = names_at[static_cast<std::size_t>(r.depth)];
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
     tl.lanes[first_phase_lane + static_cast<std::size_t>(r.depth)].items.push_back(
-        {r.start_ns, r.end_ns, color(name), static_cast<std::int32_t>(i), ItemKind::range});
+        {r.start_ns, r.end_ns, r.start_ns, color(name), static_cast<std::int32_t>(i), ItemKind::range});
   }
+  for (int d = 0; d <= max_depth; ++d)
+    tl.lanes[first_phase_lane + static_cast<std::size_t>(d)].label = phase_lane_label(names_at[static_cast<std::size_t>(d)]);
   bool any = false;
   for (auto& l : tl.lanes) {
-    std::stable_sort(l.items.begin(), l.items.end(), [](const TimelineItem& a, const TimelineItem& b) { return a.start < b.start; });
+    const int rows = pack_rows(&l.items);
+    std::stable_sort(l.items.begin(), l.items.end(), [](const TimelineItem& a, const TimelineItem& b) {
+      return a.row != b.row ? a.row < b.row : a.start < b.start;
+    });
+    l.row_begin.assign(static_cast<std::size_t>(rows) + 1, l.items.size());
+    l.row_max_duration.assign(static_cast<std::size_t>(rows), 0);
+    for (std::size_t i = l.items.size(); i-- > 0;) l.row_begin[static_cast<std::size_t>(l.items[i].row)] = i;
+    for (int r = rows - 1; r >= 0; --r)  // a row is never empty, but keep the offsets monotone regardless
+      l.row_begin[static_cast<std::size_t>(r)] = std::min(l.row_begin[static_cast<std::size_t>(r)], l.row_begin[static_cast<std::size_t>(r) + 1]);
     for (const auto& it : l.items) {
-      l.max_duration = std::max(l.max_duration, it.end - it.start);
+      if (it.kind != ItemKind::range) {
+        tl.exclusive_sum_ns += it.exclusive_ns();
+        tl.inclusive_sum_ns += it.inclusive_ns();
+      }
+      auto& m = l.row_max_duration[static_cast<std::size_t>(it.row)];
+      m = std::max(m, it.end - it.start);
       tl.start_ns = any ? std::min(tl.start_ns, it.start) : it.start;
       tl.end_ns = any ? std::max(tl.end_ns, it.end) : it.end;
       any = true;
@@ -105,24 +182,37 @@ Timeline build_timeline(std::shared_ptr<const prof::ProfileTrace> trace) {
 }
 
 namespace {
-// First index >= from whose start is >= t.
-std::size_t first_starting_at(const std::vector<TimelineItem>& v, std::size_t from, std::int64_t t) {
-  return static_cast<std::size_t>(
-      std::lower_bound(v.begin() + static_cast<std::ptrdiff_t>(from), v.end(), t,
-                       [](const TimelineItem& a, std::int64_t x) { return a.start < x; }) -
-      v.begin());
+// One sub-row of a lane: items[begin, end) by start, none overlapping.
+struct RowView {
+  const std::vector<TimelineItem>& items;
+  std::size_t begin, end;
+  std::int64_t max_duration;
+  // First index in [from, end) whose start is >= t (end when none).
+  std::size_t first_starting_at(std::size_t from, std::int64_t t) const {
+    return static_cast<std::size_t>(
+        std::lower_bound(items.begin() + static_cast<std::ptrdiff_t>(from), items.begin() + static_cast<std::ptrdiff_t>(end), t,
+                         [](const TimelineItem& a, std::int64_t x) { return a.start < x; }) -
+        items.begin());
+  }
+};
+RowView row_view(const TimelineLane& lane, int row) {
+  if (row < 0 || row >= lane.rows()) return {lane.items, 0, 0, 0};
+  const auto r = static_cast<std::size_t>(row);
+  return {lane.items, lane.row_begin[r], lane.row_begin[r + 1], lane.row_max_duration[r]};
 }
 }  // namespace
 
-void visible_spans(const TimelineLane& lane, std::int64_t t0, std::int64_t t1, double ns_per_px, double min_px,
+void visible_spans(const TimelineLane& lane, int row, std::int64_t t0, std::int64_t t1, double ns_per_px, double min_px,
                    std::vector<VisibleSpan>* out) {
+  const RowView rv = row_view(lane, row);
   const auto& v = lane.items;
-  if (v.empty() || t1 <= t0) return;
+  const std::size_t n = rv.end;
+  if (rv.begin == rv.end || t1 <= t0) return;
   const auto min_ns = static_cast<std::int64_t>(min_px * ns_per_px);
   // Items that end after t0 start no earlier than t0 - max_duration.
-  std::size_t i = first_starting_at(v, 0, t0 - lane.max_duration);
-  while (i < v.size() && v[i].end < t0) ++i;
-  while (i < v.size() && v[i].start < t1) {
+  std::size_t i = rv.first_starting_at(rv.begin, t0 - rv.max_duration);
+  while (i < n && v[i].end < t0) ++i;
+  while (i < n && v[i].start < t1) {
     const TimelineItem& it = v[i];
     if (it.end - it.start >= min_ns) {
       out->push_back({it.start, it.end, static_cast<std::int32_t>(i), 1});
@@ -135,25 +225,26 @@ void visible_spans(const TimelineLane& lane, std::int64_t t0, std::int64_t t1, d
     std::int64_t end = it.end;
     std::size_t j = i + 1;
     for (;;) {
-      std::size_t k = std::min(first_starting_at(v, j, end + min_ns), first_starting_at(v, j, t1));
-      // On a stream items do not overlap, so only the last of those can be wide: it ends the run.
+      std::size_t k = std::min(rv.first_starting_at(j, end + min_ns), rv.first_starting_at(j, t1));
+      // On a sub-row items do not overlap, so only the last of those can be wide: it ends the run.
       if (k > j && v[k - 1].end - v[k - 1].start >= min_ns) --k;
       if (k == j) break;
       end = std::max(end, v[k - 1].end);
       j = k;
-      if (j >= v.size() || v[j].start >= t1) break;
+      if (j >= n || v[j].start >= t1) break;
     }
     out->push_back({v[first].start, end, static_cast<std::int32_t>(first), static_cast<std::int32_t>(j - first)});
     i = j;
   }
 }
 
-int item_at(const TimelineLane& lane, std::int64_t t, std::int64_t slack_ns) {
+int item_at(const TimelineLane& lane, int row, std::int64_t t, std::int64_t slack_ns) {
+  const RowView rv = row_view(lane, row);
   const auto& v = lane.items;
-  std::size_t i = first_starting_at(v, 0, t - lane.max_duration - slack_ns);
+  std::size_t i = rv.first_starting_at(rv.begin, t - rv.max_duration - slack_ns);
   int best = -1;
   std::int64_t best_dur = 0;
-  for (; i < v.size() && v[i].start <= t + slack_ns; ++i) {
+  for (; i < rv.end && v[i].start <= t + slack_ns; ++i) {
     if (v[i].end + slack_ns < t) continue;
     const std::int64_t d = v[i].end - v[i].start;
     if (best < 0 || d < best_dur) {
@@ -164,7 +255,7 @@ int item_at(const TimelineLane& lane, std::int64_t t, std::int64_t slack_ns) {
   return best;
 }
 
-prof::ProfileTrace synthetic_trace(std::size_t n, int streams) {
+prof::ProfileTrace synthetic_trace(std::size_t n, int streams, bool pdl) {
   prof::ProfileTrace t;
   t.source = "cupti";
   t.steps = 1;
@@ -187,6 +278,7 @@ prof::ProfileTrace synthetic_trace(std::size_t n, int streams) {
     prof::KernelRecord k;
     k.short_name = kNames[i % 6];
     k.start_ns = clock;
+    if (pdl && i % 3 == 2) k.start_ns = t.kernels.back().end_ns - 500;  // launched early, waits in its record
     k.end_ns = clock + 800 + static_cast<std::int64_t>((i * 7919) % 4000);
     clock = k.end_ns + 200;
     k.device_id = 0;

@@ -16,6 +16,7 @@ const char* view_title(View v) {
     case View::sweep: return "Sweep";
     case View::breakdown: return "Breakdown";
     case View::timeline: return "Timeline";
+    case View::kernels: return "Kernels";
     case View::memory: return "Memory";
     case View::compare: return "Compare";
     case View::training: return "Training";
@@ -29,6 +30,7 @@ const char* view_key(View v) {
     case View::sweep: return "sweep";
     case View::breakdown: return "breakdown";
     case View::timeline: return "timeline";
+    case View::kernels: return "kernels";
     case View::memory: return "memory";
     case View::compare: return "compare";
     case View::training: return "training";
@@ -119,6 +121,25 @@ bool point_picker(Store& store, UiState& ui, bool want_profile) {
     ImGui::EndCombo();
   }
   return changed;
+}
+
+void time_mode_toggle(UiState& ui) {
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted("device time:");
+  for (int i = 0; i < 2; ++i) {
+    const prof::TimeMode m = i == 0 ? prof::TimeMode::exclusive : prof::TimeMode::inclusive;
+    ImGui::SameLine();
+    if (ImGui::RadioButton(prof::time_mode_name(m), ui.time_mode == m)) ui.time_mode = m;
+    const ImVec2 lo = ImGui::GetItemRectMin(), hi = ImGui::GetItemRectMax();
+    ui.time_mode_button[i][0] = 0.5f * (lo.x + hi.x);
+    ui.time_mode_button[i][1] = 0.5f * (lo.y + hi.y);
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip(i == 0 ? "exclusive: every instant of device time counted once. Where records overlap (a PDL kernel\n"
+                                 "launched early waits for its predecessor; two streams at once) the one that started first\n"
+                                 "owns it; the waiting part is drawn hatched. Per-op times sum to the busy time."
+                               : "inclusive: end - start as CUPTI reports it. Overlapping records count the shared time\n"
+                                 "twice (or more), so per-op times can sum to more than the busy time.");
+  }
 }
 
 ImVec4 part_color(int part) {

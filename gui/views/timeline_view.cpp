@@ -1,9 +1,12 @@
 // Timeline: a point's profiled step(s) -- one lane per (GPU, stream) with its kernels, copies and sets, then
-// one lane per depth of the phase ranges -- drawn with ImGui's draw list as Tracy draws zones: each visible
-// item a rectangle coloured by its phase, runs of items narrower than a few pixels merged into one (so a
-// million kernels cost what the pixels cost). Wheel zooms at the cursor, dragging pans, double-click fits;
-// hovering shows an item's name, duration, launch configuration, registers and shared memory; clicking a
-// kernel shows its statistics in this point and over the run.
+// one lane per depth of the phase ranges, named by the ranges it holds -- drawn with ImGui's draw list as
+// Tracy draws zones: each visible item a rectangle coloured by its phase, runs of items narrower than a few
+// pixels merged into one (so a million kernels cost what the pixels cost). Records that overlap on a lane
+// stand on sub-rows of it (as Nsight Systems draws concurrent kernels); under exclusive time the part of a
+// record that overlapped earlier work (a PDL kernel waiting for its predecessor) is hatched. The ruler ticks
+// at round times. Wheel zooms at the cursor, dragging pans, double-click fits; hovering shows an item's name,
+// inclusive / exclusive / waiting time, launch configuration, registers and shared memory; clicking a kernel
+// selects it (its statistics below and in the Kernels view).
 #include <imgui.h>
 #include <imgui_internal.h>
 
@@ -18,7 +21,7 @@
 namespace moc::gui {
 
 namespace {
-constexpr float kLabelWidth = 130.0f;
+constexpr float kLabelWidth = 150.0f;
 constexpr float kMinPx = 2.0f;  // items narrower than this merge with their neighbours
 
 std::string item_name(const Timeline& tl, const TimelineItem& it) {
@@ -32,11 +35,23 @@ std::string item_name(const Timeline& tl, const TimelineItem& it) {
   return "?";
 }
 
-void item_tooltip(const Timeline& tl, const TimelineItem& it) {
+void item_times(const TimelineItem& it, prof::TimeMode mode) {
+  if (it.kind == ItemKind::range) {
+    ImGui::Text("duration %s (first op's start to last op's end)", format_ns(static_cast<double>(it.inclusive_ns())).c_str());
+    return;
+  }
+  const bool excl = mode == prof::TimeMode::exclusive;
+  ImGui::Text("exclusive %s%s", format_ns(static_cast<double>(it.exclusive_ns())).c_str(), excl ? "  (counted)" : "");
+  ImGui::Text("inclusive %s%s", format_ns(static_cast<double>(it.inclusive_ns())).c_str(), excl ? "" : "  (counted)");
+  if (it.wait_ns() > 0)
+    ImGui::Text("waiting   %s  (overlapped earlier work: hatched)", format_ns(static_cast<double>(it.wait_ns())).c_str());
+}
+
+void item_tooltip(const Timeline& tl, const TimelineItem& it, prof::TimeMode mode) {
   const auto& t = *tl.trace;
   ImGui::BeginTooltip();
   ImGui::TextUnformatted(item_name(tl, it).c_str());
-  ImGui::Text("duration %s", format_ns(static_cast<double>(it.end - it.start)).c_str());
+  item_times(it, mode);
   ImGui::Text("starts at %s", format_ns(static_cast<double>(it.start - tl.start_ns)).c_str());
   ImGui::Text("phase %s", tl.phases[static_cast<std::size_t>(it.color)].c_str());
   if (it.kind == ItemKind::kernel) {
@@ -69,46 +84,55 @@ void item_tooltip(const Timeline& tl, const TimelineItem& it) {
 
 ImU32 with_alpha(const ImVec4& c, float a) { return ImGui::GetColorU32(ImVec4(c.x, c.y, c.z, a)); }
 
-void selection_panel(Store& store, UiState& ui, const RunRef& a) {
-  TimelineState& st = ui.timeline;
-  if (st.sel_kernel.empty()) {
-    ImGui::TextDisabled("Click a kernel to see its statistics over the run.");
+// The waiting part of a record: a darker fill crossed by diagonal lines in its colour.
+void draw_hatched(ImDrawList* dl, ImVec2 p0, ImVec2 p1, ImU32 fill, ImU32 line) {
+  dl->AddRectFilled(p0, p1, fill);
+  dl->PushClipRect(p0, p1, true);
+  const float h = p1.y - p0.y;
+  for (float x = p0.x - h; x < p1.x; x += 5.0f) dl->AddLine(ImVec2(x, p1.y), ImVec2(x + h, p0.y), line, 1.5f);
+  dl->PopClipRect();
+}
+
+void selection_panel(Store& store, UiState& ui) {
+  update_kernel_stats(store, ui);
+  const KernelStatsState& ks = ui.kernels;
+  if (ks.selected.empty()) {
+    ImGui::TextDisabled("Click a kernel to see its statistics (here and in Kernels, with a histogram).");
     return;
   }
-  const std::vector<double>& d = st.sel_durations;
-  double total = 0;
-  for (double x : d) total += x;
-  ImGui::Text("%s", st.sel_kernel.c_str());
-  if (!d.empty())
-    ImGui::Text("this point: %zu instances, total %s, avg %s, median %s, min %s, max %s", d.size(), format_ns(total).c_str(),
-                format_ns(total / static_cast<double>(d.size())).c_str(), format_ns(d[d.size() / 2]).c_str(),
-                format_ns(d.front()).c_str(), format_ns(d.back()).c_str());
+  ImGui::Text("%s", ks.selected.c_str());
+  ImGui::SameLine();
+  if (ImGui::SmallButton("histogram in Kernels")) ImGui::SetWindowFocus(view_title(View::kernels));
+  if (ks.row >= 0) {
+    const DurationStats& s = ks.table[static_cast<std::size_t>(ks.row)].stats;
+    ImGui::Text("this point, %s device time: %zu instances, total %s, mean %s, median %s, min %s, max %s",
+                prof::time_mode_name(ks.mode), s.count, format_ns(s.total_ns).c_str(), format_ns(s.mean_ns).c_str(),
+                format_ns(s.median_ns).c_str(), format_ns(s.min_ns).c_str(), format_ns(s.max_ns).c_str());
+  }
+  if (ks.over_run.empty()) return;
+  const RunRef a = run_a(ui);
   const auto& pts = store.points(a);
   const auto varying = varying_axes(pts);
   if (ImGui::BeginTable("kstats", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingFixedFit)) {
-    for (const char* h : {"point", "instances/step", "time/step", "avg", "min", "max"}) ImGui::TableSetupColumn(h);
+    for (const char* h : {"point", "instances/step", "time/step", "mean", "min", "max"}) ImGui::TableSetupColumn(h);
     ImGui::TableHeadersRow();
-    for (const auto& r : st.sel_stats) {
+    for (const auto& r : ks.over_run) {
       const db::PointRecord* p = store.point(a, r.point_id);
       const double steps = std::max(1, r.steps);
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
       ImGui::Text("#%d %s %s", p ? p->index : -1, p ? p->mode.c_str() : "", p ? point_label(*p, varying).c_str() : "");
       ImGui::TableNextColumn();
-      ImGui::Text("%.1f", static_cast<double>(r.count) / steps);
-      ImGui::TableNextColumn();
-      ImGui::TextUnformatted(format_ns(static_cast<double>(r.total_ns) / steps).c_str());
-      ImGui::TableNextColumn();
-      ImGui::TextUnformatted(format_ns(r.count ? static_cast<double>(r.total_ns) / static_cast<double>(r.count) : 0).c_str());
-      ImGui::TableNextColumn();
-      ImGui::TextUnformatted(format_ns(static_cast<double>(r.min_ns)).c_str());
-      ImGui::TableNextColumn();
-      ImGui::TextUnformatted(format_ns(static_cast<double>(r.max_ns)).c_str());
+      ImGui::Text("%.1f", static_cast<double>(r.stats.count) / steps);
+      for (double v : {r.stats.total_ns / steps, r.stats.mean_ns, r.stats.min_ns, r.stats.max_ns}) {
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(format_ns(v).c_str());
+      }
     }
     ImGui::EndTable();
   }
 }
-void draw_timeline_lanes(Store& store, UiState& ui, const RunRef& a, float height);
+void draw_timeline_lanes(UiState& ui, float height);
 }  // namespace
 
 void draw_timeline_view(Store& store, UiState& ui) {
@@ -130,9 +154,6 @@ void draw_timeline_view(Store& store, UiState& ui) {
     st.timeline = build_timeline(pid >= 0 ? store.profile(a, pid) : nullptr);
     st.fit = true;
     st.sel_lane = st.sel_item = -1;
-    st.sel_kernel.clear();
-    st.sel_stats.clear();
-    st.sel_durations.clear();
   }
   if (!st.timeline.trace) {
     ImGui::TextDisabled("This point has no profile (run it without --no-profile and with [profile] kernels = true).");
@@ -141,23 +162,32 @@ void draw_timeline_view(Store& store, UiState& ui) {
   }
   ImGui::SameLine();
   if (ImGui::Button("fit")) st.fit = true;
-  ImGui::SameLine();
-  ImGui::TextDisabled("%zu items, %d step(s), %s traced; wheel: zoom, drag: pan, double-click: fit", st.timeline.items,
-                      st.timeline.trace->steps, format_ns(static_cast<double>(st.timeline.end_ns - st.timeline.start_ns)).c_str());
-  const float panel = st.sel_kernel.empty() ? ImGui::GetTextLineHeightWithSpacing() * 1.5f : 170.0f;
-  draw_timeline_lanes(store, ui, a, std::max(80.0f, ImGui::GetContentRegionAvail().y - panel));
-  selection_panel(store, ui, a);
+  ImGui::SameLine(0, 20);
+  time_mode_toggle(ui);
+  const Timeline& tl = st.timeline;
+  ImGui::TextDisabled("%zu items, %d step(s), %s traced; device time (%s) %s, %s %s; wheel: zoom, drag: pan, "
+                      "double-click: fit",
+                      tl.items, tl.trace->steps, format_ns(static_cast<double>(tl.end_ns - tl.start_ns)).c_str(),
+                      prof::time_mode_name(ui.time_mode), format_ns(static_cast<double>(tl.sum_ns(ui.time_mode))).c_str(),
+                      ui.time_mode == prof::TimeMode::exclusive ? "inclusive" : "exclusive",
+                      format_ns(static_cast<double>(tl.sum_ns(ui.time_mode == prof::TimeMode::exclusive ? prof::TimeMode::inclusive
+                                                                                                            : prof::TimeMode::exclusive)))
+                          .c_str());
+  const float panel = ui.kernels.selected.empty() ? ImGui::GetTextLineHeightWithSpacing() * 1.5f : 170.0f;
+  draw_timeline_lanes(ui, std::max(80.0f, ImGui::GetContentRegionAvail().y - panel));
+  selection_panel(store, ui);
   ImGui::End();
 }
 
 namespace {
-void draw_timeline_lanes(Store& store, UiState& ui, const RunRef& a, float height) {
+void draw_timeline_lanes(UiState& ui, float height) {
   TimelineState& st = ui.timeline;
   const Timeline& tl = st.timeline;
+  const bool exclusive = ui.time_mode == prof::TimeMode::exclusive;
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const float width = ImGui::GetContentRegionAvail().x;
-  const float lane_h = ImGui::GetTextLineHeight() + 6.0f;
+  const float row_h = ImGui::GetTextLineHeight() + 6.0f;
   const float ruler_h = ImGui::GetTextLineHeight() + 4.0f;
   const float x0 = origin.x + kLabelWidth, x1 = origin.x + width;
   const float y0 = origin.y + ruler_h;
@@ -167,7 +197,10 @@ void draw_timeline_lanes(Store& store, UiState& ui, const RunRef& a, float heigh
   st.lanes_x0 = x0;
   st.lanes_x1 = x1;
   st.lanes_y0 = y0;
-  st.lane_height = lane_h;
+  st.lane_height = row_h;
+  st.lane_y.clear();
+  for (std::size_t li = 0; li < tl.lanes.size(); ++li)
+    st.lane_y.push_back(li == 0 ? y0 : st.lane_y.back() + static_cast<float>(tl.lanes[li - 1].rows()) * row_h);
 
   const double span_total = static_cast<double>(std::max<std::int64_t>(1, tl.end_ns - tl.start_ns));
   if (st.fit || st.t1 <= st.t0) {
@@ -194,87 +227,92 @@ void draw_timeline_lanes(Store& store, UiState& ui, const RunRef& a, float heigh
   }
   if (hovered && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) st.fit = true;
 
-  dl->PushClipRect(origin, ImVec2(x1, origin.y + height), true);
-  dl->AddRectFilled(origin, ImVec2(x1, origin.y + height), ImGui::GetColorU32(ImVec4(0.10f, 0.10f, 0.12f, 1.0f)));
-  // Ruler: about one tick per 100 px at a 1-2-5 step.
-  {
-    const double raw = ns_per_px * 100;
-    const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-    const double step = raw / mag < 2 ? 2 * mag : raw / mag < 5 ? 5 * mag : 10 * mag;
-    const double first = std::ceil((st.t0 - static_cast<double>(tl.start_ns)) / step) * step + static_cast<double>(tl.start_ns);
-    for (double t = first; t < st.t1; t += step) {
-      const float x = x0 + static_cast<float>((t - st.t0) / ns_per_px);
-      dl->AddLine(ImVec2(x, origin.y + ruler_h - 4), ImVec2(x, origin.y + height), ImGui::GetColorU32(ImVec4(1, 1, 1, 0.08f)));
-      const std::string s = format_ns(t - static_cast<double>(tl.start_ns));
-      dl->AddText(ImVec2(x + 2, origin.y), ImGui::GetColorU32(ImGuiCol_TextDisabled), s.c_str());
-    }
+  const float bottom = origin.y + height;
+  dl->PushClipRect(origin, ImVec2(x1, bottom), true);
+  dl->AddRectFilled(origin, ImVec2(x1, bottom), ImGui::GetColorU32(ImVec4(0.10f, 0.10f, 0.12f, 1.0f)));
+  // Ruler: round times (1, 2 or 5 x 10^n) from the trace's start, at least 110 px apart.
+  const double origin_ns = static_cast<double>(tl.start_ns);
+  for (const TimeTick& tick : time_ticks(st.t0 - origin_ns, st.t1 - origin_ns, ns_per_px * 110)) {
+    const float x = x0 + static_cast<float>((tick.ns + origin_ns - st.t0) / ns_per_px);
+    dl->AddLine(ImVec2(x, origin.y + ruler_h - 4), ImVec2(x, bottom), ImGui::GetColorU32(ImVec4(1, 1, 1, 0.08f)));
+    dl->AddText(ImVec2(x + 2, origin.y), ImGui::GetColorU32(ImGuiCol_TextDisabled), tick.label.c_str());
   }
-  std::vector<ImU32> colors, dim;
+  std::vector<ImU32> colors, dim, wait_fill;
   for (const auto& p : tl.phases) {
     const ImVec4 c = phase_color(p);
     colors.push_back(ImGui::GetColorU32(c));
     dim.push_back(with_alpha(ImVec4(c.x * 0.75f, c.y * 0.75f, c.z * 0.75f, 1), 0.85f));
+    wait_fill.push_back(ImGui::GetColorU32(ImVec4(c.x * 0.35f, c.y * 0.35f, c.z * 0.35f, 1)));
   }
   std::vector<VisibleSpan> spans;
   st.spans_drawn = 0;
   int hover_lane = -1, hover_item = -1;
   const auto t0 = static_cast<std::int64_t>(std::floor(st.t0)), t1 = static_cast<std::int64_t>(std::ceil(st.t1));
+  auto x_of = [&](std::int64_t t) { return x0 + static_cast<float>((static_cast<double>(t) - st.t0) / ns_per_px); };
   for (std::size_t li = 0; li < tl.lanes.size(); ++li) {
     const TimelineLane& lane = tl.lanes[li];
-    const float ly = y0 + static_cast<float>(li) * lane_h;
-    if (ly > origin.y + height) break;
+    const float ly = st.lane_y[li], lane_h = static_cast<float>(lane.rows()) * row_h;
+    if (ly > bottom) break;
     if (li % 2) dl->AddRectFilled(ImVec2(origin.x, ly), ImVec2(x1, ly + lane_h), ImGui::GetColorU32(ImVec4(1, 1, 1, 0.03f)));
+    // The label, cut at the label column; whole on hover.
+    dl->PushClipRect(ImVec2(origin.x, ly), ImVec2(x0 - 4, ly + lane_h), true);
     dl->AddText(ImVec2(origin.x + 4, ly + 3), ImGui::GetColorU32(lane.phases ? ImGuiCol_TextDisabled : ImGuiCol_Text), lane.label.c_str());
-    spans.clear();
-    visible_spans(lane, t0, t1, ns_per_px, kMinPx, &spans);
-    st.spans_drawn += spans.size();
+    dl->PopClipRect();
+    if (lane.rows() > 1)
+      dl->AddText(ImVec2(origin.x + 4, ly + 3 + row_h), ImGui::GetColorU32(ImGuiCol_TextDisabled),
+                  (std::to_string(lane.rows()) + " rows: overlap").c_str());
+    if (hovered && io.MousePos.x < x0 && io.MousePos.y >= ly && io.MousePos.y < ly + lane_h) ImGui::SetTooltip("%s", lane.label.c_str());
     dl->PushClipRect(ImVec2(x0, ly), ImVec2(x1, ly + lane_h), true);
-    for (const auto& s : spans) {
-      float a0 = x0 + static_cast<float>((static_cast<double>(s.start) - st.t0) / ns_per_px);
-      float a1 = x0 + static_cast<float>((static_cast<double>(s.end) - st.t0) / ns_per_px);
-      a0 = std::max(a0, x0 - 2);
-      a1 = std::min(std::max(a1, a0 + 1.0f), x1 + 2);
-      const TimelineItem& it = lane.items[static_cast<std::size_t>(s.first)];
-      const ImVec2 p0(a0, ly + 2), p1(a1, ly + lane_h - 2);
-      if (s.count > 1) {
-        dl->AddRectFilled(p0, p1, dim[static_cast<std::size_t>(it.color)]);
-        // Tracy marks merged zones; a zig-zag edge is enough at this size.
-        if (a1 - a0 > 6) dl->AddLine(ImVec2(a0, ly + lane_h / 2), ImVec2(a1, ly + lane_h / 2), ImGui::GetColorU32(ImVec4(0, 0, 0, 0.35f)));
-        continue;
-      }
-      dl->AddRectFilled(p0, p1, colors[static_cast<std::size_t>(it.color)]);
-      if (a1 - a0 > 4) dl->AddRect(p0, p1, IM_COL32(0, 0, 0, 110));  // neighbours of one colour stay apart
-      const bool sel = static_cast<int>(li) == st.sel_lane && s.first == st.sel_item;
-      if (sel) dl->AddRect(ImVec2(a0 - 1, ly + 1), ImVec2(a1 + 1, ly + lane_h - 1), ImGui::GetColorU32(ImVec4(1, 1, 1, 1)), 0, 0, 2.0f);
-      if (a1 - a0 > 30) {
-        const std::string name = item_name(tl, it);
-        dl->PushClipRect(p0, p1, true);
-        dl->AddText(ImVec2(std::max(a0, x0) + 3, ly + 3), IM_COL32(0, 0, 0, 255), name.c_str());
-        dl->PopClipRect();
+    for (int row = 0; row < lane.rows(); ++row) {
+      const float ry = ly + static_cast<float>(row) * row_h;
+      spans.clear();
+      visible_spans(lane, row, t0, t1, ns_per_px, kMinPx, &spans);
+      st.spans_drawn += spans.size();
+      for (const auto& s : spans) {
+        const float a0 = std::max(x_of(s.start), x0 - 2);
+        const float a1 = std::min(std::max(x_of(s.end), a0 + 1.0f), x1 + 2);
+        const TimelineItem& it = lane.items[static_cast<std::size_t>(s.first)];
+        const ImVec2 p0(a0, ry + 2), p1(a1, ry + row_h - 2);
+        const auto c = static_cast<std::size_t>(it.color);
+        if (s.count > 1) {
+          dl->AddRectFilled(p0, p1, dim[c]);
+          // Tracy marks merged zones; a line through them is enough at this size.
+          if (a1 - a0 > 6) dl->AddLine(ImVec2(a0, ry + row_h / 2), ImVec2(a1, ry + row_h / 2), ImGui::GetColorU32(ImVec4(0, 0, 0, 0.35f)));
+          continue;
+        }
+        // Exclusive: [start, own) overlapped earlier work and is not counted -- hatched.
+        const float own_x = exclusive && it.wait_ns() > 0 ? std::clamp(x_of(it.own), a0, a1) : a0;
+        if (own_x > a0) draw_hatched(dl, p0, ImVec2(own_x, p1.y), wait_fill[c], colors[c]);
+        if (a1 > own_x) dl->AddRectFilled(ImVec2(own_x, p0.y), p1, colors[c]);
+        if (a1 - a0 > 4) dl->AddRect(p0, p1, IM_COL32(0, 0, 0, 110));  // neighbours of one colour stay apart
+        const bool sel = static_cast<int>(li) == st.sel_lane && s.first == st.sel_item;
+        if (sel) dl->AddRect(ImVec2(a0 - 1, ry + 1), ImVec2(a1 + 1, ry + row_h - 1), ImGui::GetColorU32(ImVec4(1, 1, 1, 1)), 0, 0, 2.0f);
+        const float text_x0 = a1 - own_x > 30 ? own_x : a0;  // on the solid part when it has room
+        if (a1 - text_x0 > 30) {
+          const std::string name = item_name(tl, it);
+          dl->PushClipRect(ImVec2(text_x0, p0.y), p1, true);
+          dl->AddText(ImVec2(std::max(text_x0, x0) + 3, ry + 3), IM_COL32(0, 0, 0, 255), name.c_str());
+          dl->PopClipRect();
+        }
       }
     }
     dl->PopClipRect();
+    if (li + 1 < tl.lanes.size()) dl->AddLine(ImVec2(origin.x, ly + lane_h), ImVec2(x1, ly + lane_h), ImGui::GetColorU32(ImVec4(1, 1, 1, 0.06f)));
     if (hovered && io.MousePos.y >= ly && io.MousePos.y < ly + lane_h && io.MousePos.x >= x0) {
       hover_lane = static_cast<int>(li);
+      const int row = std::min(lane.rows() - 1, static_cast<int>((io.MousePos.y - ly) / row_h));
       const auto t = static_cast<std::int64_t>(st.t0 + (io.MousePos.x - x0) * ns_per_px);
-      hover_item = item_at(lane, t, static_cast<std::int64_t>(2 * ns_per_px));
+      hover_item = item_at(lane, row, t, static_cast<std::int64_t>(2 * ns_per_px));
     }
   }
   dl->PopClipRect();
   if (hover_item >= 0) {
     const TimelineItem& it = tl.lanes[static_cast<std::size_t>(hover_lane)].items[static_cast<std::size_t>(hover_item)];
-    if (!ImGui::IsMouseDragging(ImGuiMouseButton_Left)) item_tooltip(tl, it);
+    if (!ImGui::IsMouseDragging(ImGuiMouseButton_Left)) item_tooltip(tl, it, ui.time_mode);
     if (ImGui::IsItemDeactivated() && !ImGui::IsMouseDragPastThreshold(ImGuiMouseButton_Left, 2.0f)) {
       st.sel_lane = hover_lane;
       st.sel_item = hover_item;
-      if (it.kind == ItemKind::kernel) {
-        st.sel_kernel = kernel_name(tl.trace->kernels[static_cast<std::size_t>(it.index)]);
-        st.sel_stats = st.pinned ? std::vector<db::KernelSummaryRow>{} : store.kernel_summary(a, st.sel_kernel);
-        st.sel_durations.clear();
-        for (const auto& k : tl.trace->kernels)
-          if (kernel_name(k) == st.sel_kernel) st.sel_durations.push_back(static_cast<double>(k.end_ns - k.start_ns));
-        std::sort(st.sel_durations.begin(), st.sel_durations.end());
-      }
+      if (it.kind == ItemKind::kernel) ui.kernels.selected = kernel_name(tl.trace->kernels[static_cast<std::size_t>(it.index)]);
     }
   }
 }

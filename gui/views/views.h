@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gui/model/breakdown.h"
+#include "gui/model/kernel_stats.h"
 #include "gui/model/memory.h"
 #include "gui/model/store.h"
 #include "gui/model/timeline.h"
@@ -15,9 +16,9 @@ struct ImVec4;
 
 namespace moc::gui {
 
-enum class View { runs, sweep, breakdown, timeline, memory, compare, training };
-inline constexpr View kAllViews[] = {View::runs,   View::sweep,   View::breakdown, View::timeline,
-                                     View::memory, View::compare, View::training};
+enum class View { runs, sweep, breakdown, timeline, kernels, memory, compare, training };
+inline constexpr View kAllViews[] = {View::runs,   View::sweep,  View::breakdown, View::timeline,
+                                     View::kernels, View::memory, View::compare,   View::training};
 const char* view_title(View v);  // the window title: "Runs", "Sweep", ...
 const char* view_key(View v);    // the command-line name: "runs", "sweep", ...
 bool view_from_key(const std::string& key, View* out);
@@ -29,14 +30,28 @@ struct TimelineState {
   Timeline timeline;
   double t0 = 0, t1 = 0;  // the visible window, ns on the trace clock
   bool fit = true;        // fit the window to the trace on the next frame
-  int sel_lane = -1, sel_item = -1;  // the selected item
-  std::string sel_kernel;            // its kernel name (statistics over the run)
-  std::vector<db::KernelSummaryRow> sel_stats;
-  std::vector<double> sel_durations;  // the kernel's instances in this point (ns, sorted)
+  int sel_lane = -1, sel_item = -1;  // the selected item (its kernel's statistics: UiState::kernels)
   // The last frame's work, for the benchmark: spans drawn and items they stand for.
   std::size_t spans_drawn = 0;
   float lanes_x0 = 0, lanes_x1 = 0, lanes_y0 = 0;  // screen extent of the lane area (input tests aim here)
-  float lane_height = 0;
+  float lane_height = 0;      // the height of one sub-row
+  std::vector<float> lane_y;  // screen y of each lane's top (its sub-row r begins at lane_y + r * lane_height)
+};
+
+// The selected kernel and what the Kernels view and the Timeline show of it, re-derived when the point, the
+// time mode, the kernel or the store's generation changes.
+struct KernelStatsState {
+  std::string selected;  // kernel name ("": none)
+  std::shared_ptr<const prof::ProfileTrace> trace;  // the Timeline's point's profile
+  prof::TimeMode mode = prof::TimeMode::exclusive;
+  std::vector<KernelRow> table;  // every kernel of that profile under `mode`, by total time
+  int row = -1;                  // the selected kernel's row of `table` (-1: it did not run there)
+  // The selected kernel in every profiled point of `run` (empty for a pinned timeline), and what it is of.
+  RunRef run;
+  std::uint64_t generation = ~std::uint64_t{0};
+  std::string over_run_of;
+  prof::TimeMode over_run_mode = prof::TimeMode::exclusive;
+  std::vector<KernelPointRow> over_run;
 };
 
 // What a view derived from a whole run, kept until the run or the store's generation changes (deriving it
@@ -60,7 +75,11 @@ struct UiState {
   char run_filter[128] = {};
   std::string sweep_metric, sweep_axis;
   bool sweep_log_auto = true, sweep_log_x = false, sweep_log_y = false;
+  // How per-op device times are counted everywhere (Breakdown's traced bars, Timeline, Kernels).
+  prof::TimeMode time_mode = prof::TimeMode::exclusive;
+  float time_mode_button[2][2] = {};  // screen centre of the last drawn toggle's two choices (input tests)
   TimelineState timeline;
+  KernelStatsState kernels;
   int memory_mode = 0;  // 0: the point's timeline, 1: peak breakdown across the run's points (Figure 1)
   int training_mode = 0;  // 0: curves of every point (loss, perplexity), 1: one point's trained-gate histograms
   std::string training_series;
@@ -84,21 +103,28 @@ std::int64_t current_point(Store& store, UiState& ui, bool want_profile);
 bool begin_run_view(View v, const UiState& ui, RunRef* a);
 // A point picker (combo) over run A's points; returns true when the selection changed.
 bool point_picker(Store& store, UiState& ui, bool want_profile);
+// The exclusive / inclusive toggle (one state for every view), with what it means on hover.
+void time_mode_toggle(UiState& ui);
+// Brings the kernel statistics up to date with the Timeline's point, the time mode and the selection.
+void update_kernel_stats(Store& store, UiState& ui);
 
 void draw_runs_view(Store& store, UiState& ui);
 void draw_sweep_view(Store& store, UiState& ui);
 void draw_breakdown_view(Store& store, UiState& ui);
 void draw_timeline_view(Store& store, UiState& ui);
+void draw_kernel_stats_view(Store& store, UiState& ui);
 void draw_memory_view(Store& store, UiState& ui);
 void draw_compare_view(Store& store, UiState& ui);
 void draw_training_view(Store& store, UiState& ui);
 
 // A stacked bar chart: values[item][group], one bar per group labelled labels[group], items stacked bottom up
 // in colors[item]; totals (empty, or one per group, NaN for none) drawn as diamonds ("timed total"). Returns
-// the group clicked this frame, or -1.
+// the group clicked this frame, or -1. groups (empty, or one per bar, equal values adjacent): bars of a group
+// stand together, a gap between groups, each group's name on the top axis. Tick labels too wide for their bar
+// are shortened ("..") and the full label is in the tooltip.
 int stacked_bars(const char* id, const std::vector<std::string>& items, const std::vector<std::vector<double>>& values,
                  const std::vector<std::string>& labels, const char* y_label, const std::vector<ImVec4>& colors,
-                 float height, const std::vector<double>& totals = {});
+                 float height, const std::vector<double>& totals = {}, const std::vector<std::string>& groups = {});
 
 // Colours the views share (tests look for them in screenshots).
 ImVec4 part_color(int part);                 // gate, up & down, top-K, other

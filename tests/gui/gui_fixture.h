@@ -5,14 +5,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
 namespace moc::gui::test {
+
+// A fresh seed per call (tests use fresh random inputs; SCOPED_TRACE it); MOCBENCH_TEST_SEED=<seed> replays
+// one (as tests/test_util.h, which these tests do not link).
+inline std::uint32_t fresh_seed() {
+  if (const char* s = std::getenv("MOCBENCH_TEST_SEED")) return static_cast<std::uint32_t>(std::strtoul(s, nullptr, 10));
+  static std::random_device rd;
+  return rd();
+}
 
 inline std::string temp_dir() {
   static const std::string dir = [] {

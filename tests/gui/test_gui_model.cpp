@@ -10,11 +10,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
 #include <set>
 #include <thread>
 
 #include "gui/model/breakdown.h"
 #include "gui/model/compare.h"
+#include "gui/model/kernel_stats.h"
 #include "gui/model/memory.h"
 #include "gui/model/series.h"
 #include "gui/model/store.h"
@@ -358,7 +362,7 @@ TEST(GuiTimeline, VisibleSpansCoverEveryItemOnceAndStayWithinThePixelBudget) {
     const auto t1 = t0 + static_cast<std::int64_t>(width);
     const double ns_per_px = width / px;
     std::vector<VisibleSpan> spans;
-    visible_spans(lane, t0, t1, ns_per_px, min_px, &spans);
+    visible_spans(lane, 0, t0, t1, ns_per_px, min_px, &spans);
     ASSERT_FALSE(spans.empty());
     EXPECT_LE(spans.size(), static_cast<std::size_t>(px)) << "bounded by pixels";
     std::size_t expected_first = static_cast<std::size_t>(spans.front().first);
@@ -389,8 +393,8 @@ TEST(GuiTimeline, VisibleSpansCoverEveryItemOnceAndStayWithinThePixelBudget) {
   }
   // item_at: the item under a time, none in a gap.
   const auto& it = lane.items[1234];
-  EXPECT_EQ(item_at(lane, (it.start + it.end) / 2, 0), 1234);
-  EXPECT_EQ(item_at(lane, it.end + 100, 0), -1) << "the 200 ns gap after it";
+  EXPECT_EQ(item_at(lane, 0, (it.start + it.end) / 2, 0), 1234);
+  EXPECT_EQ(item_at(lane, 0, it.end + 100, 0), -1) << "the 200 ns gap after it";
 }
 
 TEST(GuiCompare, MatchesPointsByAxesAndJudgesOnlyDifferencesBeyondNoise) {
@@ -466,6 +470,293 @@ TEST(GuiSeries, CurvesPerPointAndGateHistogramsOfATextRun) {
     EXPECT_LT(g.threshold_pre, g.pre_x.back());
   }
   EXPECT_TRUE(gate_layers(store, a, pts[1].id + 1000).empty());
+}
+
+// Greedy packing puts overlapping records on sub-rows: on a row nothing overlaps, and there are exactly as many
+// rows as records overlap at the busiest instant (the fewest possible).
+TEST(GuiTimeline, OverlappingRecordsGoOnTheFewestSubRowsWithNoOverlapOnARow) {
+  std::vector<TimelineItem> items;
+  for (auto [s, e] : {std::pair{0, 10}, {5, 15}, {12, 20}, {14, 30}, {16, 18}}) items.push_back({s, e, s, 0, 0, ItemKind::kernel, 0});
+  EXPECT_EQ(pack_rows(&items), 3);
+  std::vector<int> rows;
+  for (const auto& it : items) rows.push_back(it.row);
+  EXPECT_EQ(rows, (std::vector<int>{0, 1, 0, 2, 1})) << "each on the lowest row free at its start";
+
+  const std::uint32_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::uniform_int_distribution<int> start(0, 10000), len(1, 800);
+    items.clear();
+    for (int i = 0; i < 300; ++i) {
+      const int s = start(rng);
+      items.push_back({s, s + len(rng), s, 0, i, ItemKind::kernel, 0});
+    }
+    const int n_rows = pack_rows(&items);
+    int busiest = 0;  // the most records covering one instant (every instant of interest is some start)
+    for (const auto& a : items) {
+      int n = 0;
+      for (const auto& b : items) n += b.start <= a.start && a.start < b.end;
+      busiest = std::max(busiest, n);
+    }
+    EXPECT_EQ(n_rows, busiest);
+    for (const auto& a : items)
+      for (const auto& b : items)
+        if (&a != &b && a.row == b.row) {
+          ASSERT_TRUE(a.end <= b.start || b.end <= a.start) << "overlap on row " << a.row;
+        }
+  }
+}
+
+// Under programmatic dependent launch a kernel starts before its predecessor ends: its lane gets a second
+// sub-row, the waiting part [start, own) is where it overlapped, and the exclusive times sum to the busy time.
+TEST(GuiTimeline, PdlKernelsStandOnASecondSubRowWithTheirWaitingPart) {
+  const auto trace = std::make_shared<const prof::ProfileTrace>(synthetic_trace(3000, 1, true));
+  const Timeline tl = build_timeline(trace);
+  const TimelineLane& lane = tl.lanes[0];
+  ASSERT_EQ(lane.items.size(), 3000u);
+  ASSERT_EQ(lane.rows(), 2);
+  ASSERT_EQ(lane.row_begin.size(), 3u);
+  EXPECT_EQ(lane.row_begin[0], 0u);
+  EXPECT_EQ(lane.row_begin[1], 2000u) << "two of three kernels start after their predecessor ends";
+  EXPECT_EQ(lane.row_begin[2], 3000u);
+  for (int r = 0; r < 2; ++r)
+    for (std::size_t i = lane.row_begin[static_cast<std::size_t>(r)] + 1; i < lane.row_begin[static_cast<std::size_t>(r) + 1]; ++i) {
+      ASSERT_EQ(lane.items[i].row, r);
+      ASSERT_LE(lane.items[i - 1].end, lane.items[i].start) << "by start, none overlapping, on a row";
+    }
+  for (std::size_t i = lane.row_begin[1]; i < lane.items.size(); ++i) {
+    const TimelineItem& it = lane.items[i];
+    EXPECT_EQ(trace->kernels[static_cast<std::size_t>(it.index)].start_ns, it.start);
+    ASSERT_EQ(it.wait_ns(), 500) << "it waited where it overlapped its predecessor";
+    ASSERT_EQ(it.exclusive_ns(), it.inclusive_ns() - 500);
+    EXPECT_EQ(it.duration_ns(prof::TimeMode::exclusive), it.exclusive_ns());
+    EXPECT_EQ(it.duration_ns(prof::TimeMode::inclusive), it.inclusive_ns());
+  }
+  for (std::size_t i = 0; i < lane.row_begin[1]; ++i) ASSERT_EQ(lane.items[i].wait_ns(), 0);
+  EXPECT_EQ(tl.exclusive_sum_ns, prof::busy_ns(*trace));
+  EXPECT_EQ(tl.inclusive_sum_ns, tl.exclusive_sum_ns + 1000 * 500);
+  // The level-of-detail query and the hit test work per sub-row.
+  const TimelineItem& late = lane.items[lane.row_begin[1] + 10];
+  EXPECT_EQ(item_at(lane, 1, (late.start + late.end) / 2, 0), static_cast<int>(lane.row_begin[1] + 10));
+  EXPECT_EQ(item_at(lane, 1, late.end + 300, 0), -1) << "a gap on row 1";
+  std::vector<VisibleSpan> spans;
+  visible_spans(lane, 1, tl.start_ns, tl.end_ns + 1, 1.0, 2.0, &spans);
+  ASSERT_EQ(spans.size(), 1000u) << "1 ns per pixel: every kernel alone";
+  EXPECT_EQ(static_cast<std::size_t>(spans.front().first), lane.row_begin[1]);
+  // A real profile's CPU ops run one at a time: one row.
+  Store s;
+  s.open(fixture_db());
+  const RunRef r = s.runs()[0].ref;
+  const Timeline real = build_timeline(s.profile(r, find_point(s.points(r), "train")->id));
+  EXPECT_EQ(real.lanes[0].rows(), 1);
+  EXPECT_EQ(real.exclusive_sum_ns, prof::busy_ns(*real.trace));
+}
+
+// Ruler ticks fall on round values -- multiples of 1, 2 or 5 x 10^n ns -- and read as such ("200 us").
+TEST(GuiTimeline, TicksAreRoundMultiplesOfAOneTwoFiveStepWithRoundLabels) {
+  EXPECT_EQ(tick_step(0.2), 1);
+  EXPECT_EQ(tick_step(1), 1);
+  EXPECT_EQ(tick_step(3), 5);
+  EXPECT_EQ(tick_step(150), 200);
+  EXPECT_EQ(tick_step(199.9e3), 200e3);
+  EXPECT_EQ(tick_step(1000), 1000);
+  EXPECT_EQ(tick_step(5001), 10000);
+  std::vector<std::string> labels;
+  for (const auto& t : time_ticks(-30e3, 1.05e6, 1.5e5)) labels.push_back(t.label);
+  EXPECT_EQ(labels, (std::vector<std::string>{"0", "200 us", "400 us", "600 us", "800 us", "1.0 ms"}));
+  labels.clear();
+  for (const auto& t : time_ticks(123456, 123620, 40)) labels.push_back(t.label);
+  EXPECT_EQ(labels, (std::vector<std::string>{"123.50 us", "123.55 us", "123.60 us"}));
+  EXPECT_EQ(format_tick(350, 50), "350 ns");
+  EXPECT_EQ(format_tick(2.5e9, 5e8), "2.5 s");
+
+  const std::uint32_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int trial = 0; trial < 500; ++trial) {
+    const double t0 = std::pow(10, 9 * u(rng)) * (u(rng) < 0.2 ? -1 : 1);
+    const double span = std::pow(10, 1 + 8 * u(rng));
+    const double min_step = span / (2 + 10 * u(rng));
+    const auto ticks = time_ticks(t0, t0 + span, min_step);
+    const double step = tick_step(min_step);
+    ASSERT_GE(step, min_step);
+    ASSERT_LT(step, 2.5 * min_step + 1) << "the smallest round step that is wide enough";
+    const double mantissa = step / std::pow(10, std::floor(std::log10(step) + 1e-9));
+    ASSERT_TRUE(std::fabs(mantissa - 1) < 1e-9 || std::fabs(mantissa - 2) < 1e-9 || std::fabs(mantissa - 5) < 1e-9) << step;
+    ASSERT_FALSE(ticks.empty());
+    for (std::size_t i = 0; i < ticks.size(); ++i) {
+      const double k = ticks[i].ns / step;
+      ASSERT_EQ(k, std::round(k)) << ticks[i].ns << " is a multiple of " << step;
+      ASSERT_GE(ticks[i].ns, t0);
+      ASSERT_LE(ticks[i].ns, t0 + span);
+      if (i) {
+        ASSERT_NEAR(ticks[i].ns - ticks[i - 1].ns, step, 1e-6 * step);
+      }
+      // The label reads back as the tick's value.
+      char unit[8] = {};
+      double v = 0;
+      if (ticks[i].ns == 0) {
+        ASSERT_EQ(ticks[i].label, "0");
+        continue;
+      }
+      ASSERT_EQ(std::sscanf(ticks[i].label.c_str(), "%lf %7s", &v, unit), 2) << ticks[i].label;
+      const double scale = std::string(unit) == "ns" ? 1 : std::string(unit) == "us" ? 1e3 : std::string(unit) == "ms" ? 1e6 : 1e9;
+      ASSERT_NEAR(v * scale, ticks[i].ns, 1e-6 * step) << ticks[i].label;
+    }
+  }
+}
+
+TEST(GuiTimeline, PhaseLanesAreNamedByTheRangesTheyHold) {
+  EXPECT_EQ(phase_lane_label({"step"}), "step");
+  EXPECT_EQ(phase_lane_label({"attention", "ffn", "head"}), "attention / ffn / head");
+  EXPECT_EQ(phase_lane_label({"attention", "ffn", "head", "loss"}), "attention / ffn / head ...");
+  const Timeline tl = build_timeline(std::make_shared<const prof::ProfileTrace>(synthetic_trace(600, 1)));
+  std::vector<std::string> labels;
+  for (const auto& l : tl.lanes)
+    if (l.phases) labels.push_back(l.label);
+  EXPECT_EQ(labels, (std::vector<std::string>{"step", "layer", "attention / ffn.gate / ffn.topk ..."}));
+  Store s;
+  s.open(fixture_db());
+  const RunRef r = s.runs()[0].ref;
+  const Timeline real = build_timeline(s.profile(r, find_point(s.points(r), "train")->id));
+  for (const auto& l : real.lanes) {
+    if (!l.phases) continue;
+    EXPECT_FALSE(l.label.empty());
+    EXPECT_EQ(l.label.find("phases"), std::string::npos) << l.label;
+    EXPECT_EQ(l.label.find("layer."), std::string::npos) << "layer.N merged: " << l.label;
+  }
+  EXPECT_EQ(real.lanes[1].label.rfind("step", 0), 0u) << real.lanes[1].label;
+}
+
+// The traced bar counts each op's device time as the toggle says: exclusive sums to the busy time, inclusive
+// counts a PDL kernel's wait again.
+TEST(GuiBreakdown, TracedBarsSumToTheBusyTimeExclusiveAndCountWaitsInclusive) {
+  const prof::ProfileTrace t = synthetic_trace(600, 1, true);
+  db::PointRecord p;
+  p.mode = "train";
+  p.status = "ok";
+  p.metrics = {{"median_ms", 1.0}};
+  BreakdownBar ex, in;
+  ASSERT_TRUE(breakdown_bar(p, &t, &ex));  // exclusive by default
+  ASSERT_TRUE(breakdown_bar(p, &t, &in, prof::TimeMode::inclusive));
+  ASSERT_TRUE(ex.from_profile);
+  double ex_sum = 0, in_sum = 0, raw = 0;
+  for (int i = 0; i < prof::kPaperParts; ++i) {
+    ex_sum += ex.parts[static_cast<std::size_t>(i)];
+    in_sum += in.parts[static_cast<std::size_t>(i)];
+    EXPECT_LE(ex.parts[static_cast<std::size_t>(i)], in.parts[static_cast<std::size_t>(i)]);
+  }
+  for (const auto& k : t.kernels) raw += static_cast<double>(k.end_ns - k.start_ns);
+  EXPECT_NEAR(ex_sum, static_cast<double>(prof::busy_ns(t)) / 1e6, 1e-9) << "ms per step";
+  EXPECT_NEAR(in_sum, raw / 1e6, 1e-9);
+  EXPECT_NEAR(in_sum - ex_sum, 200 * 500 / 1e6, 1e-9) << "200 PDL kernels waited 500 ns each";
+  // The run's breakdown carries its mode; the CPU backend's ops never overlap, so both modes agree there.
+  Store s;
+  s.open(fixture_db());
+  const RunRef r = s.runs()[0].ref;
+  auto profile_of = [&](std::int64_t id) { return s.profile(r, id); };
+  const BreakdownData dex = build_breakdown(s.points(r), profile_of);
+  const BreakdownData din = build_breakdown(s.points(r), profile_of, prof::TimeMode::inclusive);
+  EXPECT_EQ(dex.mode, prof::TimeMode::exclusive);
+  EXPECT_EQ(din.mode, prof::TimeMode::inclusive);
+  ASSERT_EQ(dex.groups.size(), din.groups.size());
+  for (std::size_t g = 0; g < dex.groups.size(); ++g)
+    for (std::size_t b = 0; b < dex.groups[g].bars.size(); ++b)
+      for (int i = 0; i < prof::kPaperParts; ++i)
+        EXPECT_NEAR(dex.groups[g].bars[b].parts[static_cast<std::size_t>(i)], din.groups[g].bars[b].parts[static_cast<std::size_t>(i)],
+                    1e-12);
+}
+
+// 24 bars over three swept axes: grouped by the first (named once per group), labelled by the others' values.
+TEST(GuiBreakdown, ManyBarsAreGroupedByTheOutermostAxisAndLabelledByTheRest) {
+  std::vector<db::PointRecord> pts;
+  int index = 0;
+  for (const char* seq : {"128", "256"})
+    for (const char* batch : {"1", "2", "4", "8"})
+      for (const char* ffn : {"dense", "moc", "moc_gcp"}) {  // the group axis varies fastest: bars come interleaved
+        db::PointRecord p;
+        p.id = index + 1;
+        p.index = index++;
+        p.mode = "train";
+        p.status = "ok";
+        p.axes = {{"ffn", ffn}, {"batch", batch}, {"seq", seq}};
+        p.metrics = {{"median_ms", 10.0}, {"gate_ms", 1.0}, {"up_down_ms", 2.0}, {"topk_ms", 0.5}};
+        pts.push_back(p);
+      }
+  const BreakdownData d = build_breakdown(pts, nullptr);
+  EXPECT_EQ(d.group_axis, "ffn");
+  EXPECT_EQ(d.label_axes, (std::vector<std::string>{"batch", "seq"}));
+  ASSERT_EQ(d.groups.size(), 1u);
+  const auto& bars = d.groups[0].bars;
+  ASSERT_EQ(bars.size(), 24u);
+  std::vector<std::string> order;
+  for (const auto& b : bars)
+    if (order.empty() || order.back() != b.group) order.push_back(b.group);
+  EXPECT_EQ(order, (std::vector<std::string>{"ffn=dense", "ffn=moc", "ffn=moc_gcp"})) << "each group's bars together";
+  EXPECT_EQ(bars[0].label, "1\n128");
+  EXPECT_EQ(bars[1].label, "2\n128") << "sweep order within a group";
+  for (const auto& b : bars) EXPECT_EQ(b.label.find('='), std::string::npos) << "values only: " << b.label;
+}
+
+TEST(GuiKernelStats, CountTotalMeanMedianMinMaxUnderEitherMode) {
+  const DurationStats odd = duration_stats({5, 1, 3});
+  EXPECT_EQ(odd.count, 3u);
+  EXPECT_EQ(odd.total_ns, 9);
+  EXPECT_EQ(odd.mean_ns, 3);
+  EXPECT_EQ(odd.median_ns, 3);
+  EXPECT_EQ(odd.min_ns, 1);
+  EXPECT_EQ(odd.max_ns, 5);
+  EXPECT_EQ(duration_stats({4, 1, 2, 10}).median_ns, 3) << "even count: the mean of the middle two";
+  EXPECT_EQ(duration_stats({}).count, 0u);
+
+  const auto trace = std::make_shared<const prof::ProfileTrace>(synthetic_trace(600, 1, true));
+  const auto ex = kernel_table(*trace, prof::TimeMode::exclusive);
+  const auto in = kernel_table(*trace, prof::TimeMode::inclusive);
+  ASSERT_EQ(ex.size(), 6u) << "six kernel names";
+  double ex_total = 0, in_total = 0;
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < ex.size(); ++i) {
+    EXPECT_EQ(ex[i].stats.count, 100u);
+    EXPECT_EQ(ex[i].durations_ns.size(), 100u);
+    EXPECT_TRUE(std::is_sorted(ex[i].durations_ns.begin(), ex[i].durations_ns.end()));
+    if (i) {
+      EXPECT_GE(ex[i - 1].stats.total_ns, ex[i].stats.total_ns) << "largest total first";
+    }
+    ex_total += ex[i].stats.total_ns;
+    in_total += in[i].stats.total_ns;
+    count += ex[i].stats.count;
+  }
+  EXPECT_EQ(count, 600u);
+  EXPECT_EQ(ex_total, static_cast<double>(prof::busy_ns(*trace)));
+  EXPECT_EQ(in_total - ex_total, 200.0 * 500);
+  // k_updown is every sixth kernel from the third: each one a PDL kernel that waited 500 ns.
+  auto row_of = [](const std::vector<KernelRow>& rows, const std::string& name) {
+    for (const auto& r : rows)
+      if (r.name == name) return r;
+    return KernelRow{};
+  };
+  EXPECT_EQ(row_of(in, "k_updown").stats.mean_ns - row_of(ex, "k_updown").stats.mean_ns, 500);
+  EXPECT_EQ(row_of(in, "k_gate").stats.total_ns, row_of(ex, "k_gate").stats.total_ns) << "k_gate never overlaps";
+
+  // Over a run: one row per profiled point that ran the kernel, as many instances as its profile holds.
+  Store s;
+  s.open(fixture_db());
+  const RunRef r = s.runs()[0].ref;
+  const auto& pts = s.points(r);
+  const auto prof = s.profile(r, find_point(pts, "train")->id);
+  const std::string name = kernel_name(prof->kernels.front());
+  const auto rows = kernel_over_run(pts, [&](std::int64_t id) { return s.profile(r, id); }, name, prof::TimeMode::exclusive);
+  ASSERT_FALSE(rows.empty());
+  const auto sql = s.kernel_summary(r, name);
+  ASSERT_EQ(rows.size(), sql.size()) << "the same points as the database's own summary";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].point_id, sql[i].point_id);
+    EXPECT_EQ(static_cast<std::int64_t>(rows[i].stats.count), sql[i].count);
+    EXPECT_EQ(rows[i].steps, sql[i].steps);
+    EXPECT_LE(rows[i].stats.total_ns, static_cast<double>(sql[i].total_ns)) << "exclusive never exceeds end - start";
+  }
 }
 
 TEST(GuiUnits, HumanUnits) {
