@@ -299,7 +299,7 @@ void for_each_profile(const db::ResultsDb& store, const std::string& db_path, lo
 }
 
 int cmd_stats(const std::string& db_path, long long run_id, std::optional<int> point, std::vector<std::string> reports,
-              const std::string& format) {
+              const std::string& format, prof::TimeMode time) {
   const auto& known = stats::report_names();
   if (reports.empty()) reports = stats::default_reports();
   for (const auto& r : reports)
@@ -318,12 +318,13 @@ int cmd_stats(const std::string& db_path, long long run_id, std::optional<int> p
     const std::string mode = point_mode(*run, p);
     std::vector<stats::Table> tables;
     for (const auto& r : reports)
-      for (auto& t : stats::run_report(r, trace, p.metrics, mode)) tables.push_back(std::move(t));
+      for (auto& t : stats::run_report(r, trace, p.metrics, mode, time)) tables.push_back(std::move(t));
     if (format == "table") {
       char info[256];
       std::snprintf(info, sizeof info, "%s profile, %d step(s), %.1f kernels per step", trace.source.c_str(),
                     trace.steps, static_cast<double>(trace.kernels.size()) / std::max(1, trace.steps));
-      o << "point " << p.index << ": " << axes_text(p) << " (mode " << (mode.empty() ? "?" : mode) << "; " << info;
+      o << "point " << p.index << ": " << axes_text(p) << " (mode " << (mode.empty() ? "?" : mode) << "; " << info
+        << "; " << prof::time_mode_name(time) << " device time";
       if (trace.dropped_records) o << "; " << trace.dropped_records << " records dropped";
       o << ")\n\n";
       for (const auto& t : tables) stats::print_text(t, o);
@@ -337,7 +338,8 @@ int cmd_stats(const std::string& db_path, long long run_id, std::optional<int> p
       o << (i ? ",\n " : "\n ") << "{\"point\": " << p.index << ", \"mode\": " << json_quote(mode) << ", \"axes\": {";
       for (std::size_t a = 0; a < p.axes.size(); ++a)
         o << (a ? ", " : "") << json_quote(p.axes[a].first) << ": " << json_quote(p.axes[a].second);
-      o << "}, \"source\": " << json_quote(trace.source) << ", \"steps\": " << trace.steps
+      o << "}, \"source\": " << json_quote(trace.source) << ", \"time\": " << json_quote(prof::time_mode_name(time))
+        << ", \"steps\": " << trace.steps
         << ", \"dropped_records\": " << trace.dropped_records << ", \"reports\": [";
       for (std::size_t t = 0; t < tables.size(); ++t) {
         o << (t ? ",\n  " : "\n  ");
@@ -353,7 +355,7 @@ int cmd_stats(const std::string& db_path, long long run_id, std::optional<int> p
 }
 
 int cmd_export_perfetto(const std::string& db_path, const std::vector<long long>& ids, bool all,
-                        std::optional<int> point, const std::string& output) {
+                        std::optional<int> point, const std::string& output, prof::TimeMode time) {
   if (all || ids.size() != 1)
     throw ConfigError("--format perfetto exports exactly one run: name it (see `mocbench list`)");
   auto store = db::ResultsDb::open(db_path, db::OpenMode::read_only);
@@ -367,7 +369,7 @@ int cmd_export_perfetto(const std::string& db_path, const std::vector<long long>
   for (std::size_t i = 0; i < points.size(); ++i)
     pp.push_back({points[i].index, "point " + std::to_string(points[i].index) + ": " + axes_text(points[i]), &traces[i]});
   std::ostringstream o;
-  perfetto::write_trace(pp, o);
+  perfetto::write_trace(pp, o, time);
   write_output(output, o.str());
   if (!output.empty() && output != "-")
     std::fprintf(stderr, "exported %zu profiled point(s) of run %lld to %s (open it in ui.perfetto.dev)\n", pp.size(),
@@ -376,8 +378,10 @@ int cmd_export_perfetto(const std::string& db_path, const std::vector<long long>
 }
 
 int cmd_export(const std::string& db_path, std::vector<long long> ids, bool all, const std::string& format,
-               const std::string& output, std::optional<int> point) {
-  if (format == "perfetto") return cmd_export_perfetto(db_path, ids, all, point, output);
+               const std::string& output, std::optional<int> point, std::optional<prof::TimeMode> time) {
+  if (format == "perfetto")
+    return cmd_export_perfetto(db_path, ids, all, point, output, time.value_or(prof::TimeMode::exclusive));
+  if (time) throw ConfigError("--time applies to --format perfetto only (csv and json export the timed metrics)");
   if (point) throw ConfigError("--point applies to --format perfetto only");
   const ExportFormat fmt = parse_format(format);
   auto store = db::ResultsDb::open(db_path, db::OpenMode::read_only);
@@ -586,6 +590,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"csv", "json", "perfetto"}));
   exp->add_option("-o,--output", exp_out, "Output file (default: standard output)");
   exp->add_option("--point", exp_point, "perfetto: only this point (its sweep index)");
+  std::optional<std::string> exp_time;
+  exp->add_option("--time", exp_time,
+                  "perfetto: exclusive (default: each kernel's slice is the time it alone accounts for; a PDL "
+                  "kernel's wait for its predecessor is an argument) | inclusive (CUPTI's start to end)")
+      ->check(CLI::IsMember({"exclusive", "inclusive"}));
   exp->add_option("--db", db_path, "Results database")->capture_default_str();
 
   auto* st = app.add_subcommand("stats", "Reports over a run's profiles, as `nsys stats` prints them");
@@ -600,6 +609,13 @@ int main(int argc, char** argv) {
   report_help += "(default: cuda_gpu_kern_sum cuda_gpu_mem_time_sum nvtx_sum phase_sum)";
   st->add_option("--report", st_reports, report_help);
   st->add_option("--format", st_format, "table | csv | json")->capture_default_str()->check(CLI::IsMember({"table", "csv", "json"}));
+  std::string st_time = "exclusive";
+  st->add_option("--time", st_time,
+                 "Device time of each kernel, copy and set: exclusive (where records overlap -- a kernel launched "
+                 "with programmatic dependent launch waiting for its predecessor -- the shared time counts once, for "
+                 "the earlier record; a step's ops sum to its busy time) | inclusive (CUPTI's start to end)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"exclusive", "inclusive"}));
   st->add_option("--db", db_path, "Results database")->capture_default_str();
 
   auto* cmp = app.add_subcommand("compare", "Compare two runs of one scenario point by point (ratio = B / A)");
@@ -648,8 +664,19 @@ int main(int argc, char** argv) {
     }
     if (*list) return cmd_list(db_path);
     if (*show) return cmd_show(db_path, show_run, show_format);
-    if (*exp) return cmd_export(db_path, exp_runs, exp_all, exp_format, exp_out, exp_point);
-    if (*st) return cmd_stats(db_path, st_run, st_point, st_reports, st_format);
+    if (*exp) {
+      std::optional<prof::TimeMode> time;
+      if (exp_time) {
+        time = prof::TimeMode::exclusive;
+        prof::parse_time_mode(*exp_time, &*time);
+      }
+      return cmd_export(db_path, exp_runs, exp_all, exp_format, exp_out, exp_point, time);
+    }
+    if (*st) {
+      prof::TimeMode time = prof::TimeMode::exclusive;
+      prof::parse_time_mode(st_time, &time);
+      return cmd_stats(db_path, st_run, st_point, st_reports, st_format, time);
+    }
     if (*cmp) return cmd_compare(cmp_a, cmp_b, db_path, cmp_metrics, cmp_format, cmp_force);
     if (*rep) {
       if (rep_opt.db_paths.empty()) rep_opt.db_paths.push_back(db_path);

@@ -111,7 +111,7 @@ std::string us_text(std::int64_t ns) {
   return buf;
 }
 
-void write_trace(const std::vector<PointProfile>& points, std::ostream& out) {
+void write_trace(const std::vector<PointProfile>& points, std::ostream& out, prof::TimeMode time) {
   std::vector<std::string> meta, events;
   long long flow_id = 0;
   // Thread ids are unique in the whole file (Perfetto's importer keys thread names by tid alone); each
@@ -135,7 +135,14 @@ void write_trace(const std::vector<PointProfile>& points, std::ostream& out) {
     for (const auto& r : t.ranges)
       if (r.ops > 0 || cpu) origin = std::min(origin, r.start_ns);
     auto ts = [&](std::int64_t ns) { return us_text(ns - origin); };
-
+    const prof::DeviceTimes dt = prof::device_times(t, time);
+    const bool excl = time == prof::TimeMode::exclusive;
+    // Exclusive: the inclusive record and its wait as arguments.
+    auto times = [&](Args& a, std::int64_t start, std::int64_t end, std::int64_t own) {
+      if (!excl) return;
+      a.raw("inclusive_start_us", ts(start)).raw("inclusive_dur_us", us_text(std::max(start, end) - start));
+      a.raw("wait_us", us_text(std::min(own, std::max(start, end)) - start));
+    };
     std::unordered_map<std::int64_t, const prof::PhaseRange*> ranges;
     for (const auto& r : t.ranges) ranges.emplace(r.id, &r);
     auto path = [&](std::int64_t id) {
@@ -198,7 +205,8 @@ void write_trace(const std::vector<PointProfile>& points, std::ostream& out) {
       tracks[api_track[api.thread_id]].slices.push_back({api.start_ns, std::max(api.start_ns, api.end_ns), 0,
                                                          api.name, "cuda_api", a.text(), api.correlation_id, true, 0});
     }
-    for (const auto& k : t.kernels) {
+    for (std::size_t i = 0; i < t.kernels.size(); ++i) {
+      const auto& k = t.kernels[i];
       Args a;
       if (k.device_id >= 0) {
         a.str("name", k.name).raw("grid", dim3(k.grid_x, k.grid_y, k.grid_z));
@@ -208,28 +216,33 @@ void write_trace(const std::vector<PointProfile>& points, std::ostream& out) {
         a.num("stream", k.stream_id).num("graph_id", k.graph_id).num("graph_node_id", static_cast<long long>(k.graph_node_id));
       }
       a.str("phase", path(k.range_id)).num("step", k.step);
+      times(a, k.start_ns, k.end_ns, dt.kernel_own[i]);
       stream_of(k.device_id, k.device_id < 0 ? 0u : k.stream_id)
-          .slices.push_back({k.start_ns, std::max(k.start_ns, k.end_ns), 0, k.short_name.empty() ? k.name : k.short_name,
+          .slices.push_back({dt.kernel_own[i], dt.kernel_own[i] + dt.kernels[i], 0, k.short_name.empty() ? k.name : k.short_name,
                              k.device_id < 0 ? "cpu_op" : "kernel", a.text(), k.correlation_id, false, 0});
     }
-    for (const auto& m : t.memcpys) {
+    for (std::size_t i = 0; i < t.memcpys.size(); ++i) {
+      const auto& m = t.memcpys[i];
       Args a;
       a.num("bytes", m.bytes).str("copy_kind", m.copy_kind).str("src_kind", m.src_kind).str("dst_kind", m.dst_kind);
       a.num("correlation_id", m.correlation_id).num("device", m.device_id).num("context", m.context_id);
       a.num("stream", m.stream_id).num("graph_id", m.graph_id).num("graph_node_id", static_cast<long long>(m.graph_node_id));
       a.str("phase", path(m.range_id)).num("step", m.step);
+      times(a, m.start_ns, m.end_ns, dt.memcpy_own[i]);
       stream_of(m.device_id, m.device_id < 0 ? 0u : m.stream_id)
-          .slices.push_back({m.start_ns, std::max(m.start_ns, m.end_ns), 0, prof::memcpy_operation(m.copy_kind), "memcpy",
+          .slices.push_back({dt.memcpy_own[i], dt.memcpy_own[i] + dt.memcpys[i], 0, prof::memcpy_operation(m.copy_kind), "memcpy",
                              a.text(), m.correlation_id, false, 0});
     }
-    for (const auto& m : t.memsets) {
+    for (std::size_t i = 0; i < t.memsets.size(); ++i) {
+      const auto& m = t.memsets[i];
       Args a;
       a.num("bytes", m.bytes).num("value", m.value).str("mem_kind", m.mem_kind);
       a.num("correlation_id", m.correlation_id).num("device", m.device_id).num("context", m.context_id);
       a.num("stream", m.stream_id).num("graph_id", m.graph_id).num("graph_node_id", static_cast<long long>(m.graph_node_id));
       a.str("phase", path(m.range_id)).num("step", m.step);
+      times(a, m.start_ns, m.end_ns, dt.memset_own[i]);
       stream_of(m.device_id, m.device_id < 0 ? 0u : m.stream_id)
-          .slices.push_back({m.start_ns, std::max(m.start_ns, m.end_ns), 0, "[CUDA memset]", "memset", a.text(),
+          .slices.push_back({dt.memset_own[i], dt.memset_own[i] + dt.memsets[i], 0, "[CUDA memset]", "memset", a.text(),
                              m.correlation_id, false, 0});
     }
 
@@ -241,7 +254,8 @@ void write_trace(const std::vector<PointProfile>& points, std::ostream& out) {
     meta.push_back("{\"ph\": \"M\", " + PT + ", \"name\": \"process_sort_index\", \"args\": {\"sort_index\": " +
                    std::to_string(pp.index) + "}}");
     {
-      std::string labels = t.source + ", " + std::to_string(t.steps) + " step(s)";
+      std::string labels = t.source + ", " + std::to_string(t.steps) + " step(s), " + prof::time_mode_name(time) +
+                           " device time";
       if (t.dropped_records) labels += ", " + std::to_string(t.dropped_records) + " records dropped";
       meta.push_back("{\"ph\": \"M\", " + PT + ", \"name\": \"process_labels\", \"args\": {\"labels\": " +
                      json_quote(labels) + "}}");

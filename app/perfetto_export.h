@@ -10,6 +10,10 @@
 //   "CPU ops"                the CPU backend's ops (device_id -1)
 // plus a "memory" counter (C) per allocator category (category_live_bytes), and flow arrows (s / f with
 // "bp":"e") from each API record to the kernels, copies and sets with its correlation id.
+// Device time: by default each kernel, memcpy and memset slice spans its exclusive part [own, end)
+// (prof::TimeMode; under PDL a kernel's CUPTI record begins while it still waits for its predecessor), with
+// the record's inclusive start, inclusive duration and wait as arguments; TimeMode::inclusive draws CUPTI's
+// start to end. The process labels say which.
 // Times are microseconds with nanosecond precision, relative to each point's trace start. Every X event of
 // a track nests properly: an event that would partially overlap another of its track (CPU clocks can make
 // two ops overlap) goes to an overflow track "NAME (overlap K)". Metadata events come first. Thread ids are
@@ -31,7 +35,8 @@ struct PointProfile {
   const prof::ProfileTrace* trace = nullptr;
 };
 
-void write_trace(const std::vector<PointProfile>& points, std::ostream& out);
+void write_trace(const std::vector<PointProfile>& points, std::ostream& out,
+                 prof::TimeMode time = prof::TimeMode::exclusive);
 
 // ns as microseconds with three decimals ("1234.567"): exact, no floating point.
 std::string us_text(std::int64_t ns);

@@ -214,6 +214,16 @@ void profile_pass(Ops& ops, Recorder& rec, const std::function<prof::Tracer*()>&
   m.push_back({"profile_steps", static_cast<double>(trace.steps)});
   m.push_back({"profile_kernels", static_cast<double>(trace.kernels.size()) / steps});
   m.push_back({"profile_gpu_busy_ms", static_cast<double>(prof::busy_ns(trace)) / 1e6 / steps});
+  {
+    // The records' inclusive times summed (CUPTI's start to end): above the busy time by what overlapped (PDL
+    // waits); the exclusive times sum to the busy time exactly.
+    const prof::DeviceTimes in = prof::device_times(trace, prof::TimeMode::inclusive);
+    double sum = 0;
+    for (auto v : in.kernels) sum += static_cast<double>(v);
+    for (auto v : in.memcpys) sum += static_cast<double>(v);
+    for (auto v : in.memsets) sum += static_cast<double>(v);
+    m.push_back({"profile_inclusive_sum_ms", sum / 1e6 / steps});
+  }
   m.push_back({"profile_untraced_ms", untraced_ms});
   m.push_back({"profile_traced_ms", traced_ms});
   m.push_back({"profile_overhead_pct", 100.0 * (traced_ms / untraced_ms - 1.0)});

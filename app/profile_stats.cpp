@@ -91,13 +91,23 @@ struct Op {
   bool kernel;
   const std::string* short_name = nullptr;  // kernels only
 };
-std::vector<Op> device_ops(const prof::ProfileTrace& t) {
+std::vector<Op> device_ops(const prof::ProfileTrace& t, const prof::DeviceTimes& dt) {
   std::vector<Op> ops;
   ops.reserve(t.kernels.size() + t.memcpys.size() + t.memsets.size());
-  for (const auto& k : t.kernels) ops.push_back({k.range_id, k.end_ns - k.start_ns, true, &k.short_name});
-  for (const auto& m : t.memcpys) ops.push_back({m.range_id, m.end_ns - m.start_ns, false, nullptr});
-  for (const auto& m : t.memsets) ops.push_back({m.range_id, m.end_ns - m.start_ns, false, nullptr});
+  for (std::size_t i = 0; i < t.kernels.size(); ++i)
+    ops.push_back({t.kernels[i].range_id, dt.kernels[i], true, &t.kernels[i].short_name});
+  for (std::size_t i = 0; i < t.memcpys.size(); ++i) ops.push_back({t.memcpys[i].range_id, dt.memcpys[i], false, nullptr});
+  for (std::size_t i = 0; i < t.memsets.size(); ++i) ops.push_back({t.memsets[i].range_id, dt.memsets[i], false, nullptr});
   return ops;
+}
+
+// The note every device-time table carries: which time it counts.
+std::string time_note(TimeMode time) {
+  if (time == TimeMode::inclusive)
+    return "device times are inclusive (CUPTI's start to end: under programmatic dependent launch a kernel's "
+           "record includes its wait for its predecessor, so overlapping records count the shared time twice)";
+  return "device times are exclusive (where records overlap -- a PDL kernel waiting for its predecessor -- the "
+         "shared time counts once, for the record that started earlier; --time inclusive shows start to end)";
 }
 
 }  // namespace
@@ -166,11 +176,14 @@ Table duration_summary(std::string id, std::string title, const std::string& cou
   return tb;
 }
 
-Table cuda_gpu_kern_sum(const prof::ProfileTrace& t) {
+Table cuda_gpu_kern_sum(const prof::ProfileTrace& t, TimeMode time) {
+  const prof::DeviceTimes dt = prof::device_times(t, time);
   std::map<std::string, Group> groups;
-  for (const auto& k : t.kernels) groups[k.name].durations.push_back(k.end_ns - k.start_ns);
-  return duration_summary("cuda_gpu_kern_sum", t.source == "cpu" ? "CPU Op Summary" : "CUDA GPU Kernel Summary",
-                          "Instances", {}, "Name", groups, "no kernel records in this profile");
+  for (std::size_t i = 0; i < t.kernels.size(); ++i) groups[t.kernels[i].name].durations.push_back(dt.kernels[i]);
+  Table tb = duration_summary("cuda_gpu_kern_sum", t.source == "cpu" ? "CPU Op Summary" : "CUDA GPU Kernel Summary",
+                              "Instances", {}, "Name", groups, "no kernel records in this profile");
+  if (!tb.rows.empty()) tb.notes.push_back(time_note(time));
+  return tb;
 }
 
 Table cuda_api_sum(const prof::ProfileTrace& t) {
@@ -180,7 +193,8 @@ Table cuda_api_sum(const prof::ProfileTrace& t) {
                           "no CUDA API records in this profile (the CPU backend has none)");
 }
 
-Table cuda_kern_exec_sum(const prof::ProfileTrace& t) {
+Table cuda_kern_exec_sum(const prof::ProfileTrace& t, TimeMode time) {
+  const prof::DeviceTimes dt = prof::device_times(t, time);
   Table tb;
   tb.id = "cuda_kern_exec_sum";
   tb.title = "CUDA Kernel Launch & Exec Time Summary (eager launches)";
@@ -200,7 +214,8 @@ Table cuda_kern_exec_sum(const prof::ProfileTrace& t) {
   };
   std::map<std::string, Acc> acc;
   std::size_t graph = 0, unmatched = 0;
-  for (const auto& k : t.kernels) {
+  for (std::size_t ki = 0; ki < t.kernels.size(); ++ki) {
+    const auto& k = t.kernels[ki];
     if (k.graph_node_id != 0) {
       ++graph;
       continue;
@@ -213,7 +228,7 @@ Table cuda_kern_exec_sum(const prof::ProfileTrace& t) {
     auto& a = acc[k.name];
     a.api.push_back(it->second->end_ns - it->second->start_ns);
     a.latency.push_back(k.start_ns - it->second->start_ns);
-    a.kernel.push_back(k.end_ns - k.start_ns);
+    a.kernel.push_back(dt.kernels[ki]);
   }
   std::vector<std::pair<double, std::vector<Cell>>> rows;
   for (auto& [name, a] : acc) {
@@ -224,18 +239,23 @@ Table cuda_kern_exec_sum(const prof::ProfileTrace& t) {
   std::stable_sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
   for (auto& r : rows) tb.rows.push_back(std::move(r.second));
   tb.notes.push_back("launch-to-start = kernel start - start of its launch call (host and device on CUPTI's clock)");
+  tb.notes.push_back(time_note(time));
   if (graph) tb.notes.push_back(std::to_string(graph) + " kernels replayed from CUDA graphs are not listed (one "
                                 "graph launch starts them all)");
   if (unmatched) tb.notes.push_back(std::to_string(unmatched) + " kernels without a launch record are not listed");
   return tb;
 }
 
-Table cuda_gpu_mem_time_sum(const prof::ProfileTrace& t) {
+Table cuda_gpu_mem_time_sum(const prof::ProfileTrace& t, TimeMode time) {
+  const prof::DeviceTimes dt = prof::device_times(t, time);
   std::map<std::string, Group> groups;
-  for (const auto& m : t.memcpys) groups[prof::memcpy_operation(m.copy_kind)].durations.push_back(m.end_ns - m.start_ns);
-  for (const auto& m : t.memsets) groups["[CUDA memset]"].durations.push_back(m.end_ns - m.start_ns);
-  return duration_summary("cuda_gpu_mem_time_sum", "CUDA GPU MemOps Summary (by Time)", "Count", {}, "Operation",
-                          groups, "no memcpy or memset records in this profile");
+  for (std::size_t i = 0; i < t.memcpys.size(); ++i)
+    groups[prof::memcpy_operation(t.memcpys[i].copy_kind)].durations.push_back(dt.memcpys[i]);
+  for (std::size_t i = 0; i < t.memsets.size(); ++i) groups["[CUDA memset]"].durations.push_back(dt.memsets[i]);
+  Table tb = duration_summary("cuda_gpu_mem_time_sum", "CUDA GPU MemOps Summary (by Time)", "Count", {}, "Operation",
+                              groups, "no memcpy or memset records in this profile");
+  if (!tb.rows.empty()) tb.notes.push_back(time_note(time));
+  return tb;
 }
 
 Table nvtx_sum(const prof::ProfileTrace& t) {
@@ -285,9 +305,10 @@ Table nvtx_gpu_proj_sum(const prof::ProfileTrace& t) {
   return tb;
 }
 
-std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics, const std::string& mode) {
+std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics, const std::string& mode,
+                             TimeMode time) {
   const prof::PhaseIndex ix(t);
-  const auto ops = device_ops(t);
+  const auto ops = device_ops(t, prof::device_times(t, time));
   const double steps = std::max(1, t.steps);
   const bool cpu = t.source == "cpu";
   const std::string dev = cpu ? "CPU" : "GPU";
@@ -309,7 +330,7 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
     a.kernels += o.kernel ? 1 : 0;
     a.ns += o.dur;
   }
-  const prof::PaperBreakdown pb = prof::paper_breakdown(t);
+  const prof::PaperBreakdown pb = prof::paper_breakdown(t, time);
   const auto& parts = pb.ns;
   const bool in_decode = pb.in_decode, fused_decode = pb.fused_decode;
   const double busy = static_cast<double>(prof::busy_ns(t));
@@ -321,8 +342,11 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
   {
     char buf[256];
     std::snprintf(buf, sizeof buf, "%d profiled step(s); %s busy %.3f ms per step (union of kernel, memcpy and memset "
-                  "intervals); shares above 100%% in sum mean ops overlapped", t.steps, dev.c_str(), busy / steps / 1e6);
+                  "intervals)%s", t.steps, dev.c_str(), busy / steps / 1e6,
+                  time == TimeMode::exclusive ? "; exclusive times: the phases sum to the busy time"
+                                              : "; shares above 100% in sum mean ops overlapped");
     ph.notes.push_back(buf);
+    ph.notes.push_back(time_note(time));
   }
   if (ops.empty()) ph.notes.push_back("no kernel, memcpy or memset records in this profile");
 
@@ -404,6 +428,7 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
   if (in_decode)
     bd.notes.push_back("inside ffn.decode the fused decode kernels are split by name: k_gate = gate, k_select = "
                        "top-K, k_updown = up & down");
+  bd.notes.push_back(time_note(time));
   if (fused_decode)
     bd.notes.push_back("ops inside ffn.decode that no part can be told for (the CPU backend's one ffn_decode op, "
                        "the dense decode path whose k_updown computes gate, up and down in one kernel, k_prep) "
@@ -412,14 +437,14 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
 }
 
 std::vector<Table> run_report(const std::string& name, const prof::ProfileTrace& t, const Metrics& metrics,
-                              const std::string& mode) {
-  if (name == "cuda_gpu_kern_sum") return {cuda_gpu_kern_sum(t)};
-  if (name == "cuda_gpu_mem_time_sum") return {cuda_gpu_mem_time_sum(t)};
+                              const std::string& mode, TimeMode time) {
+  if (name == "cuda_gpu_kern_sum") return {cuda_gpu_kern_sum(t, time)};
+  if (name == "cuda_gpu_mem_time_sum") return {cuda_gpu_mem_time_sum(t, time)};
   if (name == "cuda_api_sum") return {cuda_api_sum(t)};
-  if (name == "cuda_kern_exec_sum") return {cuda_kern_exec_sum(t)};
+  if (name == "cuda_kern_exec_sum") return {cuda_kern_exec_sum(t, time)};
   if (name == "nvtx_sum") return {nvtx_sum(t)};
   if (name == "nvtx_gpu_proj_sum") return {nvtx_gpu_proj_sum(t)};
-  if (name == "phase_sum") return phase_sum(t, metrics, mode);
+  if (name == "phase_sum") return phase_sum(t, metrics, mode, time);
   std::string known;
   for (const auto& n : report_names()) known += (known.empty() ? "" : ", ") + n;
   throw std::invalid_argument("unknown report '" + name + "'; reports: " + known);

@@ -17,6 +17,9 @@
 //                          outside every range): kernels and device time per step, share of the busy time;
 //                          then the paper's latency breakdown (gate, up & down, top-K, other) from the
 //                          profile beside the point's timed breakdown metrics
+// Device time: every kernel, memcpy and memset is counted exclusive by default (prof::TimeMode: under PDL a
+// record overlaps its predecessor's; the overlap is counted once, for the earlier record, so the ops of a
+// step sum to its busy time); TimeMode::inclusive counts CUPTI's start-to-end. Each table says which.
 // Statistics: Med is the middle value (the mean of the two middle values for an even count); StdDev is the
 // sample standard deviation (n - 1; 0 for one instance), as nsys computes them.
 #pragma once
@@ -68,21 +71,23 @@ struct DurationStats {
 };
 DurationStats duration_stats(std::vector<std::int64_t> durations);
 
-Table cuda_gpu_kern_sum(const prof::ProfileTrace& t);
-Table cuda_gpu_mem_time_sum(const prof::ProfileTrace& t);
+using prof::TimeMode;
+Table cuda_gpu_kern_sum(const prof::ProfileTrace& t, TimeMode time = TimeMode::exclusive);
+Table cuda_gpu_mem_time_sum(const prof::ProfileTrace& t, TimeMode time = TimeMode::exclusive);
 Table cuda_api_sum(const prof::ProfileTrace& t);
-Table cuda_kern_exec_sum(const prof::ProfileTrace& t);
+Table cuda_kern_exec_sum(const prof::ProfileTrace& t, TimeMode time = TimeMode::exclusive);
 Table nvtx_sum(const prof::ProfileTrace& t);
 Table nvtx_gpu_proj_sum(const prof::ProfileTrace& t);
 // Two tables: phase_sum (per phase) and phase_sum_breakdown (profiled vs timed). mode: the point's mode
 // ("ffn-decode" compares per call in us with gate_us/topk_us/up_down_us/other_us/latency_us, dividing
 // the profiled step by the weight_copies metric; others per step in ms with gate_ms/topk_ms/up_down_ms and
 // median_ms).
-std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics, const std::string& mode);
+std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics, const std::string& mode,
+                             TimeMode time = TimeMode::exclusive);
 
 // The tables of one report by name; throws std::invalid_argument for an unknown name.
 std::vector<Table> run_report(const std::string& name, const prof::ProfileTrace& t, const Metrics& metrics,
-                              const std::string& mode);
+                              const std::string& mode, TimeMode time = TimeMode::exclusive);
 
 // The phase an op belongs to: the name of its innermost range with "layer.N" merged into "layer";
 // "(none)" for range_id -1 or an id the trace does not hold.

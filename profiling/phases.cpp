@@ -59,7 +59,8 @@ PaperPart decode_kernel_part(const std::string& short_name) {
   return PaperPart::other;
 }
 
-PaperBreakdown paper_breakdown(const ProfileTrace& t) {
+PaperBreakdown paper_breakdown(const ProfileTrace& t, TimeMode mode) {
+  const DeviceTimes dt = device_times(t, mode);
   const PhaseIndex ix(t);
   PaperBreakdown out;
   std::set<std::int64_t> split_decode;  // ffn.decode ranges that ran a gate kernel
@@ -78,9 +79,9 @@ PaperBreakdown paper_breakdown(const ProfileTrace& t) {
     }
     out.ns[static_cast<int>(p)] += static_cast<double>(dur);
   };
-  for (const auto& k : t.kernels) add(k.range_id, k.end_ns - k.start_ns, &k.short_name);
-  for (const auto& m : t.memcpys) add(m.range_id, m.end_ns - m.start_ns, nullptr);
-  for (const auto& m : t.memsets) add(m.range_id, m.end_ns - m.start_ns, nullptr);
+  for (std::size_t i = 0; i < t.kernels.size(); ++i) add(t.kernels[i].range_id, dt.kernels[i], &t.kernels[i].short_name);
+  for (std::size_t i = 0; i < t.memcpys.size(); ++i) add(t.memcpys[i].range_id, dt.memcpys[i], nullptr);
+  for (std::size_t i = 0; i < t.memsets.size(); ++i) add(t.memsets[i].range_id, dt.memsets[i], nullptr);
   return out;
 }
 

@@ -46,6 +46,7 @@ struct PaperBreakdown {
 // Attributes every kernel, memcpy and memset of the trace to a part. Inside an ffn.decode range that ran a
 // gate kernel, kernels are split by name (decode_kernel_part); the dense decode path has no gate kernel (its
 // k_updown computes gate, up and down together), so its ops stay "other".
-PaperBreakdown paper_breakdown(const ProfileTrace& t);
+// Each op counts its device time under `mode` (exclusive: the breakdown sums to the busy time).
+PaperBreakdown paper_breakdown(const ProfileTrace& t, TimeMode mode = TimeMode::exclusive);
 
 }  // namespace moc::prof

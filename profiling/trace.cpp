@@ -38,4 +38,63 @@ std::int64_t busy_ns(const ProfileTrace& t) {
   return total;
 }
 
+const char* time_mode_name(TimeMode m) { return m == TimeMode::inclusive ? "inclusive" : "exclusive"; }
+
+bool parse_time_mode(const std::string& text, TimeMode* out) {
+  if (text == "exclusive") *out = TimeMode::exclusive;
+  else if (text == "inclusive") *out = TimeMode::inclusive;
+  else return false;
+  return true;
+}
+
+DeviceTimes device_times(const ProfileTrace& t, TimeMode mode) {
+  DeviceTimes d;
+  d.mode = mode;
+  const std::size_t nk = t.kernels.size(), nc = t.memcpys.size(), ns = t.memsets.size();
+  d.kernels.resize(nk);
+  d.memcpys.resize(nc);
+  d.memsets.resize(ns);
+  d.kernel_own.resize(nk);
+  d.memcpy_own.resize(nc);
+  d.memset_own.resize(ns);
+  struct Rec {
+    std::int64_t start, end;
+    int kind;  // 0 kernel, 1 memcpy, 2 memset
+    std::size_t index;
+  };
+  std::vector<Rec> recs;
+  recs.reserve(nk + nc + ns);
+  for (std::size_t i = 0; i < nk; ++i) recs.push_back({t.kernels[i].start_ns, t.kernels[i].end_ns, 0, i});
+  for (std::size_t i = 0; i < nc; ++i) recs.push_back({t.memcpys[i].start_ns, t.memcpys[i].end_ns, 1, i});
+  for (std::size_t i = 0; i < ns; ++i) recs.push_back({t.memsets[i].start_ns, t.memsets[i].end_ns, 2, i});
+  auto put = [&](const Rec& r, std::int64_t own, std::int64_t dur) {
+    auto& durs = r.kind == 0 ? d.kernels : r.kind == 1 ? d.memcpys : d.memsets;
+    auto& owns = r.kind == 0 ? d.kernel_own : r.kind == 1 ? d.memcpy_own : d.memset_own;
+    durs[r.index] = dur;
+    owns[r.index] = own;
+  };
+  if (mode == TimeMode::inclusive) {
+    for (const auto& r : recs) put(r, r.start, std::max<std::int64_t>(0, r.end - r.start));
+    return d;
+  }
+  std::sort(recs.begin(), recs.end(), [](const Rec& a, const Rec& b) {
+    if (a.start != b.start) return a.start < b.start;
+    if (a.end != b.end) return a.end < b.end;
+    if (a.kind != b.kind) return a.kind < b.kind;
+    return a.index < b.index;
+  });
+  // Every record before r in this order started no later than r, so an instant of r is covered by an earlier
+  // record exactly when it lies before the latest end seen so far.
+  bool any = false;
+  std::int64_t frontier = 0;
+  for (const auto& r : recs) {
+    const std::int64_t end = std::max(r.start, r.end);
+    const std::int64_t own = any ? std::min(end, std::max(r.start, frontier)) : r.start;
+    put(r, own, end - own);
+    frontier = any ? std::max(frontier, end) : end;
+    any = true;
+  }
+  return d;
+}
+
 }  // namespace moc::prof

@@ -134,4 +134,32 @@ std::string memcpy_operation(const std::string& copy_kind);
 // Busy time of the device(s): the length of the union of every kernel, memcpy and memset interval.
 std::int64_t busy_ns(const ProfileTrace& t);
 
+// How a record's device time is counted.
+//   inclusive: end - start, as CUPTI reports it. Under programmatic dependent launch (PDL) a kernel starts
+//              early and waits for its predecessor inside its record; a graph may start a node early too. The
+//              inclusive times of overlapping records count the shared part twice (or more).
+//   exclusive: the time a record alone accounts for. Wherever records overlap, the instant belongs to the
+//              one that started earlier (ties: the one that ends first, then kernels before copies before
+//              sets, then record order). A record's exclusive part is then one interval, [own, end) with
+//              own = max(start, the latest end of every record that started before it), or nothing when an
+//              earlier record outlasts it; the exclusive times of a trace sum to busy_ns() exactly. Two
+//              streams running at once: the later-started record gets only what it added to the busy time.
+// Exclusive is the default everywhere a per-op time is shown (stats, dashboard, report, Perfetto).
+enum class TimeMode { exclusive, inclusive };
+const char* time_mode_name(TimeMode m);  // "exclusive" | "inclusive"
+// "exclusive" / "inclusive" -> the mode; false for anything else.
+bool parse_time_mode(const std::string& text, TimeMode* out);
+
+// Every kernel, memcpy and memset of a trace timed under one mode, parallel to the trace's vectors.
+struct DeviceTimes {
+  TimeMode mode = TimeMode::exclusive;
+  std::vector<std::int64_t> kernels, memcpys, memsets;              // duration (ns), >= 0
+  std::vector<std::int64_t> kernel_own, memcpy_own, memset_own;     // where the counted part begins: start
+                                                                    // (inclusive) or own (exclusive; = end
+                                                                    // when it owns nothing)
+  // [start, own) of an exclusive record is the part that overlapped earlier work (a PDL kernel's wait).
+  bool operator==(const DeviceTimes&) const = default;
+};
+DeviceTimes device_times(const ProfileTrace& t, TimeMode mode);
+
 }  // namespace moc::prof

@@ -501,9 +501,9 @@ TEST_F(Cli, StatsPrintsEveryReportOfEveryProfiledPoint) {
   const std::string db = write_profiled_db(path("p.db"));
   auto r = mocbench("stats 1 --db " + db);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("point 0: mode=train batch=2 (mode train; cupti profile, 1 step(s), 2.0 kernels per step)"),
+  EXPECT_NE(r.out.find("point 0: mode=train batch=2 (mode train; cupti profile, 1 step(s), 2.0 kernels per step; exclusive device time)"),
             std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("point 2: mode=ffn-decode batch=2 (mode ffn-decode; cupti profile, 2 step(s), 1.0 kernels per step)"),
+  EXPECT_NE(r.out.find("point 2: mode=ffn-decode batch=2 (mode ffn-decode; cupti profile, 2 step(s), 1.0 kernels per step; exclusive device time)"),
             std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("point 1:"), std::string::npos) << "point 1 has no profile";
   for (const char* title : {" ** CUDA GPU Kernel Summary (cuda_gpu_kern_sum):", " ** CUDA GPU MemOps Summary (by Time) (cuda_gpu_mem_time_sum):",
@@ -524,6 +524,71 @@ TEST_F(Cli, StatsPrintsEveryReportOfEveryProfiledPoint) {
   EXPECT_EQ(one.out.find("point 0:"), std::string::npos);
   EXPECT_LT(one.out.find("(nvtx_gpu_proj_sum)"), one.out.find("(cuda_gpu_kern_sum)")) << "reports in the order asked";
   EXPECT_NE(one.out.find("Total Proj Time"), std::string::npos);
+}
+
+// A PDL pair: the second gemv's record starts 600 ns before the first ends (it waits for it). Default:
+// exclusive times (1000 + 2000 ns, the busy time); --time inclusive: CUPTI's 1000 + 2600 ns. The Perfetto
+// export draws the exclusive part and carries the wait.
+TEST_F(Cli, StatsAndPerfettoCountExclusiveTimeByDefault) {
+  const std::string db = path("pdl.db");
+  {
+    auto store = db::ResultsDb::open(db, db::OpenMode::read_write);
+    db::RunRecord r;
+    r.scenario_name = "pdl";
+    r.scenario_path = "scenarios/pdl.toml";
+    r.scenario_text = "name = \"pdl\"\nmode = \"decode\"\n";
+    r.scenario_hash = "sha256:pdl";
+    r.device_kind = "cuda";
+    r.started_unix_ms = 1'700'000'000'000;
+    const auto run = store.begin_run(r);
+    db::PointRecord p;
+    p.run_id = run;
+    p.index = 0;
+    p.mode = "decode";
+    p.status = "ok";
+    p.metrics = {{"median_ms", 0.003}};
+    auto t = small_trace(1);
+    t.kernels[1].start_ns = 1'001'400;
+    store.add_point(p, {}, {}, &t);
+    store.finish_run(run, "ok", 1'700'000'001'000);
+  }
+  auto ex = mocbench("stats 1 --report cuda_gpu_kern_sum --format csv --db " + db);
+  ASSERT_EQ(ex.code, 0) << ex.out;
+  auto rows = parse_csv(ex.out);
+  ASSERT_GE(rows.size(), 2u) << ex.out;
+  EXPECT_EQ(rows[1][3], "3000") << ex.out;
+  EXPECT_EQ(rows[1][8], "2000") << "Max: the second gemv's own time";
+  auto in = mocbench("stats 1 --report cuda_gpu_kern_sum --format csv --time inclusive --db " + db);
+  ASSERT_EQ(in.code, 0) << in.out;
+  rows = parse_csv(in.out);
+  ASSERT_GE(rows.size(), 2u) << in.out;
+  EXPECT_EQ(rows[1][3], "3600") << in.out;
+  auto text = mocbench("stats 1 --report cuda_gpu_kern_sum --db " + db);
+  EXPECT_NE(text.out.find("device times are exclusive"), std::string::npos) << text.out;
+  auto text_in = mocbench("stats 1 --report cuda_gpu_kern_sum --time inclusive --db " + db);
+  EXPECT_NE(text_in.out.find("device times are inclusive"), std::string::npos) << text_in.out;
+  auto bad = mocbench("stats 1 --time self --db " + db);
+  EXPECT_EQ(bad.code, 2) << bad.out;
+
+  auto pf = mocbench("export 1 --format perfetto --db " + db);
+  ASSERT_EQ(pf.code, 0) << pf.out;
+  const auto doc = nlohmann::json::parse(pf.out.substr(pf.out.find('{')));
+  int kernels = 0;
+  for (const auto& e : doc["traceEvents"])
+    if (e.value("cat", "") == "kernel") {
+      ++kernels;
+      if (e["args"]["wait_us"].get<double>() > 0) {
+        EXPECT_DOUBLE_EQ(e["args"]["wait_us"].get<double>(), 0.6);
+        EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 2.0);
+        EXPECT_DOUBLE_EQ(e["args"]["inclusive_dur_us"].get<double>(), 2.6);
+      }
+    }
+  EXPECT_EQ(kernels, 2);
+  auto pf_in = mocbench("export 1 --format perfetto --time inclusive --db " + db);
+  ASSERT_EQ(pf_in.code, 0) << pf_in.out;
+  EXPECT_EQ(pf_in.out.find("wait_us"), std::string::npos);
+  auto csv_time = mocbench("export 1 --format csv --time inclusive --db " + db);
+  EXPECT_EQ(csv_time.code, 2) << csv_time.out;
 }
 
 TEST_F(Cli, StatsCsvAndJson) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -12,6 +13,9 @@
 #include "gpu_util.h"
 #include "model/config.h"
 #include "profiling/tracer.h"
+#ifdef MOCBENCH_HAVE_CUDA
+#include "kernels/cuda/profiler_probe.h"
+#endif
 
 namespace moc {
 namespace {
@@ -125,6 +129,45 @@ TEST(GpuProfiling, KernelDurationsAgreeWithCudaEvents) {
   EXPECT_NEAR(a, b, 0.05 * b) << "CUPTI median " << a << " ms, CUDA events median " << b << " ms";
 }
 
+// Spin kernels of ~10, 20 and 30 us, each timed alone with CUDA events, then traced as a PDL chain: every
+// successor's record starts while its predecessor still runs (its inclusive time holds the wait), and its
+// exclusive time is its own work again.
+TEST(GpuProfiling, PdlChainExclusiveTimesMatchSoloDurations) {
+  MOC_GPU_OR_SKIP(ops);
+#ifdef MOCBENCH_HAVE_CUDA
+  auto tracer = tracer_or_fail();
+  if (!tracer) return;
+  void* st = cuda::probe::make_stream();
+  const std::vector<std::int64_t> spins = {10000, 20000, 30000};
+  std::vector<double> solo_ns;
+  for (auto ns : spins) solo_ns.push_back(cuda::probe::timed_spin_ms({ns}, 50, st) * 1e6);
+  cuda::probe::spin_chain(spins, true, st);  // warm-up of the PDL launch path
+  cuda::probe::synchronize(st);
+  tracer->enable();
+  tracer->begin_step();
+  cuda::probe::spin_chain(spins, true, st);
+  cuda::probe::synchronize(st);
+  tracer->end_step();
+  ProfileTrace t = tracer->finish({});
+  cuda::probe::destroy_stream(st);
+  ASSERT_EQ(t.kernels.size(), 3u);
+  std::sort(t.kernels.begin(), t.kernels.end(),
+            [](const prof::KernelRecord& a, const prof::KernelRecord& b) { return a.start_ns < b.start_ns; });
+  const auto ex = prof::device_times(t, prof::TimeMode::exclusive);
+  const auto in = prof::device_times(t, prof::TimeMode::inclusive);
+  for (std::size_t i = 0; i < 3; ++i) {
+    std::printf("spin %lld ns: solo (CUDA events) %.0f ns, inclusive %lld ns, exclusive %lld ns\n",
+                static_cast<long long>(spins[i]), solo_ns[i], static_cast<long long>(in.kernels[i]),
+                static_cast<long long>(ex.kernels[i]));
+    EXPECT_NEAR(static_cast<double>(ex.kernels[i]), solo_ns[i], 0.10 * solo_ns[i]) << "kernel " << i;
+  }
+  // The successors did start early (else the test shows nothing): their records overlap their predecessors'.
+  EXPECT_LT(t.kernels[1].start_ns, t.kernels[0].end_ns);
+  EXPECT_LT(t.kernels[2].start_ns, t.kernels[1].end_ns);
+  EXPECT_EQ(ex.kernels[0] + ex.kernels[1] + ex.kernels[2], prof::busy_ns(t));
+#endif
+}
+
 TEST(GpuProfiling, DecodePointOfThe1bModelDropsNothingAndAttributesEveryKernel) {
   MOC_GPU_OR_SKIP(ops);
   PointSpec spec;
@@ -159,6 +202,13 @@ TEST(GpuProfiling, DecodePointOfThe1bModelDropsNothingAndAttributesEveryKernel) 
   bool overhead = false;
   for (const auto& [k, v] : out.metrics) overhead = overhead || (k == "profile_overhead_pct" && std::isfinite(v));
   EXPECT_TRUE(overhead);
+  // Exclusive times of each step sum to its busy time; inclusive ones exceed it where PDL kernels overlapped.
+  const auto ex = prof::device_times(t, prof::TimeMode::exclusive);
+  std::int64_t sum = 0;
+  for (auto v : ex.kernels) sum += v;
+  for (auto v : ex.memcpys) sum += v;
+  for (auto v : ex.memsets) sum += v;
+  EXPECT_EQ(sum, prof::busy_ns(t));
 }
 
 }  // namespace

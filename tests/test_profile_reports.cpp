@@ -272,7 +272,8 @@ TEST(ProfileStats, KernelSummaryGroupsByNameSortedByTotalTime) {
   double pct = 0;
   for (const auto& r : tb.rows) pct += num(r[0]);
   EXPECT_NEAR(pct, 100.0, 1e-9);
-  EXPECT_TRUE(tb.notes.empty());
+  ASSERT_EQ(tb.notes.size(), 1u);
+  EXPECT_NE(tb.notes[0].find("exclusive"), std::string::npos) << "the table says which time it counts";
 }
 
 TEST(ProfileStats, MemTimeSummaryPerOperation) {
@@ -449,8 +450,9 @@ TEST(ProfileStats, FusedDecodeOpsAreOtherWithANote) {
   EXPECT_EQ(tables[0].header(2), "CPU time per step (ms)");
   EXPECT_EQ(text(tables[0].rows[0][0]), "ffn.decode");
   EXPECT_DOUBLE_EQ(num(tables[1].rows[3][1]), 0.08);
-  ASSERT_EQ(tables[1].notes.size(), 3u);
-  EXPECT_NE(tables[1].notes[2].find("ffn.decode"), std::string::npos);
+  ASSERT_EQ(tables[1].notes.size(), 4u);
+  EXPECT_NE(tables[1].notes[2].find("exclusive"), std::string::npos);
+  EXPECT_NE(tables[1].notes[3].find("ffn.decode"), std::string::npos);
   EXPECT_EQ(stats::cuda_gpu_kern_sum(t).title, "CPU Op Summary");
 }
 
@@ -526,7 +528,7 @@ TEST(ProfileStats, ApiSumAndLaunchToStartLatency) {
   EXPECT_DOUBLE_EQ(num(e.rows[0][4]), 30.0);  // min
   EXPECT_DOUBLE_EQ(num(e.rows[0][5]), 50.0);  // max
   EXPECT_DOUBLE_EQ(num(e.rows[0][6]), 15.0);  // kernel avg
-  EXPECT_EQ(e.notes.size(), 3u);
+  EXPECT_EQ(e.notes.size(), 4u);
 }
 
 TEST(ProfileStats, GroupThousands) {
@@ -550,6 +552,9 @@ TEST(ProfileStats, TextTableIsAlignedLikeNsysStats) {
       "     23.3              500          1     500.0     500.0       500       500          0.0  gemm_b(float*, int)\n"
       "     18.6              400          1     400.0     400.0       400       400          0.0  topk(float*, int)\n"
       "      2.3               50          1      50.0      50.0        50        50          0.0  elementwise(float*, int)\n"
+      "\n"
+      " device times are exclusive (where records overlap -- a PDL kernel waiting for its predecessor -- the shared "
+      "time counts once, for the record that started earlier; --time inclusive shows start to end)\n"
       "\n";
   EXPECT_EQ(o.str(), want);
 }
@@ -620,9 +625,9 @@ struct Parsed {
 
 std::int64_t ns_of(const json& v) { return std::llround(v.get<double>() * 1000.0); }
 
-Parsed parse_trace(const std::vector<perfetto::PointProfile>& pts) {
+Parsed parse_trace(const std::vector<perfetto::PointProfile>& pts, prof::TimeMode time = prof::TimeMode::exclusive) {
   std::ostringstream o;
-  perfetto::write_trace(pts, o);
+  perfetto::write_trace(pts, o, time);
   Parsed p;
   p.doc = json::parse(o.str());
   EXPECT_EQ(p.doc["displayTimeUnit"], "ns");
@@ -801,13 +806,28 @@ TEST(Perfetto, OverlappingCpuOpsGoToAnOverflowTrackAndPointsAreProcesses) {
     k.start_ns = s, k.end_ns = e;
     return k;
   };
-  // A [0,100) and B [50,150) overlap partially: B goes to an overflow track; C [120,130) fits the main one
-  // again after A; D [0,100) equals A: nested inside it.
+  // Inclusive times: A [0,100) and B [50,150) overlap partially: B goes to an overflow track; C [120,130)
+  // fits the main one again after A; D [0,100) equals A: nested inside it.
   cpu.kernels = {op("A", 1000, 1100), op("B", 1050, 1150), op("C", 1120, 1130), op("D", 1000, 1100)};
   cpu.ranges = {range(1, -1, "step", 0, 0, 1000, 1200, 1000, 1200, 4),
                 range(2, 1, "layer.0", 1, 0, 1000, 1200, 1000, 1200, 4)};
   const ProfileTrace gpu = sample_trace(0);
-  const Parsed p = parse_trace({{0, "point 0: cpu", &cpu}, {2, "point 2: gpu", &gpu}});
+  {
+    // Exclusive (the default): the slices are [own, end) -- A [0,100), D nothing, B [100,150), C nothing --
+    // and never overlap: one track.
+    const Parsed ex = parse_trace({{0, "point 0: cpu", &cpu}});
+    ASSERT_EQ(ex.x_by_track.count("CPU ops"), 1u);
+    EXPECT_EQ(ex.x_by_track.count("CPU ops (overlap 1)"), 0u);
+    EXPECT_EQ(ex.x_by_track.at("CPU ops").size(), 4u);
+    for (const auto& e : ex.x_by_track.at("CPU ops"))
+      if (e["name"] == "B") {
+        EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 0.05);
+        EXPECT_DOUBLE_EQ(e["args"]["wait_us"].get<double>(), 0.05);
+        EXPECT_DOUBLE_EQ(e["args"]["inclusive_dur_us"].get<double>(), 0.1);
+      }
+    expect_nested(ex);
+  }
+  const Parsed p = parse_trace({{0, "point 0: cpu", &cpu}, {2, "point 2: gpu", &gpu}}, prof::TimeMode::inclusive);
   EXPECT_EQ(p.processes, (std::map<int, std::string>{{1, "point 0: cpu"}, {3, "point 2: gpu"}}));
   std::set<int> tids;
   std::vector<std::string> cpu_threads;

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Issue 25's profile targets from a results database (bench/RESULTS.md, "Profiles that add up").
+
+Per profiled point: the ops of one profiled step in exclusive device time (they sum to the busy time,
+profile_gpu_busy_ms) against the timed median, with the inclusive sum (profile_inclusive_sum_ms) beside
+it. Per decode point: the paper's FFN parts (gate, top-K, up & down) from the profile in exclusive time,
+summed over the step's layers, against the same parts timed alone in ffn-decode (per call x layers).
+
+Usage: profile_truth.py MOCBENCH DB [RUN]    (RUN: default the newest)
+"""
+import json
+import sqlite3
+import subprocess
+import sys
+
+
+def main():
+    exe, db = sys.argv[1], sys.argv[2]
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    run = int(sys.argv[3]) if len(sys.argv) > 3 else con.execute("SELECT max(id) FROM runs").fetchone()[0]
+    layers = json.loads(con.execute("SELECT config_json FROM runs WHERE id=?", (run,)).fetchone()[0] or "{}")
+    points = {}
+    for pid, idx, status in con.execute("SELECT id, sweep_index, status FROM points WHERE run_id=? ORDER BY sweep_index", (run,)):
+        axes = dict(con.execute("SELECT name, value FROM point_axes WHERE point_id=?", (pid,)).fetchall())
+        metrics = dict(con.execute("SELECT name, value FROM metrics WHERE point_id=?", (pid,)).fetchall())
+        points[idx] = (axes, metrics, status)
+    stats = json.loads(subprocess.run([exe, "stats", str(run), "--db", db, "--report", "phase_sum", "--format", "json"],
+                                      check=True, capture_output=True, text=True).stdout)
+    parts = {}
+    for p in stats["points"]:
+        for rep in p["reports"]:
+            if rep["report"] == "phase_sum_breakdown":
+                unit = [c["name"] for c in rep["columns"] if c["name"].startswith("Profiled (")][0]
+                parts[p["point"]] = {r["Part"]: r[unit] for r in rep["rows"]}
+    n_layers = None
+    try:
+        n_layers = int(layers.get("model", {}).get("layers"))
+    except Exception:
+        pass
+    if not n_layers:
+        n_layers = 24  # the 1b preset
+
+    print("| point | mode | ffn | batch | impl | timed median | busy (= sum of exclusive) | busy / timed | inclusive sum | inclusive / timed |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for idx, (axes, m, status) in sorted(points.items()):
+        if "profile_gpu_busy_ms" not in m:
+            continue
+        mode = axes.get("mode", "")
+        timed = m.get("median_ms")
+        busy = m["profile_gpu_busy_ms"]
+        inc = m.get("profile_inclusive_sum_ms", float("nan"))
+        if mode == "ffn-decode":  # a profiled step replays every weight copy once
+            copies = m.get("weight_copies", 1) or 1
+            timed = timed * copies
+        print(f"| {idx} | {mode} | {axes.get('ffn','')} | {axes.get('batch','')} | {axes.get('decode_impl','')} | "
+              f"{timed:.4f} ms | {busy:.4f} ms | {100*busy/timed:.1f}% | {inc:.4f} ms | {100*inc/timed:.1f}% |")
+
+    print()
+    print(f"FFN parts of a decode step (exclusive, summed over {n_layers} layers) vs ffn-decode parts timed alone x {n_layers}:")
+    print()
+    print("| ffn | batch | impl | gate prof / timed (us) | top-K prof / timed | up & down prof / timed | parts sum prof / timed |")
+    print("|---|---|---|---|---|---|---|")
+    alone = {}
+    for idx, (axes, m, status) in points.items():
+        if axes.get("mode") == "ffn-decode":
+            alone[(axes.get("ffn"), axes.get("batch"), axes.get("decode_impl"))] = m
+    for idx, (axes, m, status) in sorted(points.items()):
+        if axes.get("mode") != "decode" or idx not in parts:
+            continue
+        key = (axes.get("ffn"), axes.get("batch"), axes.get("decode_impl"))
+        a = alone.get(key)
+        if not a:
+            continue
+        pr = parts[idx]
+        row = []
+        tot_p = tot_t = 0.0
+        for part, metric in (("gate", "gate_us"), ("top-K", "topk_us"), ("up & down", "up_down_us")):
+            p_us = pr.get(part, 0.0) * 1e3  # ms per step -> us
+            t_us = a.get(metric, float("nan")) * n_layers
+            tot_p += p_us
+            tot_t += t_us
+            row.append(f"{p_us:.0f} / {t_us:.0f}")
+        row.append(f"{tot_p:.0f} / {tot_t:.0f} ({100*tot_p/tot_t:.0f}%)" if tot_t > 0 else "-")
+        print(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
