@@ -27,6 +27,8 @@ Dashboard::Dashboard(DashboardOptions opts) : opts_(std::move(opts)) {
   for (const auto& p : opts_.databases) store_.open(p);
   ui_.memory_mode = opts_.memory_mode;
   ui_.training_mode = opts_.training_mode;
+  ui_.kernels.selected = opts_.kernel;
+  ui_.time_mode = opts_.time_mode;
 }
 
 Dashboard::~Dashboard() {

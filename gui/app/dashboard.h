@@ -24,6 +24,8 @@ struct DashboardOptions {
   std::int64_t run_b = -1;    // a second run (in the second database when there is one, else the first): Compare's B
   int memory_mode = 0;        // the Memory view: 0 a point's timeline, 1 peaks by point (Figure 1)
   int training_mode = 0;      // the Training view: 0 curves of every point, 1 a point's gate histograms
+  std::string kernel;         // the kernel selected at start (Timeline, Kernels)
+  prof::TimeMode time_mode = prof::TimeMode::exclusive;  // how per-op device times are counted at start
   double refresh_s = 0.5;     // poll the databases this often
   // Screenshots and tests: the window's own mouse and keyboard are ignored (no hover from wherever the
   // pointer happens to be) and input comes only through ImGui's input queue (io.AddMousePosEvent, ...).

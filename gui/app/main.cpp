@@ -1,4 +1,5 @@
-// mocbench-gui [DB ...] [--screenshot out.png [--view NAME] [--run N] [--point N] [--size WxH]]
+// mocbench-gui [DB ...] [--screenshot out.png [--view NAME] [--run N] [--point N] [--kernel NAME]
+//              [--time exclusive|inclusive] [--size WxH]]
 // The dashboard over mocbench results databases (read-only; a run writing the same file shows up live).
 // Exit codes: 0 success; 1 a database could not be opened (screenshot mode) or no window could be made;
 // 2 bad arguments.
@@ -15,7 +16,7 @@ int main(int argc, char** argv) {
   CLI::App app{"mocbench-gui: the dashboard over mocbench results databases (runs, sweeps, breakdowns, kernel "
                "timeline, memory, compare)"};
   std::vector<std::string> dbs;
-  std::string screenshot, view_name, size = "1600x1000";
+  std::string screenshot, view_name, size = "1600x1000", kernel, time_mode = "exclusive";
   std::int64_t run = -1, run_b = -1;
   int point = -1, frames = 4;
   app.add_option("DB", dbs, "Results databases to open (default: mocbench.db in the current folder)");
@@ -28,6 +29,9 @@ int main(int argc, char** argv) {
   app.add_option("--run", run, "Run (id in the first database) to select (default: its newest)");
   app.add_option("--run-b", run_b, "Second run for Compare (id in the second database, or the first when one is open)");
   app.add_option("--point", point, "Point (sweep index) of the run to select");
+  app.add_option("--kernel", kernel, "Kernel (short name) to select: its statistics in Timeline and Kernels");
+  app.add_option("--time", time_mode, "How per-op device times are counted: exclusive (overlaps once) or inclusive (end - start)")
+      ->capture_default_str();
   app.add_option("--size", size, "Window size WxH")->capture_default_str();
   app.add_option("--frames", frames, "Screenshot: frames rendered before the capture")->capture_default_str();
   try {
@@ -40,6 +44,11 @@ int main(int argc, char** argv) {
   opts.run = run;
   opts.run_b = run_b;
   opts.point = point;
+  opts.kernel = kernel;
+  if (!moc::prof::parse_time_mode(time_mode, &opts.time_mode)) {
+    std::fprintf(stderr, "mocbench-gui: --time '%s' is not exclusive or inclusive\n", time_mode.c_str());
+    return 2;
+  }
   if (view_name == "memory-peaks") {
     view_name = "memory";
     opts.memory_mode = 1;

@@ -32,20 +32,22 @@ void draw_breakdown_view(Store& store, UiState& ui) {
   }
   std::string axes_line;
   for (const auto& ax : d.label_axes) axes_line += (axes_line.empty() ? "" : " / ") + ax;
+  ImGui::TextDisabled("traced bars: %s device time of the kernel records; *: from timed phases (the profile cannot "
+                      "split the parts); diamonds: the timed total",
+                      prof::time_mode_name(d.mode));
   if (!d.group_axis.empty())
-    ImGui::TextDisabled("bars grouped by %s (top), labelled by %s (one line each); hover a bar for its full label",
+    ImGui::TextDisabled("bars grouped by %s (top axis), labelled by %s (one line each); hover a bar for its full label",
                         d.group_axis.c_str(), axes_line.c_str());
   else if (!axes_line.empty())
     ImGui::TextDisabled("bars labelled by %s", axes_line.c_str());
   const int charts = static_cast<int>(d.groups.size() + d.phases.size());
-  const float h = std::max(220.0f, (ImGui::GetContentRegionAvail().y - 30.0f * static_cast<float>(charts)) / static_cast<float>(charts));
+  const float h = std::max(170.0f, (ImGui::GetContentRegionAvail().y - 30.0f * static_cast<float>(charts)) / static_cast<float>(charts));
   for (const auto& g : d.groups) {
     int profiled = 0;
     for (const auto& b : g.bars) profiled += b.from_profile;
-    ImGui::Text("%s: latency breakdown, %s per %s -- %d of %d bars from kernel records (traced, %s device time), "
-                "* from timed phases; diamonds: the timed total",
-                g.mode.c_str(), g.unit.c_str(), g.mode == "ffn-decode" ? "FFN call" : "step", profiled,
-                static_cast<int>(g.bars.size()), prof::time_mode_name(d.mode));
+    ImGui::Text("%s: latency breakdown, %s per %s -- %d of %d bars traced (%s)", g.mode.c_str(), g.unit.c_str(),
+                g.mode == "ffn-decode" ? "FFN call" : "step", profiled, static_cast<int>(g.bars.size()),
+                prof::time_mode_name(d.mode));
     std::vector<std::string> items, labels, groups;
     std::vector<double> totals;
     std::vector<std::vector<double>> values(prof::kPaperParts);

@@ -123,6 +123,25 @@ bool point_picker(Store& store, UiState& ui, bool want_profile) {
   return changed;
 }
 
+// Each line of `label` cut to at most `max_px` wide, ".." marking a cut.
+std::string fit_text(const std::string& label, float max_px) {
+  std::string out;
+  std::size_t from = 0;
+  for (;;) {
+    const std::size_t nl = label.find('\n', from);
+    std::string line = label.substr(from, nl == std::string::npos ? std::string::npos : nl - from);
+    if (ImGui::CalcTextSize(line.c_str()).x > max_px) {
+      while (line.size() > 1 && ImGui::CalcTextSize((line + "..").c_str()).x > max_px) line.pop_back();
+      line += "..";
+    }
+    out += line;
+    if (nl == std::string::npos) break;
+    out += '\n';
+    from = nl + 1;
+  }
+  return out;
+}
+
 void time_mode_toggle(UiState& ui) {
   ImGui::AlignTextToFramePadding();
   ImGui::TextUnformatted("device time:");

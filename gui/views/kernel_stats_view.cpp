@@ -95,8 +95,11 @@ void histogram(const KernelRow& r, prof::TimeMode mode, float height) {
 void over_run_table(Store& store, const RunRef& a, const KernelStatsState& ks) {
   if (ks.over_run.empty()) return;
   const auto& pts = store.points(a);
-  const auto varying = varying_axes(pts);
-  if (!ImGui::BeginTable("over_run", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingFixedFit))
+  auto varying = varying_axes(pts);
+  std::erase(varying, std::string("mode"));  // the row names the mode already
+  if (!ImGui::BeginTable("over_run", 6,
+                         ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollX | ImGuiTableFlags_ScrollY |
+                             ImGuiTableFlags_SizingFixedFit))
     return;
   for (const char* h : {"point", "count/step", "time/step", "mean", "median", "max"}) ImGui::TableSetupColumn(h);
   ImGui::TableHeadersRow();
@@ -157,7 +160,7 @@ void draw_kernel_stats_view(Store& store, UiState& ui) {
               format_ns(r.stats.median_ns).c_str(), format_ns(r.stats.min_ns).c_str(), format_ns(r.stats.max_ns).c_str());
   const float h = std::max(120.0f, ImGui::GetContentRegionAvail().y);
   const float w = ImGui::GetContentRegionAvail().x;
-  if (ImGui::BeginChild("hist", ImVec2(ks.over_run.empty() ? w : w * 0.5f, h))) histogram(r, ks.mode, h - 8);
+  if (ImGui::BeginChild("hist", ImVec2(ks.over_run.empty() ? w : w * 0.45f, h))) histogram(r, ks.mode, h - 8);
   ImGui::EndChild();
   if (!ks.over_run.empty()) {
     ImGui::SameLine();

@@ -12,26 +12,6 @@
 
 namespace moc::gui {
 
-namespace {
-// Each line of `label` cut to at most `max_px` wide, ".." marking a cut.
-std::string fit_label(const std::string& label, float max_px) {
-  std::string out;
-  std::size_t from = 0;
-  for (;;) {
-    const std::size_t nl = label.find('\n', from);
-    std::string line = label.substr(from, nl == std::string::npos ? std::string::npos : nl - from);
-    if (ImGui::CalcTextSize(line.c_str()).x > max_px) {
-      while (line.size() > 1 && ImGui::CalcTextSize((line + "..").c_str()).x > max_px) line.pop_back();
-      line += "..";
-    }
-    out += line;
-    if (nl == std::string::npos) break;
-    out += '\n';
-    from = nl + 1;
-  }
-  return out;
-}
-}  // namespace
 
 int stacked_bars(const char* id, const std::vector<std::string>& items, const std::vector<std::vector<double>>& values,
                  const std::vector<std::string>& labels, const char* y_label, const std::vector<ImVec4>& colors,
@@ -70,18 +50,27 @@ int stacked_bars(const char* id, const std::vector<std::string>& items, const st
   const float plot_px = std::max(50.0f, ImGui::GetContentRegionAvail().x - legend_px - 40.0f - 70.0f);
   const float unit_px = plot_px / static_cast<float>(x_hi - x_lo);
   std::vector<std::string> shown;
-  for (const auto& l : labels) shown.push_back(fit_label(l, unit_px * 0.95f));
+  for (const auto& l : labels) shown.push_back(fit_text(l, unit_px * 0.95f));
   std::vector<std::string> group_shown;
   for (std::size_t g = 0; g < group_names.size(); ++g) {
     int n = 0;
     for (int i = 0; i < bars; ++i) n += groups[static_cast<std::size_t>(i)] == group_names[g];
-    group_shown.push_back(fit_label(group_names[g], unit_px * (static_cast<float>(n) + 0.5f)));
+    group_shown.push_back(fit_text(group_names[g], unit_px * (static_cast<float>(n) + 0.5f)));
+  }
+  // The y range: the tallest stack or total and a little room above it (a fitted axis ends at the top bar).
+  double y_max = 0;
+  for (int g = 0; g < bars; ++g) {
+    double stack = 0;
+    for (const auto& row : values) stack += row[static_cast<std::size_t>(g)];
+    y_max = std::max(y_max, stack);
+    if (!totals.empty() && std::isfinite(totals[static_cast<std::size_t>(g)])) y_max = std::max(y_max, totals[static_cast<std::size_t>(g)]);
   }
   if (ImPlot::BeginPlot(id, ImVec2(-1, height))) {
     std::vector<const char*> tick_labels, group_labels;
     for (const auto& s : shown) tick_labels.push_back(s.c_str());
     for (const auto& s : group_shown) group_labels.push_back(s.c_str());
-    ImPlot::SetupAxes(nullptr, y_label, ImPlotAxisFlags_None, ImPlotAxisFlags_AutoFit);
+    ImPlot::SetupAxes(nullptr, y_label, ImPlotAxisFlags_None, ImPlotAxisFlags_None);
+    ImPlot::SetupAxisLimits(ImAxis_Y1, 0, y_max > 0 ? 1.08 * y_max : 1, ImPlotCond_Always);
     ImPlot::SetupAxisLimits(ImAxis_X1, x_lo, x_hi, ImPlotCond_Always);
     ImPlot::SetupAxisTicks(ImAxis_X1, xs.data(), bars, tick_labels.data());
     if (grouped) {

@@ -21,7 +21,6 @@
 namespace moc::gui {
 
 namespace {
-constexpr float kLabelWidth = 150.0f;
 constexpr float kMinPx = 2.0f;  // items narrower than this merge with their neighbours
 
 std::string item_name(const Timeline& tl, const TimelineItem& it) {
@@ -112,7 +111,8 @@ void selection_panel(Store& store, UiState& ui) {
   if (ks.over_run.empty()) return;
   const RunRef a = run_a(ui);
   const auto& pts = store.points(a);
-  const auto varying = varying_axes(pts);
+  auto varying = varying_axes(pts);
+  std::erase(varying, std::string("mode"));  // the row names the mode already
   if (ImGui::BeginTable("kstats", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingFixedFit)) {
     for (const char* h : {"point", "instances/step", "time/step", "mean", "min", "max"}) ImGui::TableSetupColumn(h);
     ImGui::TableHeadersRow();
@@ -189,7 +189,11 @@ void draw_timeline_lanes(UiState& ui, float height) {
   const float width = ImGui::GetContentRegionAvail().x;
   const float row_h = ImGui::GetTextLineHeight() + 6.0f;
   const float ruler_h = ImGui::GetTextLineHeight() + 4.0f;
-  const float x0 = origin.x + kLabelWidth, x1 = origin.x + width;
+  // The label column fits the longest lane name, up to a fifth of the width (longer ones are cut, whole on hover).
+  float label_w = 0;
+  for (const auto& l : tl.lanes) label_w = std::max(label_w, ImGui::CalcTextSize(l.label.c_str()).x);
+  label_w = std::clamp(label_w + 14.0f, 110.0f, std::max(110.0f, width * 0.2f));
+  const float x0 = origin.x + label_w, x1 = origin.x + width;
   const float y0 = origin.y + ruler_h;
   ImGui::InvisibleButton("##lanes", ImVec2(width, height), ImGuiButtonFlags_MouseButtonLeft);
   const bool hovered = ImGui::IsItemHovered();
@@ -234,8 +238,10 @@ void draw_timeline_lanes(UiState& ui, float height) {
   const double origin_ns = static_cast<double>(tl.start_ns);
   for (const TimeTick& tick : time_ticks(st.t0 - origin_ns, st.t1 - origin_ns, ns_per_px * 110)) {
     const float x = x0 + static_cast<float>((tick.ns + origin_ns - st.t0) / ns_per_px);
+    if (x < x0) continue;
     dl->AddLine(ImVec2(x, origin.y + ruler_h - 4), ImVec2(x, bottom), ImGui::GetColorU32(ImVec4(1, 1, 1, 0.08f)));
-    dl->AddText(ImVec2(x + 2, origin.y), ImGui::GetColorU32(ImGuiCol_TextDisabled), tick.label.c_str());
+    if (x + 2 + ImGui::CalcTextSize(tick.label.c_str()).x <= x1)  // a label the edge would cut is left out
+      dl->AddText(ImVec2(x + 2, origin.y), ImGui::GetColorU32(ImGuiCol_TextDisabled), tick.label.c_str());
   }
   std::vector<ImU32> colors, dim, wait_fill;
   for (const auto& p : tl.phases) {
@@ -254,10 +260,9 @@ void draw_timeline_lanes(UiState& ui, float height) {
     const float ly = st.lane_y[li], lane_h = static_cast<float>(lane.rows()) * row_h;
     if (ly > bottom) break;
     if (li % 2) dl->AddRectFilled(ImVec2(origin.x, ly), ImVec2(x1, ly + lane_h), ImGui::GetColorU32(ImVec4(1, 1, 1, 0.03f)));
-    // The label, cut at the label column; whole on hover.
-    dl->PushClipRect(ImVec2(origin.x, ly), ImVec2(x0 - 4, ly + lane_h), true);
-    dl->AddText(ImVec2(origin.x + 4, ly + 3), ImGui::GetColorU32(lane.phases ? ImGuiCol_TextDisabled : ImGuiCol_Text), lane.label.c_str());
-    dl->PopClipRect();
+    // The label, cut to the label column; whole on hover.
+    dl->AddText(ImVec2(origin.x + 4, ly + 3), ImGui::GetColorU32(lane.phases ? ImGuiCol_TextDisabled : ImGuiCol_Text),
+                fit_text(lane.label, label_w - 10).c_str());
     if (lane.rows() > 1)
       dl->AddText(ImVec2(origin.x + 4, ly + 3 + row_h), ImGui::GetColorU32(ImGuiCol_TextDisabled),
                   (std::to_string(lane.rows()) + " rows: overlap").c_str());

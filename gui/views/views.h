@@ -103,6 +103,8 @@ std::int64_t current_point(Store& store, UiState& ui, bool want_profile);
 bool begin_run_view(View v, const UiState& ui, RunRef* a);
 // A point picker (combo) over run A's points; returns true when the selection changed.
 bool point_picker(Store& store, UiState& ui, bool want_profile);
+// Each line of `label` cut to at most `max_px` wide in the current font, ".." marking a cut.
+std::string fit_text(const std::string& label, float max_px);
 // The exclusive / inclusive toggle (one state for every view), with what it means on hover.
 void time_mode_toggle(UiState& ui);
 // Brings the kernel statistics up to date with the Timeline's point, the time mode and the selection.

@@ -578,7 +578,7 @@ TEST(GuiTimeline, TicksAreRoundMultiplesOfAOneTwoFiveStepWithRoundLabels) {
   for (int trial = 0; trial < 500; ++trial) {
     const double t0 = std::pow(10, 9 * u(rng)) * (u(rng) < 0.2 ? -1 : 1);
     const double span = std::pow(10, 1 + 8 * u(rng));
-    const double min_step = span / (2 + 10 * u(rng));
+    const double min_step = span / (5 + 10 * u(rng));  // a step of at most half the span: two ticks or more
     const auto ticks = time_ticks(t0, t0 + span, min_step);
     const double step = tick_step(min_step);
     ASSERT_GE(step, min_step);

@@ -217,7 +217,7 @@ TEST_F(GuiViews, WheelZoomsDragPansAndClickSelectsAKernelWithItsRunStatistics) {
   io.AddMouseButtonEvent(0, false);
   frames(*d, 1);
   EXPECT_NEAR(st.t0 - t0, -100 * ns_per_px, 3 * ns_per_px);
-  EXPECT_TRUE(st.sel_kernel.empty()) << "a drag selects nothing";
+  EXPECT_TRUE(d->ui().kernels.selected.empty()) << "a drag selects nothing";
   // Show an op of the CPU lane 20 times its width across the lanes, then click its middle.
   io.AddMousePosEvent(-1000, -1000);
   frames(*d, 1);
@@ -235,11 +235,14 @@ TEST_F(GuiViews, WheelZoomsDragPansAndClickSelectsAKernelWithItsRunStatistics) {
   frames(*d, 1);
   io.AddMouseButtonEvent(0, false);
   frames(*d, 2);
-  ASSERT_FALSE(st.sel_kernel.empty()) << "the click selected the op under the cursor";
-  EXPECT_EQ(st.sel_kernel, kernel_name(st.timeline.trace->kernels[static_cast<std::size_t>(first.index)]));
+  const KernelStatsState& ks = d->ui().kernels;
+  ASSERT_FALSE(ks.selected.empty()) << "the click selected the op under the cursor";
+  EXPECT_EQ(ks.selected, kernel_name(st.timeline.trace->kernels[static_cast<std::size_t>(first.index)]));
   EXPECT_EQ(st.sel_lane, 0);
   EXPECT_EQ(st.sel_item, static_cast<int>(lane.items.size() / 2));
-  EXPECT_FALSE(st.sel_stats.empty()) << "its statistics over the run's profiled points";
+  EXPECT_FALSE(ks.over_run.empty()) << "its statistics over the run's profiled points";
+  ASSERT_GE(ks.row, 0) << "and in this point";
+  EXPECT_GT(ks.table[static_cast<std::size_t>(ks.row)].stats.count, 0u);
   // Double-click fits the whole trace again.
   io.AddMouseButtonEvent(0, true);
   frames(*d, 1);
@@ -251,6 +254,113 @@ TEST_F(GuiViews, WheelZoomsDragPansAndClickSelectsAKernelWithItsRunStatistics) {
   frames(*d, 2);
   EXPECT_LE(st.t0, static_cast<double>(st.timeline.start_ns));
   EXPECT_GE(st.t1, static_cast<double>(st.timeline.end_ns));
+}
+
+// The toggle is one state for every view: clicking "inclusive" in Breakdown re-derives its bars inclusive, and
+// the Timeline's toggle shows (and sets) the same state.
+TEST_F(GuiViews, TimeModeToggleSwitchesBreakdownAndTimelineTogether) {
+  auto d = open({test::fixture_db()}, View::breakdown);
+  ASSERT_TRUE(d);
+  UiState& ui = d->ui();
+  frames(*d, 2);
+  EXPECT_EQ(ui.time_mode, prof::TimeMode::exclusive) << "exclusive by default";
+  EXPECT_EQ(ui.breakdown.data.mode, prof::TimeMode::exclusive);
+  ImGuiIO& io = ImGui::GetIO();
+  auto click = [&](const float at[2]) {
+    io.AddMousePosEvent(std::floor(at[0]), std::floor(at[1]));
+    frames(*d, 1);
+    io.AddMouseButtonEvent(0, true);
+    frames(*d, 1);
+    io.AddMouseButtonEvent(0, false);
+    frames(*d, 2);
+  };
+  click(ui.time_mode_button[1]);
+  EXPECT_EQ(ui.time_mode, prof::TimeMode::inclusive);
+  EXPECT_EQ(ui.breakdown.data.mode, prof::TimeMode::inclusive) << "the bars were re-derived inclusive";
+  d->show(View::timeline);
+  frames(*d, 3);
+  float r[4];
+  ASSERT_TRUE(d->view_rect(View::timeline, r));
+  ASSERT_GT(ui.time_mode_button[0][0], r[0]) << "the Timeline draws the toggle too";
+  click(ui.time_mode_button[0]);
+  EXPECT_EQ(ui.time_mode, prof::TimeMode::exclusive);
+  d->show(View::breakdown);
+  frames(*d, 3);
+  EXPECT_EQ(ui.breakdown.data.mode, prof::TimeMode::exclusive);
+}
+
+// A PDL trace: every third kernel starts 500 ns before its predecessor ends. The stream's lane is two sub-rows
+// high, the early kernels stand on the second, their waiting part is hatched under exclusive time (a darker
+// shade of their colour) and solid under inclusive, and a click on the second row selects the kernel there.
+TEST_F(GuiViews, OverlappingKernelsStandOnSubRowsWithTheirWaitHatched) {
+  auto d = open({}, View::timeline);
+  ASSERT_TRUE(d);
+  TimelineState& st = d->ui().timeline;
+  st.pinned = true;
+  st.timeline = build_timeline(std::make_shared<const prof::ProfileTrace>(synthetic_trace(300, 1, true)));
+  st.fit = true;
+  frames(*d, 2);
+  const TimelineLane& lane = st.timeline.lanes[0];
+  ASSERT_EQ(lane.rows(), 2);
+  ASSERT_GE(st.lane_y.size(), 2u);
+  EXPECT_FLOAT_EQ(st.lane_y[1] - st.lane_y[0], 2 * st.lane_height) << "the lane is two sub-rows high";
+  // Show one early kernel (and its predecessor) across the lanes.
+  const std::size_t pick = lane.row_begin[1] + 20;
+  const TimelineItem& it = lane.items[pick];
+  ASSERT_EQ(it.row, 1);
+  ASSERT_EQ(it.wait_ns(), 500);
+  st.t0 = static_cast<double>(it.start) - 1000;
+  st.t1 = static_cast<double>(it.end) + 1000;
+  frames(*d, 2);
+  const double ns_per_px = (st.t1 - st.t0) / (st.lanes_x1 - st.lanes_x0);
+  const float wx0 = st.lanes_x0 + static_cast<float>((static_cast<double>(it.start) - st.t0) / ns_per_px);
+  const float wx1 = st.lanes_x0 + static_cast<float>((static_cast<double>(it.own) - st.t0) / ns_per_px);
+  const float ry = st.lane_y[0] + st.lane_height;
+  const float wait_rect[4] = {wx0 + 2, ry + 3, wx1 - wx0 - 4, st.lane_height - 6};
+  const ImVec4 c = phase_color(st.timeline.phases[static_cast<std::size_t>(it.color)]);
+  const ImVec4 dark(c.x * 0.35f, c.y * 0.35f, c.z * 0.35f, 1);
+  Image im = shot(*d);
+  const int area = static_cast<int>(wait_rect[2] * wait_rect[3]);
+  const int dark_excl = im.count(wait_rect, dark, 4), solid_excl = im.count(wait_rect, c, 4);
+  EXPECT_GT(dark_excl, area / 10) << "exclusive: the wait is a darker fill (crossed by lines)";
+  EXPECT_LT(solid_excl, area / 4) << "not the solid colour of the counted part";
+  d->ui().time_mode = prof::TimeMode::inclusive;
+  frames(*d, 2);
+  im = shot(*d);
+  EXPECT_EQ(im.count(wait_rect, dark, 4), 0) << "inclusive: counted, so solid";
+  EXPECT_GT(im.count(wait_rect, c, 4), std::max(area * 3 / 4, 2 * solid_excl)) << "(less its name's text)";
+  // A click on the second sub-row, inside the early kernel's counted part.
+  ImGuiIO& io = ImGui::GetIO();
+  const float cx = std::floor(st.lanes_x0 + static_cast<float>((0.5 * static_cast<double>(it.own + it.end) - st.t0) / ns_per_px));
+  io.AddMousePosEvent(cx, std::floor(ry + 0.5f * st.lane_height));
+  frames(*d, 30);
+  io.AddMouseButtonEvent(0, true);
+  frames(*d, 1);
+  io.AddMouseButtonEvent(0, false);
+  frames(*d, 2);
+  EXPECT_EQ(st.sel_lane, 0);
+  EXPECT_EQ(st.sel_item, static_cast<int>(pick));
+  EXPECT_EQ(d->ui().kernels.selected, kernel_name(st.timeline.trace->kernels[static_cast<std::size_t>(it.index)]));
+}
+
+// Kernels: the point's kernels by total time; the selected one's instances as a histogram.
+TEST_F(GuiViews, KernelsViewListsThePointsKernelsAndDrawsTheSelectedOnesHistogram) {
+  auto d = open({test::fixture_db()}, View::kernels);
+  ASSERT_TRUE(d);
+  frames(*d, 2);
+  KernelStatsState& ks = d->ui().kernels;
+  ASSERT_TRUE(ks.trace);
+  ASSERT_FALSE(ks.table.empty());
+  EXPECT_EQ(ks.row, -1);
+  ks.selected = ks.table.front().name;
+  frames(*d, 3);
+  ASSERT_EQ(ks.row, 0);
+  EXPECT_FALSE(ks.over_run.empty());
+  float r[4];
+  ASSERT_TRUE(d->view_rect(View::kernels, r));
+  const Image im = shot(*d);
+  EXPECT_GT(im.count(r, ImVec4(0.298f, 0.447f, 0.690f, 1), 8), 200) << "histogram bars";
+  EXPECT_TRUE(has(legend_labels(), "instances"));
 }
 
 TEST_F(GuiViews, ClickSelectsARunAndCtrlClickSetsTheSecond) {
@@ -313,6 +423,7 @@ TEST_F(GuiViews, ScreenshotModeWritesAPngAndRefusesBadArguments) {
   EXPECT_EQ(std::string(sig + 1, 3), "PNG");
   EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png + " --view nope 2>/dev/null"), 2);
   EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png + " --size 12 2>/dev/null"), 2);
+  EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png + " --time both 2>/dev/null"), 2);
 }
 
 }  // namespace
