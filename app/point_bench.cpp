@@ -121,7 +121,7 @@ struct LateRangeSink final : RangeSink {
 // in the profile pass (after the timed repetitions) each repetition is either untraced or traced for the
 // overhead metric, or a profiled step that the tracer keeps.
 struct Recorder {
-  enum class Phase { timing, untraced, traced, profiled };
+  enum class Phase { timing, untraced, stamped, traced, profiled };
   Ops& ops;
   MarkRangeTimer& timer;
   int warmup;
@@ -136,7 +136,16 @@ struct Recorder {
     if (phase != Phase::timing) {
       if (phase == Phase::profiled) tracer->begin_step();
       const double t = timed(ops, fn);  // synchronizes: the step's work is done when it ends
-      if (phase == Phase::profiled) tracer->end_step();
+      if (phase == Phase::profiled) {
+        tracer->end_step();
+        // After the step's window: reading the stamps back copies memory, which must not count in it.
+        std::uint64_t dropped = 0;
+        auto stamps = ops.take_stamps(&dropped);
+        tracer->add_stamps(std::move(stamps), dropped);
+      } else if (phase == Phase::stamped) {
+        std::uint64_t dropped = 0;
+        ops.take_stamps(&dropped);  // read back and cleared, not kept: this repetition measures the cost
+      }
       return t;
     }
     const bool record = calls++ == warmup;
@@ -175,6 +184,20 @@ void profile_pass(Ops& ops, Recorder& rec, const std::function<prof::Tracer*()>&
   std::vector<double> untraced, traced;
   rec.phase = Recorder::Phase::untraced;
   for (int i = 0; i < reps; ++i) untraced.push_back(sample());
+  // The cost of device-side stage stamps: the same repetitions untraced with stamping on, interleaved with
+  // stamping off so that drift hits both alike (only mocbench's multi-stage kernels stamp; a point without
+  // them pays nothing).
+  std::vector<double> stamped, unstamped;
+  if (ops.device() == DeviceKind::cuda) {
+    for (int i = 0; i < reps; ++i) {
+      rec.phase = Recorder::Phase::stamped;
+      ops.set_stamping(true);
+      stamped.push_back(sample());
+      ops.set_stamping(false);
+      rec.phase = Recorder::Phase::untraced;
+      unstamped.push_back(sample());
+    }
+  }
   prof::Tracer* t = start();
   if (t == nullptr) {
     rec.phase = Recorder::Phase::timing;
@@ -197,7 +220,9 @@ void profile_pass(Ops& ops, Recorder& rec, const std::function<prof::Tracer*()>&
   const std::size_t events_before = out.memory_events.size();
   mem.set_record_events(true);
   rec.phase = Recorder::Phase::profiled;
+  ops.set_stamping(true);
   for (int i = 0; i < std::max(1, spec.profile_steps); ++i) sample();
+  ops.set_stamping(false);
   mem.set_record_events(false);
   rec.phase = Recorder::Phase::timing;
   const auto events = mem.events();
@@ -228,6 +253,16 @@ void profile_pass(Ops& ops, Recorder& rec, const std::function<prof::Tracer*()>&
   m.push_back({"profile_traced_ms", traced_ms});
   m.push_back({"profile_overhead_pct", 100.0 * (traced_ms / untraced_ms - 1.0)});
   m.push_back({"profile_dropped_records", static_cast<double>(trace.dropped_records)});
+  if (!stamped.empty()) {
+    const double s_ms = median_of(stamped) * 1e3, u_ms = median_of(unstamped) * 1e3;
+    m.push_back({"profile_stamped_ms", s_ms});
+    m.push_back({"profile_unstamped_ms", u_ms});
+    m.push_back({"profile_stamp_overhead_pct", 100.0 * (s_ms / u_ms - 1.0)});
+  }
+  if (!trace.stages.empty()) {
+    m.push_back({"profile_stages", static_cast<double>(trace.stages.size()) / steps});
+    m.push_back({"profile_dropped_stamps", static_cast<double>(trace.dropped_stamps)});
+  }
   if (trace.dropped_records > 0)
     std::fprintf(stderr, "mocbench: profile: CUPTI dropped %llu records at this point (stored as profile_dropped_records)\n",
                  static_cast<unsigned long long>(trace.dropped_records));

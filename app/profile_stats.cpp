@@ -120,7 +120,8 @@ std::string Table::header(std::size_t col) const {
 
 const std::vector<std::string>& report_names() {
   static const std::vector<std::string> names = {"cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "cuda_api_sum",
-                                                 "cuda_kern_exec_sum", "nvtx_sum", "nvtx_gpu_proj_sum", "phase_sum"};
+                                                 "cuda_kern_exec_sum", "nvtx_sum", "nvtx_gpu_proj_sum", "phase_sum",
+                                                 "stage_sum"};
   return names;
 }
 
@@ -429,11 +430,88 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
     bd.notes.push_back("inside ffn.decode the fused decode kernels are split by name: k_gate = gate, k_select = "
                        "top-K, k_updown = up & down");
   bd.notes.push_back(time_note(time));
+  if (pb.from_stages)
+    bd.notes.push_back("the persistent decode kernel is split by its device-side stage stamps (stage_sum): gate, "
+                       "top-K, up and down stages to their parts, the rest (start, qkv, attention, o, head) and the "
+                       "kernel's time outside its stages to other");
+  if (pb.fused_stages)
+    bd.notes.push_back("the dense persistent FFN reads each gate row and up row together in one pass (stage "
+                       "\"gate & up\"): that stage is split evenly between gate and up & down (equal bytes), not "
+                       "measured apart");
   if (fused_decode)
     bd.notes.push_back("ops inside ffn.decode that no part can be told for (the CPU backend's one ffn_decode op, "
                        "the dense decode path whose k_updown computes gate, up and down in one kernel, k_prep) "
                        "are counted as other");
   return {ph, bd};
+}
+
+Table stage_sum(const prof::ProfileTrace& t) {
+  Table tb;
+  tb.id = "stage_sum";
+  tb.title = "Kernel Stage Summary (device-side stamps, layers merged)";
+  tb.columns = {{"Kernel", Unit::none, true, 0},
+                {"Stage", Unit::none, true, 0},
+                {"Instances per step", Unit::none, false, 1},
+                {"Time per step", Unit::ns, false, 1},
+                {"Share of kernel", Unit::percent, false, 1},
+                {"Barrier wait per step", Unit::ns, false, 1},
+                {"Avg", Unit::ns, false, 1},
+                {"Max", Unit::ns, false, 0}};
+  const double steps = std::max(1, t.steps);
+  struct Acc {
+    std::vector<std::int64_t> d;
+    std::int64_t wait = 0;
+    std::size_t order = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Acc> acc;
+  std::map<std::string, std::int64_t> kernel_stage_total;
+  for (std::size_t i = 0; i < t.stages.size(); ++i) {
+    const auto& g = t.stages[i];
+    auto [it, fresh] = acc.try_emplace({g.kernel, g.stage});
+    if (fresh) it->second.order = i;
+    it->second.d.push_back(g.end_ns - g.start_ns);
+    it->second.wait += g.wait_ns;
+    kernel_stage_total[g.kernel] += g.end_ns - g.start_ns;
+  }
+  // Rows in the order stages first appear (the kernel's own order), so a step reads top to bottom.
+  std::vector<std::pair<std::pair<std::string, std::string>, Acc*>> rows;
+  for (auto& [k, a] : acc) rows.push_back({k, &a});
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second->order < b.second->order; });
+  for (const auto& [key, a] : rows) {
+    const DurationStats st = duration_stats(a->d);
+    const double kt = static_cast<double>(kernel_stage_total[key.first]);
+    tb.rows.push_back({key.first, key.second, static_cast<double>(st.count) / steps, st.total / steps,
+                       kt > 0 ? 100.0 * st.total / kt : 0.0, static_cast<double>(a->wait) / steps, st.avg, st.max});
+  }
+  if (tb.rows.empty()) {
+    tb.notes.push_back("no stage stamps in this profile (the persistent decode kernel stamps its stages; the kernel "
+                       "path's kernels are timed whole by CUPTI)");
+    return tb;
+  }
+  // How the stamped launches compare with their kernel records.
+  const auto owner = prof::stage_kernels(t);
+  std::map<std::ptrdiff_t, std::int64_t> covered;
+  std::size_t unmatched = 0;
+  for (std::size_t i = 0; i < t.stages.size(); ++i) {
+    if (owner[i] < 0) ++unmatched;
+    else covered[owner[i]] += t.stages[i].end_ns - t.stages[i].start_ns;
+  }
+  double stage_ns = 0, kernel_ns = 0;
+  for (const auto& [k, ns] : covered) {
+    stage_ns += static_cast<double>(ns);
+    const auto& r = t.kernels[static_cast<std::size_t>(k)];
+    kernel_ns += static_cast<double>(r.end_ns - r.start_ns);
+  }
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "%zu stamped launch(es): their stages cover %.1f%% of their kernel records' time "
+                "(from the first block's start to the last block's end; the rest is launch and exit)",
+                covered.size(), kernel_ns > 0 ? 100.0 * stage_ns / kernel_ns : 0.0);
+  tb.notes.push_back(buf);
+  tb.notes.push_back("a stage ends when the last block passes its boundary (for a grid barrier: the last arrival); "
+                     "barrier wait = time blocks spent waiting at the barrier ending the stage, mean per block");
+  if (unmatched) tb.notes.push_back(std::to_string(unmatched) + " stage(s) have no kernel record in the trace");
+  if (t.dropped_stamps) tb.notes.push_back(std::to_string(t.dropped_stamps) + " stamped launch(es) dropped");
+  return tb;
 }
 
 std::vector<Table> run_report(const std::string& name, const prof::ProfileTrace& t, const Metrics& metrics,
@@ -445,6 +523,7 @@ std::vector<Table> run_report(const std::string& name, const prof::ProfileTrace&
   if (name == "nvtx_sum") return {nvtx_sum(t)};
   if (name == "nvtx_gpu_proj_sum") return {nvtx_gpu_proj_sum(t)};
   if (name == "phase_sum") return phase_sum(t, metrics, mode, time);
+  if (name == "stage_sum") return {stage_sum(t)};
   std::string known;
   for (const auto& n : report_names()) known += (known.empty() ? "" : ", ") + n;
   throw std::invalid_argument("unknown report '" + name + "'; reports: " + known);

@@ -17,6 +17,9 @@
 //                          outside every range): kernels and device time per step, share of the busy time;
 //                          then the paper's latency breakdown (gate, up & down, top-K, other) from the
 //                          profile beside the point's timed breakdown metrics
+//   stage_sum              (ours) per kernel and stage of the device-side stage stamps (the persistent decode
+//                          kernel; layers merged): instances and time per step, share of the kernel's stamped
+//                          time, barrier wait per step, avg and max; on request
 // Device time: every kernel, memcpy and memset is counted exclusive by default (prof::TimeMode: under PDL a
 // record overlaps its predecessor's; the overlap is counted once, for the earlier record, so the ops of a
 // step sum to its busy time); TimeMode::inclusive counts CUPTI's start-to-end. Each table says which.
@@ -78,6 +81,7 @@ Table cuda_api_sum(const prof::ProfileTrace& t);
 Table cuda_kern_exec_sum(const prof::ProfileTrace& t, TimeMode time = TimeMode::exclusive);
 Table nvtx_sum(const prof::ProfileTrace& t);
 Table nvtx_gpu_proj_sum(const prof::ProfileTrace& t);
+Table stage_sum(const prof::ProfileTrace& t);
 // Two tables: phase_sum (per phase) and phase_sum_breakdown (profiled vs timed). mode: the point's mode
 // ("ffn-decode" compares per call in us with gate_us/topk_us/up_down_us/other_us/latency_us, dividing
 // the profiled step by the weight_copies metric; others per step in ms with gate_ms/topk_ms/up_down_ms and

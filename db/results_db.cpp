@@ -346,12 +346,31 @@ CREATE TABLE point_series (
   PRIMARY KEY (point_id, name, idx)
 ) WITHOUT ROWID;
 )sql",
+    // 5 -> 6: device-side stage stamps of multi-stage kernels (the persistent decode step), one row per stage
+    // of a launch, on the trace clock; stamped launches the device buffer could not hold.
+    R"sql(
+CREATE TABLE STAGE_STAMPS (
+  id INTEGER PRIMARY KEY,
+  point_id INTEGER NOT NULL REFERENCES points(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  kernel INTEGER NOT NULL REFERENCES StringIds(id),
+  launch INTEGER NOT NULL,
+  rangeId INTEGER NOT NULL,
+  layer INTEGER NOT NULL,
+  stage INTEGER NOT NULL REFERENCES StringIds(id),
+  start INTEGER NOT NULL,
+  end INTEGER NOT NULL,
+  waitNs INTEGER NOT NULL
+);
+CREATE INDEX STAGE_STAMPS_point ON STAGE_STAMPS(point_id);
+ALTER TABLE profiles ADD COLUMN droppedStamps INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 // The tables a file of the current version must have.
-constexpr std::array<std::string_view, 18> kTables = {
+constexpr std::array<std::string_view, 19> kTables = {
     "runs", "points", "point_axes", "metrics", "ranges", "memory_events", "devices", "TARGET_INFO_GPU", "StringIds",
-    "point_series",
+    "point_series", "STAGE_STAMPS",
     "profiles", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
     "CUPTI_ACTIVITY_KIND_RUNTIME", "CUDA_GPU_MEMORY_USAGE_EVENTS", "NVTX_EVENTS", "ALLOCATOR_EVENTS"};
 
@@ -779,7 +798,9 @@ constexpr int kNvtxPushPopRange = 59;
 
 void write_trace(sqlite3* db, const std::string& path, std::int64_t point_id, const prof::ProfileTrace& t,
                  const std::string& of) {
-  Stmt(db, path, "INSERT INTO profiles (point_id, source, steps, start, end, droppedRecords) VALUES (?, ?, ?, ?, ?, ?)",
+  Stmt(db, path,
+       "INSERT INTO profiles (point_id, source, steps, start, end, droppedRecords, droppedStamps) "
+       "VALUES (?, ?, ?, ?, ?, ?, ?)",
        "add_point: recording the profile" + of)
       .bind(1, point_id)
       .bind(2, t.source)
@@ -787,8 +808,21 @@ void write_trace(sqlite3* db, const std::string& path, std::int64_t point_id, co
       .bind(4, t.start_ns)
       .bind(5, t.end_ns)
       .bind(6, u64(t.dropped_records))
+      .bind(7, u64(t.dropped_stamps))
       .exec();
   StringIdWriter names(db, path, of);
+  {
+    Stmt q(db, path,
+           "INSERT INTO STAGE_STAMPS (point_id, step, kernel, launch, rangeId, layer, stage, start, end, waitNs) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+           "add_point: recording the stage stamps" + of);
+    for (std::size_t i = 0; i < t.stages.size(); ++i) {
+      const auto& g = t.stages[i];
+      q.bind(1, point_id).bind(2, g.step).bind(3, names.id(g.kernel)).bind(4, g.launch).bind(5, g.range_id);
+      q.bind(6, g.layer).bind(7, names.id(g.stage)).bind(8, g.start_ns).bind(9, g.end_ns).bind(10, g.wait_ns);
+      q.exec_row("stage stamp", i);
+    }
+  }
   {
     Stmt q(db, path,
            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (point_id, start, end, deviceId, contextId, streamId, "
@@ -1238,7 +1272,7 @@ std::optional<prof::ProfileTrace> ResultsDb::profile(std::int64_t point_id) cons
   prof::ProfileTrace t;
   bool profiled = false;
   {
-    Stmt q(db, path_, "SELECT source, steps, start, end, droppedRecords FROM profiles WHERE point_id = ?",
+    Stmt q(db, path_, "SELECT source, steps, start, end, droppedRecords, droppedStamps FROM profiles WHERE point_id = ?",
            "profile: reading the profile" + of);
     q.bind(1, point_id);
     if (q.step()) {
@@ -1248,6 +1282,7 @@ std::optional<prof::ProfileTrace> ResultsDb::profile(std::int64_t point_id) cons
       t.start_ns = q.i64(2);
       t.end_ns = q.i64(3);
       t.dropped_records = to_u64(q.i64(4));
+      t.dropped_stamps = to_u64(q.i64(5));
     }
   }
   if (!profiled) {
@@ -1403,6 +1438,16 @@ std::optional<prof::ProfileTrace> ResultsDb::profile(std::int64_t point_id) cons
            "profile: reading the allocator events" + of);
     q.bind(1, point_id);
     while (q.step()) t.allocator.push_back({q.i64(0), q.text(1), q.text(2), q.i32(3), q.i64(4), q.i64(5)});
+  }
+  {
+    Stmt q(db, path_,
+           "SELECT step, kernel, launch, rangeId, layer, stage, start, end, waitNs FROM STAGE_STAMPS WHERE point_id = ? "
+           "ORDER BY id",
+           "profile: reading the stage stamps" + of);
+    q.bind(1, point_id);
+    while (q.step())
+      t.stages.push_back({q.i32(0), names.value(q.i64(1)), q.i32(2), q.i64(3), q.i32(4), names.value(q.i64(5)), q.i64(6),
+                          q.i64(7), q.i64(8)});
   }
   tx.commit();
   return t;

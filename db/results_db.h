@@ -32,7 +32,7 @@ class DbError : public std::runtime_error {
 
 // The schema this build writes and reads. Older files are migrated forward when opened for writing;
 // newer files are refused (nothing is changed).
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 // PRAGMA application_id of every mocbench results file: "MOCB" in ASCII.
 inline constexpr std::int32_t kApplicationId = 0x4D4F4342;
 

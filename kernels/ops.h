@@ -128,6 +128,21 @@ struct DecodeStepArgs {
   const MocSelect* sel = nullptr;  // null: dense SwiGLU in every layer
 };
 
+// Device-side stage stamps of one launch of a multi-stage kernel (the persistent decode step): the stages
+// tile the launch from its first block's start to its last block's end. Times on the device clock (ns).
+struct StampedStage {
+  int layer = -1;     // -1: not in a layer (start, head, output)
+  std::string stage;  // "start", "qkv", "attention", "o", "gate", "gate & up", "top-K", "up", "down", "head", ...
+  std::int64_t start_ns = 0, end_ns = 0;
+  std::int64_t wait_ns = 0;  // time blocks spent waiting at the barrier that ends it, mean per block
+};
+struct StampedLaunch {
+  std::string kernel;  // the kernel's short name ("k_step")
+  int blocks = 0;
+  std::int64_t start_ns = 0, end_ns = 0;
+  std::vector<StampedStage> stages;
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -155,6 +170,11 @@ class Ops {
   virtual int mark();
   virtual double mark_ms(int id);
   virtual void clear_marks();
+  // Stage stamps (StampedLaunch): while on, mocbench's multi-stage kernels record their stages, including
+  // launches replayed from graphs captured before; take_stamps returns the launches since the last call
+  // (synchronizing) and adds to *dropped those it could not hold. Backends without stamps record nothing.
+  virtual void set_stamping(bool /*on*/) {}
+  virtual std::vector<StampedLaunch> take_stamps(std::uint64_t* /*dropped*/) { return {}; }
 
   // ---- data movement
   virtual void upload(Tensor& dst, const void* host) = 0;      // host holds dst.nbytes() of dst.dtype()

@@ -1,6 +1,8 @@
 #include "profiling/phases.h"
 
+#include <algorithm>
 #include <set>
+#include <vector>
 
 namespace moc::prof {
 
@@ -59,10 +61,37 @@ PaperPart decode_kernel_part(const std::string& short_name) {
   return PaperPart::other;
 }
 
+bool add_stage_parts(const std::string& stage, double ns, std::array<double, kPaperParts>& parts) {
+  if (stage == "gate") parts[static_cast<int>(PaperPart::gate)] += ns;
+  else if (stage == "top-K") parts[static_cast<int>(PaperPart::topk)] += ns;
+  else if (stage == "up" || stage == "down") parts[static_cast<int>(PaperPart::up_down)] += ns;
+  else if (stage == "gate & up") {
+    parts[static_cast<int>(PaperPart::gate)] += ns / 2;
+    parts[static_cast<int>(PaperPart::up_down)] += ns / 2;
+    return false;
+  } else {
+    parts[static_cast<int>(PaperPart::other)] += ns;
+  }
+  return true;
+}
+
 PaperBreakdown paper_breakdown(const ProfileTrace& t, TimeMode mode) {
   const DeviceTimes dt = device_times(t, mode);
-  const PhaseIndex ix(t);
+  // Stamped kernels: their stages' parts.
+  std::vector<std::array<double, kPaperParts>> stamped(t.kernels.size());
+  std::vector<char> has_stages(t.kernels.size(), 0);
   PaperBreakdown out;
+  {
+    const auto owner = stage_kernels(t);
+    for (std::size_t i = 0; i < t.stages.size(); ++i) {
+      if (owner[i] < 0) continue;
+      const auto k = static_cast<std::size_t>(owner[i]);
+      has_stages[k] = 1;
+      if (!add_stage_parts(t.stages[i].stage, static_cast<double>(t.stages[i].end_ns - t.stages[i].start_ns), stamped[k]))
+        out.fused_stages = true;
+    }
+  }
+  const PhaseIndex ix(t);
   std::set<std::int64_t> split_decode;  // ffn.decode ranges that ran a gate kernel
   for (const auto& k : t.kernels)
     if (decode_kernel_part(k.short_name) == PaperPart::gate)
@@ -79,7 +108,22 @@ PaperBreakdown paper_breakdown(const ProfileTrace& t, TimeMode mode) {
     }
     out.ns[static_cast<int>(p)] += static_cast<double>(dur);
   };
-  for (std::size_t i = 0; i < t.kernels.size(); ++i) add(t.kernels[i].range_id, dt.kernels[i], &t.kernels[i].short_name);
+  for (std::size_t i = 0; i < t.kernels.size(); ++i) {
+    if (!has_stages[i]) {
+      add(t.kernels[i].range_id, dt.kernels[i], &t.kernels[i].short_name);
+      continue;
+    }
+    // The kernel's time split as its stages were; what they do not cover is other. Stages longer than the
+    // kernel's counted time (inclusive vs exclusive) are scaled to it, so the parts still sum to it.
+    out.from_stages = true;
+    const auto& parts = stamped[i];
+    double sum = 0;
+    for (double v : parts) sum += v;
+    const double total = static_cast<double>(dt.kernels[i]);
+    const double scale = sum > total && sum > 0 ? total / sum : 1.0;
+    for (int p = 0; p < kPaperParts; ++p) out.ns[p] += parts[p] * scale;
+    out.ns[static_cast<int>(PaperPart::other)] += std::max(0.0, total - sum);
+  }
   for (std::size_t i = 0; i < t.memcpys.size(); ++i) add(t.memcpys[i].range_id, dt.memcpys[i], nullptr);
   for (std::size_t i = 0; i < t.memsets.size(); ++i) add(t.memsets[i].range_id, dt.memsets[i], nullptr);
   return out;

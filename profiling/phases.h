@@ -37,16 +37,26 @@ class PhaseIndex {
 // row top-K, k_updown the up and down projections over the kept channels; k_gen_* the generic fallback.
 PaperPart decode_kernel_part(const std::string& short_name);
 
+// The paper's parts of `ns` of a stamped stage (StageRecord::stage), added into parts: gate -> gate, top-K ->
+// top-K, up and down -> up & down, "gate & up" (the dense FFN reads a gate row and an up row together in one
+// pass: the time cannot be split by measurement) -> half gate, half up & down (equal bytes), anything else
+// (start, qkv, attention, o, head, output) -> other. Returns false for the fused "gate & up".
+bool add_stage_parts(const std::string& stage, double ns, std::array<double, kPaperParts>& parts);
+
 struct PaperBreakdown {
   std::array<double, kPaperParts> ns{};  // device (or CPU op) time of each part over the whole trace
   bool in_decode = false;     // some op ran inside ffn.decode
   bool fused_decode = false;  // some op inside ffn.decode could not be told apart (counted as other)
+  bool from_stages = false;   // some kernel's time was split by its stage stamps
+  bool fused_stages = false;  // some stamped stage was a fused "gate & up" (split evenly)
 };
 
 // Attributes every kernel, memcpy and memset of the trace to a part. Inside an ffn.decode range that ran a
 // gate kernel, kernels are split by name (decode_kernel_part); the dense decode path has no gate kernel (its
 // k_updown computes gate, up and down together), so its ops stay "other".
-// Each op counts its device time under `mode` (exclusive: the breakdown sums to the busy time).
+// Each op counts its device time under `mode` (exclusive: the breakdown sums to the busy time). A kernel with
+// stage stamps (the persistent decode step) is split by its stages (add_stage_parts); the part of its time
+// the stages do not cover (launch, the last block's exit) is other.
 PaperBreakdown paper_breakdown(const ProfileTrace& t, TimeMode mode = TimeMode::exclusive);
 
 }  // namespace moc::prof

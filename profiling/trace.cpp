@@ -1,6 +1,7 @@
 #include "profiling/trace.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 namespace moc::prof {
@@ -36,6 +37,25 @@ std::int64_t busy_ns(const ProfileTrace& t) {
   }
   if (open) total += cur_end - cur_start;
   return total;
+}
+
+std::vector<std::ptrdiff_t> stage_kernels(const ProfileTrace& t) {
+  std::vector<std::ptrdiff_t> out(t.stages.size(), -1);
+  if (t.stages.empty()) return out;
+  std::map<std::pair<int, std::string>, std::vector<std::ptrdiff_t>> records;
+  for (std::size_t i = 0; i < t.kernels.size(); ++i)
+    records[{t.kernels[i].step, t.kernels[i].short_name}].push_back(static_cast<std::ptrdiff_t>(i));
+  for (auto& [key, v] : records)
+    std::stable_sort(v.begin(), v.end(), [&](std::ptrdiff_t a, std::ptrdiff_t b) {
+      return t.kernels[static_cast<std::size_t>(a)].start_ns < t.kernels[static_cast<std::size_t>(b)].start_ns;
+    });
+  for (std::size_t i = 0; i < t.stages.size(); ++i) {
+    const auto& g = t.stages[i];
+    auto it = records.find({g.step, g.kernel});
+    if (it != records.end() && g.launch >= 0 && static_cast<std::size_t>(g.launch) < it->second.size())
+      out[i] = it->second[static_cast<std::size_t>(g.launch)];
+  }
+  return out;
 }
 
 const char* time_mode_name(TimeMode m) { return m == TimeMode::inclusive ? "inclusive" : "exclusive"; }

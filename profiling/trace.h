@@ -7,6 +7,7 @@
 // are converted onto it), the host's steady clock on the CPU backend -- so kernels, phase ranges and memory
 // line up on one timeline. Only differences are meaningful; ProfileTrace::start_ns is the window's start.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -113,6 +114,23 @@ struct AllocatorEvent {
   bool operator==(const AllocatorEvent&) const = default;
 };
 
+// One stage of one launch of a multi-stage kernel (the persistent decode step), from the kernel's own
+// device-side stamps (%globaltimer; Ops::take_stamps): the stages of a launch tile it from its first block's
+// start to its last block's end, and are placed on the trace clock by aligning the launch's stamped end
+// with the end of its kernel record (the n-th stamped launch of a step is the n-th record of that kernel in
+// the step). Stored in STAGE_STAMPS (db/README.md).
+struct StageRecord {
+  int step = 0;
+  std::string kernel;               // the kernel's short name ("k_step")
+  int launch = 0;                   // which launch of that kernel in the step (0-based)
+  std::int64_t range_id = -1;       // the kernel record's phase range
+  int layer = -1;                   // -1: outside the layers (start, head, output)
+  std::string stage;                // "start", "qkv", "attention", "o", "gate", "gate & up", "top-K", "up", "down", "head", "output"
+  std::int64_t start_ns = 0, end_ns = 0;
+  std::int64_t wait_ns = 0;  // time the launch's blocks waited at the barrier ending the stage, mean per block
+  bool operator==(const StageRecord&) const = default;
+};
+
 struct ProfileTrace {
   std::string source;  // "cupti" | "cpu"
   int steps = 0;       // profiled steps (repetitions of the point's unit of work)
@@ -125,6 +143,8 @@ struct ProfileTrace {
   std::vector<DeviceMemoryRecord> device_memory;
   std::vector<PhaseRange> ranges;
   std::vector<AllocatorEvent> allocator;
+  std::vector<StageRecord> stages;   // by step, launch, then time
+  std::uint64_t dropped_stamps = 0;  // stamped launches the device buffer could not hold
   bool operator==(const ProfileTrace&) const = default;
 };
 
@@ -161,5 +181,9 @@ struct DeviceTimes {
   bool operator==(const DeviceTimes&) const = default;
 };
 DeviceTimes device_times(const ProfileTrace& t, TimeMode mode);
+
+// For each of t.stages, the index in t.kernels of the launch's kernel record (the `launch`-th record of that
+// kernel in the stage's step, by start), or -1 when the trace has no such record.
+std::vector<std::ptrdiff_t> stage_kernels(const ProfileTrace& t);
 
 }  // namespace moc::prof

@@ -72,6 +72,15 @@ void Tracer::end_step() {
   in_step_ = false;
 }
 
+void Tracer::add_stamps(std::vector<StampedLaunch> launches, std::uint64_t dropped) {
+  std::lock_guard lk(mu_);
+  dropped_stamps_ += dropped;
+  // Called inside the step or right after it ended: the latest step.
+  const int step = static_cast<int>(windows_.size()) - 1;
+  if (step < 0) return;
+  for (auto& l : launches) stamps_.emplace_back(step, std::move(l));
+}
+
 namespace {
 bool is_graph_launch(const std::string& api) {
   return api.rfind("cudaGraphLaunch", 0) == 0 || api.rfind("cuGraphLaunch", 0) == 0;
@@ -239,6 +248,28 @@ ProfileTrace Tracer::finish(const AllocatorTimeline& allocator) {
   std::stable_sort(out.memcpys.begin(), out.memcpys.end(), by_start);
   std::stable_sort(out.memsets.begin(), out.memsets.end(), by_start);
   std::stable_sort(out.api.begin(), out.api.end(), by_start);
+
+  // Stage stamps: the n-th stamped launch of a kernel in a step belongs to the n-th record of that kernel in
+  // the step (records by start); its stages move onto the trace clock so that the launch ends where its
+  // record ends. A launch without a record keeps no stages.
+  out.dropped_stamps = dropped_stamps_;
+  {
+    std::map<std::pair<int, std::string>, std::vector<const KernelRecord*>> records;
+    for (const auto& k : out.kernels) records[{k.step, k.short_name}].push_back(&k);
+    std::map<std::pair<int, std::string>, int> seen;
+    for (const auto& [step, l] : stamps_) {
+      const int n = seen[{step, l.kernel}]++;
+      auto it = records.find({step, l.kernel});
+      if (it == records.end() || n >= static_cast<int>(it->second.size())) continue;
+      const KernelRecord& k = *it->second[static_cast<std::size_t>(n)];
+      const std::int64_t shift = k.end_ns - l.end_ns;
+      for (const auto& st : l.stages)
+        out.stages.push_back({step, l.kernel, n, k.range_id, st.layer, st.stage, st.start_ns + shift, st.end_ns + shift,
+                              st.wait_ns});
+    }
+  }
+  stamps_.clear();
+  dropped_stamps_ = 0;
 
   // The allocator's timeline on the trace clock: each category's live bytes when the profile began, then
   // the events inside the steps (live bytes follow every event, kept or not).

@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "profiling/ranges.h"
 #include "profiling/trace.h"
 
@@ -54,6 +55,9 @@ class Tracer : public RangeSink {
   virtual void disable() = 0;
   void begin_step();
   void end_step();
+  // The stage stamps of the current step's launches (Ops::take_stamps, device clock), placed on the trace
+  // clock at finish(); dropped: launches the device could not stamp.
+  void add_stamps(std::vector<StampedLaunch> launches, std::uint64_t dropped);
   int steps() const { return static_cast<int>(windows_.size()); }
   // Everything recorded in the steps, attributed, on the trace clock. Disables first.
   ProfileTrace finish(const AllocatorTimeline& allocator);
@@ -101,6 +105,8 @@ class Tracer : public RangeSink {
   };
   std::vector<Window> windows_;
   bool in_step_ = false;
+  std::vector<std::pair<int, StampedLaunch>> stamps_;  // (step, launch)
+  std::uint64_t dropped_stamps_ = 0;
 };
 
 // The CPU backend's tracer: the host steady clock; records come from RecordingOps.

@@ -642,7 +642,7 @@ TEST_F(Cli, StatsRefusesUnknownReportsRunsPointsAndUnprofiledRuns) {
   auto bad = mocbench("stats 1 --report cuda_gpu_trace --db " + db);
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.out.find("unknown report 'cuda_gpu_trace'; reports: cuda_gpu_kern_sum, cuda_gpu_mem_time_sum, "
-                         "cuda_api_sum, cuda_kern_exec_sum, nvtx_sum, nvtx_gpu_proj_sum, phase_sum"),
+                         "cuda_api_sum, cuda_kern_exec_sum, nvtx_sum, nvtx_gpu_proj_sum, phase_sum, stage_sum"),
             std::string::npos) << bad.out;
   auto run = mocbench("stats 9 --db " + db);
   EXPECT_EQ(run.code, 2);

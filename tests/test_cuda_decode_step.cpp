@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <map>
 #include <string>
 #include <cmath>
 #include <limits>
@@ -14,6 +16,7 @@
 
 #include "gpu_util.h"
 #include "model/decoder.h"
+#include "profiling/tracer.h"
 #include "model/transformer.h"
 #include "test_util.h"
 
@@ -177,6 +180,80 @@ TEST(GpuDecodeStepGraph, ReplayedPersistentStepsFollowTheKernelPath) {
     }
     EXPECT_GT(checked, batch * n_new * 2 / 3);
     EXPECT_LE(far, batch * n_new / 6) << "steps where a selection flip moved the argmax";
+  }
+}
+
+// Device-side stage stamps of the persistent step (dense, MoC top-K, MoC 2:8; 3 layers of the 1b shape,
+// batch 1): one stamped launch per step with its blocks; "start", then each layer's stages in order, then
+// "head"; the stages tile the launch (each starts where the previous ended) and, moved onto CUPTI's clock,
+// end where the kernel record ends and cover most of it (the rest is launch and exit). Off, nothing stamps.
+TEST(GpuDecodeStepStamps, StagesOfEveryLayerInOrderTileTheKernel) {
+  MOC_GPU_OR_SKIP(gpu);
+  const auto seed = fresh_seed();
+  SCOPED_TRACE(seed);
+  StepCase c = kLayer1b;
+  c.layers = 3;
+  const std::map<std::string, std::vector<std::string>> expected = {
+      {"dense", {"qkv", "attention", "o", "gate & up", "down"}},
+      {"moc", {"qkv", "attention", "o", "gate", "top-K", "up", "down"}},
+      {"moc_2:8", {"qkv", "attention", "o", "gate", "up", "down"}}};
+  for (const auto& [ffn, per_layer] : expected) {
+    SCOPED_TRACE(ffn);
+    const ModelConfig cfg = config_of(c, ffn.c_str(), seed);
+    Transformer m(*gpu, cfg);
+    m.prepare_decode(DecodeImpl::persistent);
+    Decoder dec(m, 1, 8);
+    dec.prefill({1, 2, 3}, 3);
+    std::uint64_t dropped = 0;
+    dec.step({4});
+    gpu->synchronize();
+    EXPECT_TRUE(gpu->take_stamps(&dropped).empty()) << "stamping is off";
+    std::string why;
+    auto tracer = prof::make_cupti_tracer(&why);
+    ASSERT_TRUE(tracer) << why;
+    gpu->set_stamping(true);
+    tracer->enable();
+    tracer->begin_step();
+    dec.step({5});
+    gpu->synchronize();
+    tracer->end_step();
+    auto launches = gpu->take_stamps(&dropped);
+    gpu->set_stamping(false);
+    EXPECT_EQ(dropped, 0u);
+    ASSERT_EQ(launches.size(), 1u);
+    const StampedLaunch& l = launches[0];
+    EXPECT_EQ(l.kernel, "k_step");
+    EXPECT_GT(l.blocks, 0);
+    std::vector<std::string> want = {"start"};
+    for (int layer = 0; layer < c.layers; ++layer) want.insert(want.end(), per_layer.begin(), per_layer.end());
+    want.push_back("head");
+    ASSERT_EQ(l.stages.size(), want.size());
+    std::int64_t at = l.start_ns;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const auto& st = l.stages[i];
+      EXPECT_EQ(st.stage, want[i]) << "stage " << i;
+      const int layer = i == 0 || i + 1 == want.size() ? -1 : static_cast<int>((i - 1) / per_layer.size());
+      EXPECT_EQ(st.layer, layer) << "stage " << i;
+      EXPECT_EQ(st.start_ns, at) << "stage " << i << " starts where the previous ended";
+      EXPECT_GE(st.end_ns, st.start_ns);
+      EXPECT_GE(st.wait_ns, 0);
+      at = st.end_ns;
+    }
+    EXPECT_EQ(at, l.end_ns);
+    tracer->add_stamps(std::move(launches), dropped);
+    const prof::ProfileTrace t = tracer->finish({});
+    std::vector<const prof::KernelRecord*> ks;
+    for (const auto& k : t.kernels)
+      if (k.short_name == "k_step") ks.push_back(&k);
+    ASSERT_EQ(ks.size(), 1u);
+    ASSERT_EQ(t.stages.size(), want.size());
+    EXPECT_EQ(t.stages.back().end_ns, ks[0]->end_ns);
+    const double covered = static_cast<double>(t.stages.back().end_ns - t.stages.front().start_ns);
+    const double kernel = static_cast<double>(ks[0]->end_ns - ks[0]->start_ns);
+    std::printf("%s: %zu stages cover %.1f of the kernel record's %.1f us\n", ffn.c_str(), t.stages.size(),
+                covered / 1e3, kernel / 1e3);
+    EXPECT_LE(covered, kernel * 1.01);
+    EXPECT_GE(covered, kernel * 0.85);
   }
 }
 

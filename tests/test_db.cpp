@@ -194,6 +194,12 @@ ProfileTrace sample_trace(int n = 3) {
   t.allocator.push_back({t.start_ns, "activations", "ffn", 0, 0, 4096});
   t.allocator.push_back({t.start_ns + 3, "workspace", "none", -1, 1 << 20, (1 << 20) + 8});
   t.allocator.push_back({t.start_ns + 4, "activations", "ffn", 0, -4096, 0});
+  // Stage stamps of one persistent launch (names shared with the kernel names' StringIds on purpose).
+  t.stages.push_back({0, "k_step", 0, 0, -1, "start", t.start_ns + 100, t.start_ns + 150, 7});
+  t.stages.push_back({0, "k_step", 0, 0, 0, "qkv", t.start_ns + 150, t.start_ns + 400, 0});
+  t.stages.push_back({1, "k_step", 1, -1, 23, "gate & up", t.start_ns + 400, t.start_ns + 401, 1'000'000'000'000});
+  t.stages.push_back({1, "k_step", 1, -1, -1, "rmsnorm", t.start_ns + 401, t.start_ns + 500, 0});
+  t.dropped_stamps = 3;
   return t;
 }
 
@@ -475,10 +481,11 @@ TEST_F(ResultsDbStore, StringIdsAreSharedByThePointsOfAFile) {
     db2.add_point(sample_point(run, 1), {}, {}, &trace);
   }
   const auto b = db.add_point(sample_point(run, 2), {}, {}, &trace);
-  // 7 kernel names, 3 more short names (the other 4 kernels are their own short names), 2 API names.
+  // 7 kernel names, 3 more short names (the other 4 kernels are their own short names), 2 API names, 4
+  // stage-stamp names (k_step, start, qkv, gate & up; the stage "rmsnorm" is a short name already).
   RawDb raw(path);
-  EXPECT_EQ(raw.integer("SELECT count(*) FROM StringIds"), 7 + 3 + 2);
-  EXPECT_EQ(raw.integer("SELECT count(DISTINCT value) FROM StringIds"), 7 + 3 + 2);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM StringIds"), 7 + 3 + 2 + 4);
+  EXPECT_EQ(raw.integer("SELECT count(DISTINCT value) FROM StringIds"), 7 + 3 + 2 + 4);
   EXPECT_EQ(raw.integer("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"), 300);
   EXPECT_EQ(db.profile(a), trace);
   EXPECT_EQ(db.profile(b), trace);
@@ -1200,6 +1207,8 @@ void make_version3_file(const std::string& path) {
   for (const char* column : {"error", "host", "boot_id", "pid_namespace", "pid", "process_start_ticks"})
     raw.exec(std::string("ALTER TABLE runs DROP COLUMN ") + column);
   raw.exec("DROP TABLE point_series");
+  raw.exec("DROP TABLE STAGE_STAMPS");
+  raw.exec("ALTER TABLE profiles DROP COLUMN droppedStamps");
   raw.exec("PRAGMA user_version = 3");
 }
 
@@ -1215,6 +1224,8 @@ TEST_F(ResultsDbMigration, Version4FileGainsSeriesAndKeepsItsRuns) {
   {
     RawDb raw(path);
     raw.exec("DROP TABLE point_series");
+    raw.exec("DROP TABLE STAGE_STAMPS");
+    raw.exec("ALTER TABLE profiles DROP COLUMN droppedStamps");
     raw.exec("PRAGMA user_version = 4");
   }
   auto db = ResultsDb::open(path, OpenMode::read_write);
@@ -1223,6 +1234,35 @@ TEST_F(ResultsDbMigration, Version4FileGainsSeriesAndKeepsItsRuns) {
   EXPECT_TRUE(db.series(db.points(run)[0].id).empty());
   const auto id = db.add_point(sample_point(run, 1), {}, {}, nullptr, {{"val_ppl", {0, 10}, {100, 50}}});
   EXPECT_EQ(db.series(id).at(0).y, (std::vector<double>{100, 50}));
+  expect_shape_of_a_new_file(path, file("fresh.db"));
+}
+
+// A version 5 file with a profile: it gains STAGE_STAMPS and profiles.droppedStamps; its profile reads back
+// whole with no stages and 0 dropped stamps; a new profile stores its stages.
+TEST_F(ResultsDbMigration, Version5FileGainsStageStampsAndKeepsItsProfiles) {
+  const auto path = file("v5.db");
+  std::int64_t run = 0, point = 0;
+  ProfileTrace old = sample_trace();
+  old.stages.clear();
+  old.dropped_stamps = 0;
+  {
+    auto db = ResultsDb::open(path, OpenMode::read_write);
+    run = db.begin_run(sample_run("v5", 1000));
+    point = db.add_point(sample_point(run, 0), sample_ranges(), sample_mem(), &old);
+    db.finish_run(run, "ok", 2000);
+  }
+  {
+    RawDb raw(path);
+    raw.exec("DROP TABLE STAGE_STAMPS");
+    raw.exec("ALTER TABLE profiles DROP COLUMN droppedStamps");
+    raw.exec("PRAGMA user_version = 5");
+  }
+  auto db = ResultsDb::open(path, OpenMode::read_write);
+  EXPECT_EQ(RawDb(path).integer("PRAGMA user_version"), moc::db::kSchemaVersion);
+  EXPECT_EQ(db.profile(point), old);
+  const ProfileTrace fresh = sample_trace();
+  const auto id = db.add_point(sample_point(run, 1), {}, {}, &fresh);
+  EXPECT_EQ(db.profile(id), fresh);
   expect_shape_of_a_new_file(path, file("fresh.db"));
 }
 

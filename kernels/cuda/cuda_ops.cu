@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_ops_impl.cuh"
+#include "kernels/cuda/decode_step.cuh"
 #include "kernels/cuda/kernels.h"
 
 namespace moc::cuda {
@@ -346,11 +347,22 @@ CudaOps::CudaOps(int device, std::size_t memory_limit_bytes) : alloc_(device, me
     MOC_LT_CHECK(cublasLtCreate(&lt_));
     gemm_ws_bytes_ = std::size_t(32) << 20;
     gemm_ws_ = alloc_.allocate(gemm_ws_bytes_, workspace_tag());
+    step::prepare_stamps();  // the stage-stamp buffer exists before any graph capture
   } catch (...) {
     if (lt_) cublasLtDestroy(lt_);
     cudaStreamDestroy(own_stream_);
     throw;
   }
+}
+
+void CudaOps::set_stamping(bool on) {
+  MOC_CUDA_CHECK(cudaSetDevice(device_));
+  step::set_stamping(on);
+}
+
+std::vector<StampedLaunch> CudaOps::take_stamps(std::uint64_t* dropped) {
+  MOC_CUDA_CHECK(cudaSetDevice(device_));
+  return step::take_stamps(dropped);
 }
 
 CudaOps::~CudaOps() {

@@ -99,6 +99,8 @@ class CudaOps final : public Ops {
   void set_stream(void* s) override;
   std::unique_ptr<OpGraph> capture(std::function<void()> fn) override;
   double timed(const std::function<void()>& fn) override;
+  void set_stamping(bool on) override;
+  std::vector<StampedLaunch> take_stamps(std::uint64_t* dropped) override;
   int mark() override;
   double mark_ms(int id) override;
   void clear_marks() override;

@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/ops.h"
 
@@ -72,7 +73,15 @@ std::string unsupported(const Problem& p);
 std::size_t workspace_bytes(const Problem& p, int blocks);
 // Blocks the kernel runs with on the current device (one per SM, co-resident).
 int grid_blocks();
-// Issues the kernel (and a memset of its counters) on `stream`; graph-capturable.
+// Issues the kernel (and a memset of its counters) on `stream`; graph-capturable. The kernel stamps its
+// stages (stage_stamps.cuh) into this device's stamp buffer while stamping is on.
 void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaStream_t stream);
+
+// Stage stamps of the kernels launched (or replayed from a graph) while stamping is on: set_stamping
+// flips the current device's flag (synchronizes the device); take_stamps synchronizes, reads every stamped
+// launch since the last call and clears them. Times on the device's %globaltimer clock (ns).
+void set_stamping(bool on);
+void prepare_stamps();  // allocates the current device's stamp buffer (outside any capture)
+std::vector<StampedLaunch> take_stamps(std::uint64_t* dropped);
 
 }  // namespace moc::cuda::step

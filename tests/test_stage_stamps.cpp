@@ -1,0 +1,139 @@
+// Device-side stage stamps on the CPU (the GPU test is in test_cuda_decode_step.cpp): the tracer places each
+// stamped launch's stages onto the trace clock at the end of the n-th record of that kernel in its step; the
+// paper breakdown splits a stamped kernel by its stages (the fused dense "gate & up" evenly, the kernel's
+// time outside its stages to other) and still sums to the busy time; stage_sum totals per stage.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "app/profile_stats.h"
+#include "profiling/phases.h"
+#include "profiling/tracer.h"
+
+namespace moc {
+namespace {
+
+using prof::ProfileTrace;
+
+StampedLaunch launch(std::int64_t t0, const std::vector<std::pair<std::string, std::int64_t>>& stages, int layer = 0) {
+  StampedLaunch l;
+  l.kernel = "k_step";
+  l.blocks = 132;
+  l.start_ns = t0;
+  std::int64_t at = t0;
+  for (const auto& [name, ns] : stages) {
+    StampedStage s;
+    s.layer = name == "start" || name == "head" ? -1 : layer;
+    s.stage = name;
+    s.start_ns = at;
+    s.end_ns = at + ns;
+    s.wait_ns = ns / 10;
+    at += ns;
+    l.stages.push_back(s);
+  }
+  l.end_ns = at;
+  return l;
+}
+
+TEST(StageStamps, TracerAlignsEachLaunchWithTheEndOfItsKernelRecord) {
+  prof::CpuTracer tracer;
+  tracer.enable();
+  for (int step = 0; step < 2; ++step) {
+    tracer.begin_step();
+    // Ops start when they are recorded (inside the step's window); their ends may lie beyond it.
+    const auto t0 = std::chrono::steady_clock::now();
+    tracer.record_op("other", t0, t0 + std::chrono::microseconds(10));
+    tracer.record_op("k_step", t0, t0 + std::chrono::microseconds(100));
+    tracer.end_step();
+    // Device clock: anything; the launch lasts 90 us of the record's 100 us.
+    tracer.add_stamps({launch(5'000'000'000 + step * 77, {{"start", 10'000}, {"qkv", 30'000}, {"head", 50'000}})}, step);
+  }
+  const ProfileTrace t = tracer.finish({});
+  ASSERT_EQ(t.stages.size(), 6u);
+  EXPECT_EQ(t.dropped_stamps, 1u);
+  for (int step = 0; step < 2; ++step) {
+    const auto& k = t.kernels.at(static_cast<std::size_t>(2 * step + 1));
+    ASSERT_EQ(k.short_name, "k_step");
+    const auto* s = &t.stages[static_cast<std::size_t>(3 * step)];
+    EXPECT_EQ(s[0].step, step);
+    EXPECT_EQ(s[0].launch, 0);
+    EXPECT_EQ(s[2].end_ns, k.end_ns) << "the launch ends where its record ends";
+    EXPECT_EQ(s[0].start_ns, k.end_ns - 90'000);
+    EXPECT_EQ(s[1].start_ns, s[0].end_ns);
+    EXPECT_EQ(s[1].stage, "qkv");
+    EXPECT_EQ(s[1].layer, 0);
+    EXPECT_EQ(s[1].wait_ns, 3'000);
+    EXPECT_EQ(s[0].range_id, k.range_id);
+  }
+  const auto owner = prof::stage_kernels(t);
+  EXPECT_EQ(owner, (std::vector<std::ptrdiff_t>{1, 1, 1, 3, 3, 3}));
+}
+
+TEST(StageStamps, LaunchesWithoutARecordKeepNoStages) {
+  prof::CpuTracer tracer;
+  tracer.enable();
+  tracer.begin_step();
+  const auto base = std::chrono::steady_clock::now();
+  tracer.record_op("k_step", base, base + std::chrono::microseconds(100));
+  tracer.end_step();
+  tracer.add_stamps({launch(0, {{"qkv", 10}}), launch(100, {{"qkv", 10}})}, 0);  // two launches, one record
+  const ProfileTrace t = tracer.finish({});
+  EXPECT_EQ(t.stages.size(), 1u);
+}
+
+// One k_step record of 1000 ns whose stamped stages cover 900 ns: gate 100, top-K 50, up 200, down 250,
+// attention 300; plus a dense launch's fused "gate & up" of 400 in a second record of 500 ns.
+ProfileTrace stamped_trace() {
+  ProfileTrace t;
+  t.source = "cupti";
+  t.steps = 1;
+  prof::KernelRecord k;
+  k.name = "void moc::cuda::step::k_step<1>(Params)";
+  k.short_name = "k_step";
+  k.device_id = 0;
+  k.start_ns = 10'000;
+  k.end_ns = 11'000;
+  t.kernels.push_back(k);
+  k.start_ns = 12'000;
+  k.end_ns = 12'500;
+  t.kernels.push_back(k);
+  std::int64_t at = 10'050;
+  for (const auto& [name, ns] : std::vector<std::pair<std::string, std::int64_t>>{
+           {"attention", 300}, {"gate", 100}, {"top-K", 50}, {"up", 200}, {"down", 250}}) {
+    t.stages.push_back({0, "k_step", 0, -1, 0, name, at, at + ns, 5});
+    at += ns;
+  }
+  t.stages.push_back({0, "k_step", 1, -1, 0, "gate & up", 12'050, 12'450, 0});
+  return t;
+}
+
+TEST(StageStamps, BreakdownSplitsAStampedKernelByItsStages) {
+  const ProfileTrace t = stamped_trace();
+  const auto pb = prof::paper_breakdown(t);
+  EXPECT_TRUE(pb.from_stages);
+  EXPECT_TRUE(pb.fused_stages);
+  EXPECT_DOUBLE_EQ(pb.ns[static_cast<int>(prof::PaperPart::gate)], 100 + 200);
+  EXPECT_DOUBLE_EQ(pb.ns[static_cast<int>(prof::PaperPart::topk)], 50);
+  EXPECT_DOUBLE_EQ(pb.ns[static_cast<int>(prof::PaperPart::up_down)], 200 + 250 + 200);
+  // other: attention 300 + the first record's 100 ns outside its stages + the second's 100.
+  EXPECT_DOUBLE_EQ(pb.ns[static_cast<int>(prof::PaperPart::other)], 300 + 100 + 100);
+  EXPECT_DOUBLE_EQ(std::accumulate(pb.ns.begin(), pb.ns.end(), 0.0), static_cast<double>(prof::busy_ns(t)));
+}
+
+TEST(StageStamps, StageSumTotalsPerStageInKernelOrder) {
+  const auto tb = stats::stage_sum(stamped_trace());
+  ASSERT_EQ(tb.rows.size(), 6u);
+  EXPECT_EQ(std::get<std::string>(tb.rows[0][1]), "attention");
+  EXPECT_EQ(std::get<std::string>(tb.rows[5][1]), "gate & up");
+  EXPECT_DOUBLE_EQ(std::get<double>(tb.rows[0][3]), 300);
+  EXPECT_DOUBLE_EQ(std::get<double>(tb.rows[0][4]), 100.0 * 300 / 1300);
+  EXPECT_DOUBLE_EQ(std::get<double>(tb.rows[0][5]), 5);
+  ASSERT_FALSE(tb.notes.empty());
+  EXPECT_NE(tb.notes[0].find("86.7%"), std::string::npos) << tb.notes[0];  // 1300 of 1500 ns
+  EXPECT_NE(stats::stage_sum(ProfileTrace{}).notes.at(0).find("no stage stamps"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace moc
