@@ -246,6 +246,35 @@ void write_trace(const std::vector<PointProfile>& points, std::ostream& out, pro
                              m.correlation_id, false, 0});
     }
 
+    // Device-side stage stamps: one track per stamped kernel's (device, stream), under its stream's track.
+    {
+      const auto owner = prof::stage_kernels(t);
+      std::map<std::pair<int, std::uint32_t>, std::size_t> stage_track;
+      for (std::size_t i = 0; i < t.stages.size(); ++i) {
+        const auto& g = t.stages[i];
+        int device = 0;
+        std::uint32_t stream = 0;
+        if (owner[i] >= 0) {
+          const auto& k = t.kernels[static_cast<std::size_t>(owner[i])];
+          device = k.device_id;
+          stream = k.stream_id;
+        }
+        auto [it, fresh] = stage_track.emplace(std::make_pair(device, stream), 0);
+        if (fresh) {
+          it->second = tracks.size();
+          tracks.push_back({"GPU " + std::to_string(device) + " stream " + std::to_string(stream) + " " + g.kernel +
+                                " stages",
+                            {}});
+        }
+        Args a;
+        a.num("layer", g.layer).num("step", g.step).num("launch", g.launch).raw("barrier_wait_us", us_text(g.wait_ns));
+        a.str("phase", path(g.range_id));
+        const std::string name = g.layer >= 0 ? g.stage + " (layer " + std::to_string(g.layer) + ")" : g.stage;
+        tracks[it->second].slices.push_back({g.start_ns, std::max(g.start_ns, g.end_ns), 0, name, "stage", a.text(), 0,
+                                             false, 0});
+      }
+    }
+
     // Lanes, then metadata: process name and labels, every thread's name and place.
     std::vector<Thread> threads;
     for (auto& tr : tracks) place(tr, next_tid, threads);  // a track without slices gets no thread

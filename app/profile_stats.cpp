@@ -335,18 +335,27 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
   const auto& parts = pb.ns;
   const bool in_decode = pb.in_decode, fused_decode = pb.fused_decode;
   const double busy = static_cast<double>(prof::busy_ns(t));
+  const double span = static_cast<double>(prof::step_span_ns(t));
+  const double idle = std::max(0.0, span - busy);
+  // Shares of the step (its span: first op's start to last op's end); exclusive phases and the idle time
+  // between ops sum to it.
+  const double whole = std::max(span, busy);
   std::vector<std::pair<std::string, Acc>> rows(acc.begin(), acc.end());
   std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
   for (const auto& [name, a] : rows)
     ph.rows.push_back({name, a.kernels / steps, static_cast<double>(a.ns) / steps / 1e6,
-                       busy > 0 ? 100.0 * static_cast<double>(a.ns) / busy : 0.0});
+                       whole > 0 ? 100.0 * static_cast<double>(a.ns) / whole : 0.0});
+  if (!ops.empty() && !cpu)
+    ph.rows.push_back({std::string("(idle between ops)"), 0.0, idle / steps / 1e6, whole > 0 ? 100.0 * idle / whole : 0.0});
   {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "%d profiled step(s); %s busy %.3f ms per step (union of kernel, memcpy and memset "
-                  "intervals)%s", t.steps, dev.c_str(), busy / steps / 1e6,
-                  time == TimeMode::exclusive ? "; exclusive times: the phases sum to the busy time"
+    std::snprintf(buf, sizeof buf, "%d profiled step(s); per step: %s busy %.3f ms (union of kernel, memcpy and memset "
+                  "intervals) + idle between ops %.3f ms = the step's span %.3f ms (first op's start to last op's "
+                  "end)%s", t.steps, dev.c_str(), busy / steps / 1e6, idle / steps / 1e6, span / steps / 1e6,
+                  time == TimeMode::exclusive ? "; exclusive times: the rows sum to the span"
                                               : "; shares above 100% in sum mean ops overlapped");
     ph.notes.push_back(buf);
+    if (cpu) ph.notes.push_back("the CPU backend's ops run back to back: the time between them (host work) is not listed");
     ph.notes.push_back(time_note(time));
   }
   if (ops.empty()) ph.notes.push_back("no kernel, memcpy or memset records in this profile");
@@ -372,7 +381,8 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
   double prof_part[kParts];
   double prof_total = 0;
   for (int p = 0; p < kParts; ++p) {
-    prof_part[p] = parts[p] / per;
+    // other also holds the device's idle time between ops (launch gaps), as the timed other does.
+    prof_part[p] = (parts[p] + (p == kOther && !cpu ? pb.idle_ns : 0.0)) / per;
     prof_total += prof_part[p];
   }
   const char* timed_names[kParts];
@@ -426,6 +436,12 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
   else
     bd.notes.push_back("per step: profiled = device time of the ops under ffn.gate, ffn.up + ffn.down, ffn.topk "
                        "and the rest; timed = gate_ms, up_down_ms, topk_ms and median_ms (other = the remainder)");
+  if (!cpu && pb.idle_ns > 0) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "profiled other includes %.3f %s of device idle time between ops (launch gaps), so "
+                  "the profiled total is the steps' span", pb.idle_ns / per, decode ? "us" : "ms");
+    bd.notes.push_back(buf);
+  }
   if (in_decode)
     bd.notes.push_back("inside ffn.decode the fused decode kernels are split by name: k_gate = gate, k_select = "
                        "top-K, k_updown = up & down");

@@ -124,6 +124,7 @@ PaperBreakdown paper_breakdown(const ProfileTrace& t, TimeMode mode) {
     for (int p = 0; p < kPaperParts; ++p) out.ns[p] += parts[p] * scale;
     out.ns[static_cast<int>(PaperPart::other)] += std::max(0.0, total - sum);
   }
+  out.idle_ns = static_cast<double>(std::max<std::int64_t>(0, step_span_ns(t) - busy_ns(t)));
   for (std::size_t i = 0; i < t.memcpys.size(); ++i) add(t.memcpys[i].range_id, dt.memcpys[i], nullptr);
   for (std::size_t i = 0; i < t.memsets.size(); ++i) add(t.memsets[i].range_id, dt.memsets[i], nullptr);
   return out;

@@ -47,6 +47,7 @@ struct PaperBreakdown {
   std::array<double, kPaperParts> ns{};  // device (or CPU op) time of each part over the whole trace
   bool in_decode = false;     // some op ran inside ffn.decode
   bool fused_decode = false;  // some op inside ffn.decode could not be told apart (counted as other)
+  double idle_ns = 0;         // the steps' spans less the busy time: the device idle between ops (not in ns)
   bool from_stages = false;   // some kernel's time was split by its stage stamps
   bool fused_stages = false;  // some stamped stage was a fused "gate & up" (split evenly)
 };

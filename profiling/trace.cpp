@@ -39,6 +39,23 @@ std::int64_t busy_ns(const ProfileTrace& t) {
   return total;
 }
 
+std::int64_t step_span_ns(const ProfileTrace& t) {
+  std::map<int, std::pair<std::int64_t, std::int64_t>> span;
+  auto add = [&](int step, std::int64_t s, std::int64_t e) {
+    auto [it, fresh] = span.try_emplace(step, s, std::max(s, e));
+    if (!fresh) {
+      it->second.first = std::min(it->second.first, s);
+      it->second.second = std::max(it->second.second, std::max(s, e));
+    }
+  };
+  for (const auto& k : t.kernels) add(k.step, k.start_ns, k.end_ns);
+  for (const auto& m : t.memcpys) add(m.step, m.start_ns, m.end_ns);
+  for (const auto& m : t.memsets) add(m.step, m.start_ns, m.end_ns);
+  std::int64_t total = 0;
+  for (const auto& [step, se] : span) total += se.second - se.first;
+  return total;
+}
+
 std::vector<std::ptrdiff_t> stage_kernels(const ProfileTrace& t) {
   std::vector<std::ptrdiff_t> out(t.stages.size(), -1);
   if (t.stages.empty()) return out;

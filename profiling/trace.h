@@ -153,6 +153,9 @@ std::string memcpy_operation(const std::string& copy_kind);
 
 // Busy time of the device(s): the length of the union of every kernel, memcpy and memset interval.
 std::int64_t busy_ns(const ProfileTrace& t);
+// The profiled steps' spans summed: per step, from its first op's start to its last op's end (kernels,
+// memcpys, memsets). span - busy is the time the device sat idle between the step's ops (launch gaps).
+std::int64_t step_span_ns(const ProfileTrace& t);
 
 // How a record's device time is counted.
 //   inclusive: end - start, as CUPTI reports it. Under programmatic dependent launch (PDL) a kernel starts

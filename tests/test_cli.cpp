@@ -515,9 +515,22 @@ TEST_F(Cli, StatsPrintsEveryReportOfEveryProfiledPoint) {
   EXPECT_NE(r.out.find("    100.0            3,000          2   1,500.0   1,500.0     1,000     2,000        707.1  moc::gemv<bf16>(int)"),
             std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[CUDA memcpy Device-to-Host]"), std::string::npos);
-  // Point 0's phases per step: layer 0.002 ms, ffn.gate 0.001 ms, (none) 0.0005 ms of 3500 ns busy.
-  EXPECT_NE(r.out.find(" layer                  1.0                   0.002               57.1"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find(" (none)                 0.0                   0.001               14.3"), std::string::npos) << r.out;
+  // Point 0's phases per step: layer 0.002 ms, ffn.gate 0.001 ms, (none) 0.0005 ms of 3500 ns busy, and 1000 ns
+  // idle between the ops: shares of the 4500 ns step.
+  auto row_of = [&](const std::string& phase) {
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind(" " + phase + " ", 0) == 0) {
+        std::istringstream cells(line.substr(phase.size() + 1));
+        std::vector<std::string> v;
+        for (std::string c; cells >> c;) v.push_back(c);
+        return v;
+      }
+    return std::vector<std::string>{};
+  };
+  EXPECT_EQ(row_of("layer"), (std::vector<std::string>{"1.0", "0.002", "44.4"})) << r.out;
+  EXPECT_EQ(row_of("(none)"), (std::vector<std::string>{"0.0", "0.001", "11.1"})) << r.out;
+  EXPECT_EQ(row_of("(idle between ops)"), (std::vector<std::string>{"0.0", "0.001", "22.2"})) << r.out;
 
   auto one = mocbench("stats 1 --point 2 --report nvtx_gpu_proj_sum --report cuda_gpu_kern_sum --db " + db);
   ASSERT_EQ(one.code, 0) << one.out;
@@ -596,8 +609,8 @@ TEST_F(Cli, StatsCsvAndJson) {
   auto csv = mocbench("stats 1 --point 0 --report cuda_gpu_kern_sum --report phase_sum --format csv --db " + db);
   ASSERT_EQ(csv.code, 0) << csv.out;
   const auto rows = parse_csv(csv.out);
-  // kern_sum: header + 1 row; blank line; phase_sum: header + 3 phases; blank; breakdown: header + 5 parts.
-  ASSERT_EQ(rows.size(), 2u + 1 + 4 + 1 + 6) << csv.out;
+  // kern_sum: header + 1 row; blank line; phase_sum: header + 3 phases + idle; blank; breakdown: header + 5 parts.
+  ASSERT_EQ(rows.size(), 2u + 1 + 5 + 1 + 6) << csv.out;
   EXPECT_EQ(rows[0], (std::vector<std::string>{"point", "report", "Time (%)", "Total Time (ns)", "Instances", "Avg (ns)",
                                                "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)", "Name"}));
   ASSERT_EQ(rows[1].size(), 11u);
@@ -611,12 +624,14 @@ TEST_F(Cli, StatsCsvAndJson) {
   EXPECT_EQ(rows[4][1], "phase_sum");
   EXPECT_EQ(rows[4][2], "layer");
   EXPECT_EQ(rows[4][4], "0.002");
-  EXPECT_EQ(rows[7], std::vector<std::string>{""}) << "a blank line between tables";
-  EXPECT_EQ(rows[8][2], "Part");
-  EXPECT_EQ(rows[9][1], "phase_sum_breakdown");
-  EXPECT_EQ(rows[9][2], "gate");
-  EXPECT_EQ(rows[9][3], "0.001");  // profiled: ffn.gate's 1000 ns
-  EXPECT_EQ(rows[9][4], "0.002");  // timed: gate_ms
+  EXPECT_EQ(rows[7][2], "(idle between ops)");
+  EXPECT_EQ(rows[7][4], "0.001");
+  EXPECT_EQ(rows[8], std::vector<std::string>{""}) << "a blank line between tables";
+  EXPECT_EQ(rows[9][2], "Part");
+  EXPECT_EQ(rows[10][1], "phase_sum_breakdown");
+  EXPECT_EQ(rows[10][2], "gate");
+  EXPECT_EQ(rows[10][3], "0.001");  // profiled: ffn.gate's 1000 ns
+  EXPECT_EQ(rows[10][4], "0.002");  // timed: gate_ms
 
   auto js = mocbench("stats 1 --format json --db " + db);
   ASSERT_EQ(js.code, 0) << js.out;

@@ -365,7 +365,8 @@ TEST(ProfileStats, PhaseSumPerStepWithTheTimedBreakdown) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   const stats::Metrics m = {{"median_ms", 0.004}, {"gate_ms", 0.001}, {"up_down_ms", 0.0005}, {"topk_ms", 0.0003}};
-  const auto tables = stats::phase_sum(fresh_sample(rng), m, "train");
+  const ProfileTrace tr = fresh_sample(rng);
+  const auto tables = stats::phase_sum(tr, m, "train");
   ASSERT_EQ(tables.size(), 2u);
   const Table& ph = tables[0];
   EXPECT_EQ(ph.id, "phase_sum");
@@ -373,37 +374,43 @@ TEST(ProfileStats, PhaseSumPerStepWithTheTimedBreakdown) {
   EXPECT_EQ(ph.header(1), "Kernels per step");
   EXPECT_EQ(ph.header(2), "GPU time per step (ms)");
   EXPECT_EQ(ph.header(3), "Share of step (%)");
-  // Innermost ranges, layers merged, 2 steps; busy 2231 ns in all (every op disjoint).
+  // Innermost ranges, layers merged, 2 steps; busy 2231 ns in all (every op disjoint), then the idle time
+  // between the ops of each step; shares of the steps' span (busy + idle).
+  const double span = static_cast<double>(prof::step_span_ns(tr)), idle = span - 2231;
+  ASSERT_GT(idle, 0);
   struct Row {
     const char* phase;
     double kernels, ns;
   };
-  const Row want[] = {{"layer", 2, 800},  {"ffn.gate", 2, 600}, {"ffn.topk", 1, 400},
-                      {"ffn.up", 1, 300}, {"(none)", 1, 85},    {"step", 0, 46}};
-  ASSERT_EQ(ph.rows.size(), 6u);
-  for (std::size_t r = 0; r < 6; ++r) {
+  const Row want[] = {{"layer", 2, 800},  {"ffn.gate", 2, 600}, {"ffn.topk", 1, 400}, {"ffn.up", 1, 300},
+                      {"(none)", 1, 85},  {"step", 0, 46},      {"(idle between ops)", 0, idle}};
+  ASSERT_EQ(ph.rows.size(), 7u);
+  double share = 0;
+  for (std::size_t r = 0; r < 7; ++r) {
     EXPECT_EQ(text(ph.rows[r][0]), want[r].phase);
     EXPECT_DOUBLE_EQ(num(ph.rows[r][1]), want[r].kernels / 2);
     EXPECT_DOUBLE_EQ(num(ph.rows[r][2]), want[r].ns / 2 / 1e6);
-    EXPECT_DOUBLE_EQ(num(ph.rows[r][3]), 100.0 * want[r].ns / 2231);
+    EXPECT_DOUBLE_EQ(num(ph.rows[r][3]), 100.0 * want[r].ns / span);
+    share += num(ph.rows[r][3]);
   }
+  EXPECT_NEAR(share, 100.0, 1e-9) << "exclusive phases and the idle time make the step";
   ASSERT_FALSE(ph.notes.empty());
-  EXPECT_NE(ph.notes[0].find("2 profiled step(s); GPU busy 0.001 ms per step"), std::string::npos) << ph.notes[0];
+  EXPECT_NE(ph.notes[0].find("2 profiled step(s); per step: GPU busy 0.001 ms"), std::string::npos) << ph.notes[0];
 
   const Table& bd = tables[1];
   EXPECT_EQ(bd.id, "phase_sum_breakdown");
   EXPECT_EQ(bd.header(1), "Profiled (ms)");
   EXPECT_EQ(bd.header(2), "Timed (ms)");
   ASSERT_EQ(bd.rows.size(), 5u);
-  // Profiled per step: gate 100 + 500, up & down 300, top-K 400, other 800 + 85 + 46 = 931; of 2231.
+  // Profiled per step: gate 100 + 500, up & down 300, top-K 400, other 800 + 85 + 46 = 931 + the idle time.
   const char* parts[] = {"gate", "up & down", "top-K", "other", "total (step)"};
-  const double prof_ns[] = {600, 300, 400, 931, 2231};
+  const double prof_ns[] = {600, 300, 400, 931 + idle, span};
   const double timed[] = {0.001, 0.0005, 0.0003, 0.004 - 0.0018, 0.004};
   for (std::size_t r = 0; r < 5; ++r) {
     EXPECT_EQ(text(bd.rows[r][0]), parts[r]);
     EXPECT_NEAR(num(bd.rows[r][1]), prof_ns[r] / 2 / 1e6, 1e-15);
     EXPECT_NEAR(num(bd.rows[r][2]), timed[r], 1e-15);
-    EXPECT_NEAR(num(bd.rows[r][3]), 100.0 * prof_ns[r] / 2231, 1e-9);
+    EXPECT_NEAR(num(bd.rows[r][3]), 100.0 * prof_ns[r] / span, 1e-9);
     EXPECT_NEAR(num(bd.rows[r][4]), 100.0 * timed[r] / 0.004, 1e-9);
   }
 }
@@ -417,9 +424,10 @@ TEST(ProfileStats, PhaseSumBreakdownOfAnFfnDecodePointIsPerCallInMicroseconds) {
   EXPECT_EQ(bd.header(2), "Timed (us)");
   ASSERT_EQ(bd.rows.size(), 5u);
   EXPECT_EQ(text(bd.rows[4][0]), "total (call)");
-  // Per call: the step's ns / (2 steps x 4 copies) / 1000.
+  // Per call: the step's ns / (2 steps x 4 copies) / 1000; other holds the idle time between ops.
+  const double idle = static_cast<double>(prof::step_span_ns(t) - prof::busy_ns(t));
   EXPECT_DOUBLE_EQ(num(bd.rows[0][1]), 600.0 / 8 / 1e3);
-  EXPECT_DOUBLE_EQ(num(bd.rows[3][1]), 931.0 / 8 / 1e3);
+  EXPECT_DOUBLE_EQ(num(bd.rows[3][1]), (931.0 + idle) / 8 / 1e3);
   EXPECT_DOUBLE_EQ(num(bd.rows[0][2]), 0.5);
   EXPECT_DOUBLE_EQ(num(bd.rows[1][2]), 1.0);
   EXPECT_DOUBLE_EQ(num(bd.rows[2][2]), 0.25);

@@ -8,6 +8,11 @@
 #include <cmath>
 #include <numeric>
 
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+#include "app/perfetto_export.h"
 #include "app/profile_stats.h"
 #include "profiling/phases.h"
 #include "profiling/tracer.h"
@@ -133,6 +138,26 @@ TEST(StageStamps, StageSumTotalsPerStageInKernelOrder) {
   ASSERT_FALSE(tb.notes.empty());
   EXPECT_NE(tb.notes[0].find("86.7%"), std::string::npos) << tb.notes[0];  // 1300 of 1500 ns
   EXPECT_NE(stats::stage_sum(ProfileTrace{}).notes.at(0).find("no stage stamps"), std::string::npos);
+}
+
+TEST(StageStamps, PerfettoExportHasAStageTrackUnderTheKernelsStream) {
+  const ProfileTrace t = stamped_trace();
+  std::ostringstream o;
+  perfetto::write_trace({{0, "point 0", &t}}, o);
+  const auto doc = nlohmann::json::parse(o.str());
+  int tid = -1;
+  for (const auto& e : doc["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "thread_name" && e["args"]["name"] == "GPU 0 stream 0 k_step stages")
+      tid = e["tid"].get<int>();
+  ASSERT_GE(tid, 0);
+  std::vector<std::string> names;
+  for (const auto& e : doc["traceEvents"])
+    if (e["ph"] == "X" && e["tid"] == tid) {
+      EXPECT_EQ(e["cat"], "stage");
+      names.push_back(e["name"]);
+    }
+  EXPECT_EQ(names, (std::vector<std::string>{"attention (layer 0)", "gate (layer 0)", "top-K (layer 0)", "up (layer 0)",
+                                             "down (layer 0)", "gate & up (layer 0)"}));
 }
 
 }  // namespace

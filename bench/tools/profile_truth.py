@@ -27,11 +27,15 @@ def main():
     stats = json.loads(subprocess.run([exe, "stats", str(run), "--db", db, "--report", "phase_sum", "--format", "json"],
                                       check=True, capture_output=True, text=True).stdout)
     parts = {}
+    phases = {}
     for p in stats["points"]:
         for rep in p["reports"]:
             if rep["report"] == "phase_sum_breakdown":
                 unit = [c["name"] for c in rep["columns"] if c["name"].startswith("Profiled (")][0]
                 parts[p["point"]] = {r["Part"]: r[unit] for r in rep["rows"]}
+            if rep["report"] == "phase_sum":
+                col = [c["name"] for c in rep["columns"] if "time per step" in c["name"]][0]
+                phases[p["point"]] = {r["Phase"]: r[col] for r in rep["rows"]}
     n_layers = None
     try:
         n_layers = int(layers.get("model", {}).get("layers"))
@@ -58,8 +62,8 @@ def main():
     print()
     print(f"FFN parts of a decode step (exclusive, summed over {n_layers} layers) vs ffn-decode parts timed alone x {n_layers}:")
     print()
-    print("| ffn | batch | impl | gate prof / timed (us) | top-K prof / timed | up & down prof / timed | parts sum prof / timed |")
-    print("|---|---|---|---|---|---|---|")
+    print("| ffn | batch | impl | gate prof / timed (us) | top-K prof / timed | up & down prof / timed | parts sum prof / timed | ffn.decode phase / latency x layers |")
+    print("|---|---|---|---|---|---|---|---|")
     alone = {}
     for idx, (axes, m, status) in points.items():
         if axes.get("mode") == "ffn-decode":
@@ -81,6 +85,9 @@ def main():
             tot_t += t_us
             row.append(f"{p_us:.0f} / {t_us:.0f}")
         row.append(f"{tot_p:.0f} / {tot_t:.0f} ({100*tot_p/tot_t:.0f}%)" if tot_t > 0 else "-")
+        ph = phases.get(idx, {}).get("ffn.decode")
+        lat = a.get("latency_us", float("nan")) * n_layers
+        row.append(f"{ph*1e3:.0f} / {lat:.0f} ({100*ph*1e3/lat:.0f}%)" if ph else "- (one kernel: see the parts)")
         print(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(row) + " |")
 
 

@@ -55,6 +55,9 @@ bool breakdown_bar(const db::PointRecord& p, const prof::ProfileTrace* profile, 
       per = profile->steps * copies * 1e3;  // ns per call -> us
     }
     for (int i = 0; i < prof::kPaperParts; ++i) out->parts[static_cast<std::size_t>(i)] = pb.ns[static_cast<std::size_t>(i)] / per;
+    // other also holds the device's idle time between ops (launch gaps), as the timed other does: the bar is
+    // the profiled steps' span, comparable with the timed total.
+    if (profile->source != "cpu") out->parts[3] += pb.idle_ns / per;
     out->from_profile = true;
     return true;
   }
