@@ -29,6 +29,9 @@ namespace {
 
 // Readers wait this long for a writer's lock (a checkpoint, a migration) instead of failing at once.
 constexpr int kBusyTimeoutMs = 10'000;
+// A read-only open reads a file of this version or newer as it is (no migration: it may be on a read-only
+// mount); the readers skip what later versions added. Older files must be migrated by a writer first.
+constexpr int kOldestReadableAsIs = 5;
 
 // kMigrations[i] migrates schema version i to i + 1; a new file runs them all, so new and migrated files
 // are the same. Append only: a step that shipped is never edited, since files in the wild went through
@@ -611,6 +614,16 @@ void check_ours(const std::string& path, const FileState& s, OpenMode mode) {
   // No mocbench wrote a negative version; migrating from one would index the migrations out of bounds.
   if (s.version < 0) refuse_corrupt(path, "its schema version is " + std::to_string(s.version));
   if (s.version < kSchemaVersion) {
+    // Version 5 lacks only what version 6 added (the stage stamps): read as it is, without them.
+    if (mode == OpenMode::read_only && s.version >= kOldestReadableAsIs) {
+      for (const auto t : kTables) {
+        if (t == "STAGE_STAMPS") continue;
+        bool found = false;
+        for (const auto& have : s.tables) found = found || have == t;
+        if (!found) refuse_corrupt(path, "table " + std::string(t) + " is missing");
+      }
+      return;
+    }
     if (mode == OpenMode::read_only)
       throw DbError(in_quotes(path) + " has schema version " + std::to_string(s.version) + " and this mocbench reads version " +
                     std::to_string(kSchemaVersion) +
@@ -1073,7 +1086,7 @@ ResultsDb ResultsDb::open(const std::string& path, OpenMode mode) {
     if (foreign_wal && sqlite3_db_config(raw, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr) != SQLITE_OK)
       fail(raw, path, "configuring the connection");
   }
-  return ResultsDb(std::move(db), path, mode, kSchemaVersion);
+  return ResultsDb(std::move(db), path, mode, writing || state.blank() ? kSchemaVersion : state.version);
 }
 
 void ResultsDb::require_writable(const char* operation) const {
@@ -1272,7 +1285,10 @@ std::optional<prof::ProfileTrace> ResultsDb::profile(std::int64_t point_id) cons
   prof::ProfileTrace t;
   bool profiled = false;
   {
-    Stmt q(db, path_, "SELECT source, steps, start, end, droppedRecords, droppedStamps FROM profiles WHERE point_id = ?",
+    const bool v6 = schema_version_ >= 6;  // version 5 (read as it is) has no stage stamps
+    Stmt q(db, path_,
+           v6 ? "SELECT source, steps, start, end, droppedRecords, droppedStamps FROM profiles WHERE point_id = ?"
+              : "SELECT source, steps, start, end, droppedRecords, 0 FROM profiles WHERE point_id = ?",
            "profile: reading the profile" + of);
     q.bind(1, point_id);
     if (q.step()) {
@@ -1439,7 +1455,7 @@ std::optional<prof::ProfileTrace> ResultsDb::profile(std::int64_t point_id) cons
     q.bind(1, point_id);
     while (q.step()) t.allocator.push_back({q.i64(0), q.text(1), q.text(2), q.i32(3), q.i64(4), q.i64(5)});
   }
-  {
+  if (schema_version_ >= 6) {
     Stmt q(db, path_,
            "SELECT step, kernel, launch, rangeId, layer, stage, start, end, waitNs FROM STAGE_STAMPS WHERE point_id = ? "
            "ORDER BY id",

@@ -1237,8 +1237,9 @@ TEST_F(ResultsDbMigration, Version4FileGainsSeriesAndKeepsItsRuns) {
   expect_shape_of_a_new_file(path, file("fresh.db"));
 }
 
-// A version 5 file with a profile: it gains STAGE_STAMPS and profiles.droppedStamps; its profile reads back
-// whole with no stages and 0 dropped stamps; a new profile stores its stages.
+// A version 5 file with a profile: read-only, it is read as it is (no stages); opened for writing, it gains
+// STAGE_STAMPS and profiles.droppedStamps; its profile reads back whole with no stages and 0 dropped stamps;
+// a new profile stores its stages.
 TEST_F(ResultsDbMigration, Version5FileGainsStageStampsAndKeepsItsProfiles) {
   const auto path = file("v5.db");
   std::int64_t run = 0, point = 0;
@@ -1256,6 +1257,15 @@ TEST_F(ResultsDbMigration, Version5FileGainsStageStampsAndKeepsItsProfiles) {
     raw.exec("DROP TABLE STAGE_STAMPS");
     raw.exec("ALTER TABLE profiles DROP COLUMN droppedStamps");
     raw.exec("PRAGMA user_version = 5");
+  }
+  {
+    // Read-only (a shared or read-only results file): read as it is, not migrated, not a byte changed.
+    const std::string before = read_bytes(path);
+    auto ro = ResultsDb::open(path, OpenMode::read_only);
+    EXPECT_EQ(ro.schema_version(), 5);
+    EXPECT_EQ(ro.profile(point), old);
+    EXPECT_EQ(ro.points(run).size(), 1u);
+    EXPECT_EQ(read_bytes(path), before);
   }
   auto db = ResultsDb::open(path, OpenMode::read_write);
   EXPECT_EQ(RawDb(path).integer("PRAGMA user_version"), moc::db::kSchemaVersion);
