@@ -1,5 +1,5 @@
 // mocbench-gui [DB ...] [--screenshot out.png [--view NAME] [--run N] [--point N] [--kernel NAME]
-//              [--time exclusive|inclusive] [--size WxH]]
+//              [--time exclusive|inclusive] [--window US0:US1] [--size WxH]]
 // The dashboard over mocbench results databases (read-only; a run writing the same file shows up live).
 // Exit codes: 0 success; 1 a database could not be opened (screenshot mode) or no window could be made;
 // 2 bad arguments.
@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   CLI::App app{"mocbench-gui: the dashboard over mocbench results databases (runs, sweeps, breakdowns, kernel "
                "timeline, memory, compare)"};
   std::vector<std::string> dbs;
-  std::string screenshot, view_name, size = "1600x1000", kernel, time_mode = "exclusive";
+  std::string screenshot, view_name, size = "1600x1000", kernel, time_mode = "exclusive", window;
   std::int64_t run = -1, run_b = -1;
   int point = -1, frames = 4;
   app.add_option("DB", dbs, "Results databases to open (default: mocbench.db in the current folder)");
@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
   app.add_option("--kernel", kernel, "Kernel (short name) to select: its statistics in Timeline and Kernels");
   app.add_option("--time", time_mode, "How per-op device times are counted: exclusive (overlaps once) or inclusive (end - start)")
       ->capture_default_str();
+  app.add_option("--window", window,
+                 "Timeline: show US0 to US1 microseconds from the trace's start (e.g. 150:420) instead of the whole trace");
   app.add_option("--size", size, "Window size WxH")->capture_default_str();
   app.add_option("--frames", frames, "Screenshot: frames rendered before the capture")->capture_default_str();
   try {
@@ -64,6 +66,17 @@ int main(int argc, char** argv) {
       return 2;
     }
     opts.focus = v;
+  }
+  if (!window.empty()) {
+    double us0 = 0, us1 = 0;
+    char end = 0;
+    if (std::sscanf(window.c_str(), "%lf:%lf%c", &us0, &us1, &end) != 2 || !(us1 > us0)) {
+      std::fprintf(stderr, "mocbench-gui: --window '%s' is not US0:US1 with US0 < US1 (microseconds from the trace's start)\n",
+                   window.c_str());
+      return 2;
+    }
+    opts.window_t0_ns = us0 * 1e3;
+    opts.window_t1_ns = us1 * 1e3;
   }
   if (std::sscanf(size.c_str(), "%dx%d", &opts.width, &opts.height) != 2 || opts.width < 320 || opts.height < 240 ||
       opts.width > 8192 || opts.height > 8192) {

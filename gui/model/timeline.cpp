@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <random>
 #include <unordered_map>
 
 #include "profiling/phases.h"
@@ -11,6 +12,20 @@
 namespace moc::gui {
 
 const std::string& kernel_name(const prof::KernelRecord& k) { return k.short_name.empty() ? k.name : k.short_name; }
+
+std::string stage_class(const std::string& stage) { return "stage: " + stage; }
+
+std::string stage_label(const prof::StageRecord& s) { return s.layer < 0 ? s.stage : s.stage + " L" + std::to_string(s.layer); }
+
+double Timeline::stage_share(const TimelineItem& stage) const {
+  if (!trace || stage.kind != ItemKind::stage || stage.index < 0 || static_cast<std::size_t>(stage.index) >= stage_kernel.size())
+    return 0;
+  const std::ptrdiff_t k = stage_kernel[static_cast<std::size_t>(stage.index)];
+  if (k < 0) return 0;
+  const auto& r = trace->kernels[static_cast<std::size_t>(k)];
+  const std::int64_t d = r.end_ns - r.start_ns;
+  return d > 0 ? std::clamp(static_cast<double>(stage.end - stage.start) / static_cast<double>(d), 0.0, 1.0) : 0.0;
+}
 
 int pack_rows(std::vector<TimelineItem>* items) {
   std::vector<std::size_t> order(items->size());
@@ -123,8 +138,33 @@ Timeline build_timeline(std::shared_ptr<const prof::ProfileTrace> trace) {
     const auto& m = t.memsets[i];
     lane(m.device_id, m.stream_id).items.push_back({m.start_ns, m.end_ns, excl.memset_own[i], color("memset"), static_cast<std::int32_t>(i), ItemKind::memset});
   }
-  // Re-order lanes by (device, stream).
-  for (const auto& [key, idx] : lane_of) tl.lanes.push_back(std::move(op_lanes[idx]));
+  // Stage stamps: on a lane under their kernel record's stream lane (one per stream that has any); stages
+  // without a record on a lane of their own after the stream lanes.
+  struct StageLane {
+    TimelineLane lane;
+    std::vector<std::string> kernels;  // the stamped kernels' names, first appearance order
+    TimelineLane done(const char* suffix) {
+      lane.stages = true;
+      lane.label = phase_lane_label(kernels, 2) + " stages" + suffix;
+      return std::move(lane);
+    }
+  };
+  tl.stage_kernel = prof::stage_kernels(t);
+  std::map<std::pair<int, std::uint32_t>, StageLane> stage_lanes;
+  StageLane orphans;
+  for (std::size_t i = 0; i < t.stages.size(); ++i) {
+    const auto& g = t.stages[i];
+    const std::ptrdiff_t k = tl.stage_kernel[i];
+    StageLane& sl = k < 0 ? orphans : stage_lanes[{t.kernels[static_cast<std::size_t>(k)].device_id, t.kernels[static_cast<std::size_t>(k)].stream_id}];
+    if (std::find(sl.kernels.begin(), sl.kernels.end(), g.kernel) == sl.kernels.end()) sl.kernels.push_back(g.kernel);
+    sl.lane.items.push_back({g.start_ns, g.end_ns, g.start_ns, color(stage_class(g.stage)), static_cast<std::int32_t>(i), ItemKind::stage});
+  }
+  // Re-order lanes by (device, stream), each followed by its stage lane.
+  for (const auto& [key, idx] : lane_of) {
+    tl.lanes.push_back(std::move(op_lanes[idx]));
+    if (auto s = stage_lanes.find(key); s != stage_lanes.end()) tl.lanes.push_back(s->second.done(""));
+  }
+  if (!orphans.lane.items.empty()) tl.lanes.push_back(orphans.done(" (no kernel record)"));
 
   int max_depth = -1;
   for (const auto& r : t.ranges) max_depth = std::max(max_depth, r.depth);
@@ -159,7 +199,7 @@ Timeline build_timeline(std::shared_ptr<const prof::ProfileTrace> trace) {
     for (int r = rows - 1; r >= 0; --r)  // a row is never empty, but keep the offsets monotone regardless
       l.row_begin[static_cast<std::size_t>(r)] = std::min(l.row_begin[static_cast<std::size_t>(r)], l.row_begin[static_cast<std::size_t>(r) + 1]);
     for (const auto& it : l.items) {
-      if (it.kind != ItemKind::range) {
+      if (it.kind != ItemKind::range && it.kind != ItemKind::stage) {  // device work, counted once
         tl.exclusive_sum_ns += it.exclusive_ns();
         tl.inclusive_sum_ns += it.inclusive_ns();
       }
@@ -294,6 +334,56 @@ prof::ProfileTrace synthetic_trace(std::size_t n, int streams, bool pdl) {
       pr.end_ns = t.kernels.back().end_ns;
       ++pr.ops;
     }
+  }
+  t.start_ns = 0;
+  t.end_ns = clock;
+  return t;
+}
+
+prof::ProfileTrace synthetic_stage_trace(int steps, int layers, std::uint32_t seed) {
+  prof::ProfileTrace t;
+  t.source = "cupti";
+  t.steps = steps;
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<std::int64_t> jitter(0, 600);
+  static const char* kLayerStages[] = {"qkv", "attention", "o", "gate", "top-K", "up", "down"};
+  static const std::int64_t kBaseNs[] = {2500, 1500, 1200, 3000, 800, 1600, 1600};
+  std::int64_t clock = 1000;
+  auto kernel = [&](const char* name, int step, std::int64_t range_id, std::int64_t start, std::int64_t end) {
+    prof::KernelRecord k;
+    k.short_name = name;
+    k.name = std::string("moc::kernels::") + name + "(DecodeArgs)";
+    k.start_ns = start;
+    k.end_ns = end;
+    k.device_id = 0;
+    k.stream_id = 7;
+    k.grid_x = 132;
+    k.block_x = 512;
+    k.registers_per_thread = 128;
+    k.range_id = range_id;
+    k.step = step;
+    t.kernels.push_back(std::move(k));
+  };
+  for (int s = 0; s < steps; ++s) {
+    const auto range_id = static_cast<std::int64_t>(t.ranges.size());
+    const std::int64_t step_start = clock;
+    kernel("k_embed", s, range_id, clock, clock + 2000);
+    clock += 2500;
+    const std::int64_t launch_start = clock;
+    std::int64_t at = clock + 300;  // the first block starts a little after the record
+    auto stage = [&](const std::string& name, int layer, std::int64_t base_ns, bool barrier) {
+      const std::int64_t d = base_ns + jitter(rng);
+      t.stages.push_back({s, "k_step", 0, range_id, layer, name, at, at + d, barrier ? d / 5 + jitter(rng) / 10 : 0});
+      at += d;
+    };
+    stage("start", -1, 400, true);
+    for (int l = 0; l < layers; ++l)
+      for (std::size_t i = 0; i < std::size(kLayerStages); ++i) stage(kLayerStages[i], l, kBaseNs[i], true);
+    stage("head", -1, 5000, true);
+    stage("output", -1, 300, false);
+    kernel("k_step", s, range_id, launch_start, at);
+    clock = at + 1000;
+    t.ranges.push_back({range_id, -1, "step", 0, s, step_start, at, 0, 0, 2});
   }
   t.start_ns = 0;
   t.end_ns = clock;

@@ -6,6 +6,9 @@
 // lane, as Nsight Systems draws concurrent kernels: greedy interval packing, each item on the lowest row free
 // at its start. Each op item also knows where its exclusive time begins (prof::device_times): [start, own)
 // is the part that overlapped earlier work, drawn hatched.
+// A kernel that stamps its own stages on the device (the persistent decode step: prof::StageRecord) gets a
+// stage lane right under its stream's lane ("k_step stages"): one item per stage of each launch, coloured by
+// the stage's name (one colour class per name, "stage: qkv", whatever the layer), labelled "qkv L3".
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -16,13 +19,13 @@
 
 namespace moc::gui {
 
-enum class ItemKind : std::uint8_t { kernel, memcpy, memset, range };
+enum class ItemKind : std::uint8_t { kernel, memcpy, memset, range, stage };
 
 struct TimelineItem {
   std::int64_t start = 0, end = 0;
-  std::int64_t own = 0;    // exclusive time begins here (prof::device_times); = start for ranges
-  std::int32_t color = 0;  // index into Timeline::phases: the phase it belongs to
-  std::int32_t index = 0;  // into the trace's kernels / memcpys / memsets / ranges (by kind)
+  std::int64_t own = 0;    // exclusive time begins here (prof::device_times); = start for ranges and stages
+  std::int32_t color = 0;  // index into Timeline::phases: its colour class (phase, or "stage: <name>")
+  std::int32_t index = 0;  // into the trace's kernels / memcpys / memsets / ranges / stages (by kind)
   ItemKind kind = ItemKind::kernel;
   std::int32_t row = 0;    // sub-row of its lane
   std::int64_t inclusive_ns() const { return end - start; }
@@ -32,8 +35,9 @@ struct TimelineItem {
 };
 
 struct TimelineLane {
-  std::string label;       // "GPU 0 stream 7", "CPU ops", "step", "attention / ffn / head"
+  std::string label;       // "GPU 0 stream 7", "CPU ops", "k_step stages", "step", "attention / ffn / head"
   bool phases = false;     // a lane of phase ranges (depth = its depth)
+  bool stages = false;     // a lane of stage stamps: the stages of the kernels on the lane above it
   int depth = 0;
   // Sorted by (row, start): row r's items are items[row_begin[r], row_begin[r + 1]); on a row none overlap.
   std::vector<TimelineItem> items;
@@ -45,13 +49,20 @@ struct TimelineLane {
 struct Timeline {
   std::shared_ptr<const prof::ProfileTrace> trace;
   std::vector<TimelineLane> lanes;
-  std::vector<std::string> phases;  // colour classes: innermost range names, layer.N merged into "layer"
+  // Colour classes: innermost range names (layer.N merged into "layer"), "memcpy", "memset", and for stage
+  // items "stage: <stage name>" (stage_class).
+  std::vector<std::string> phases;
+  // Parallel to trace->stages: the index in trace->kernels of each stage's kernel record (prof::stage_kernels),
+  // -1 when it has none (such stages go on a lane of their own after the stream lanes).
+  std::vector<std::ptrdiff_t> stage_kernel;
   std::int64_t start_ns = 0, end_ns = 0;
   std::size_t items = 0;
   // Sums over every kernel, copy and set: exclusive = the busy time (prof::busy_ns); inclusive counts overlaps
   // as often as they overlap.
   std::int64_t exclusive_sum_ns = 0, inclusive_sum_ns = 0;
   std::int64_t sum_ns(prof::TimeMode m) const { return m == prof::TimeMode::exclusive ? exclusive_sum_ns : inclusive_sum_ns; }
+  // A stage item's share of its kernel record's (inclusive) time, in [0, 1]; 0 when it has no record.
+  double stage_share(const TimelineItem& stage) const;
 };
 
 Timeline build_timeline(std::shared_ptr<const prof::ProfileTrace> trace);
@@ -94,9 +105,20 @@ int item_at(const TimelineLane& lane, int row, std::int64_t t, std::int64_t slac
 // A kernel's display name: its short name (its demangled name when short is empty).
 const std::string& kernel_name(const prof::KernelRecord& k);
 
+// A stage's colour class: "stage: qkv" (one per stage name, every layer alike).
+std::string stage_class(const std::string& stage);
+// A stage item's label: "qkv L3"; a stage outside the layers by its name alone ("head").
+std::string stage_label(const prof::StageRecord& s);
+
 // A synthetic profile of n kernels on `streams` streams with nested phase ranges (the benchmark and tests).
 // pdl: every third kernel starts 500 ns before its predecessor on the stream ends (programmatic dependent
 // launch), so the lane needs two sub-rows and exclusive time differs from inclusive.
 prof::ProfileTrace synthetic_trace(std::size_t n, int streams, bool pdl = false);
+
+// A synthetic profile of the persistent decode kernel: per step one "k_step" launch on GPU 0 stream 7 (after a
+// short "k_embed" kernel on the same stream), stamped as the real one is -- "start", per layer qkv, attention,
+// o, gate, top-K, up, down (each with a barrier wait), then "head" and "output" -- tiling the launch from
+// 300 ns after its record starts to its end. Stage durations vary with the seed.
+prof::ProfileTrace synthetic_stage_trace(int steps, int layers, std::uint32_t seed = 1);
 
 }  // namespace moc::gui

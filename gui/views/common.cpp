@@ -17,6 +17,7 @@ const char* view_title(View v) {
     case View::breakdown: return "Breakdown";
     case View::timeline: return "Timeline";
     case View::kernels: return "Kernels";
+    case View::stages: return "Stages";
     case View::memory: return "Memory";
     case View::compare: return "Compare";
     case View::training: return "Training";
@@ -31,6 +32,7 @@ const char* view_key(View v) {
     case View::breakdown: return "breakdown";
     case View::timeline: return "timeline";
     case View::kernels: return "kernels";
+    case View::stages: return "stages";
     case View::memory: return "memory";
     case View::compare: return "compare";
     case View::training: return "training";
@@ -186,7 +188,28 @@ ImVec4 memory_color(const std::string& cls) {
   return ImVec4(0.4f, 0.4f, 0.4f, 1.0f);
 }
 
+ImVec4 stage_color(const std::string& stage) {
+  // The FFN's stages in the Breakdown's part colours (down a darker orange than up, so the two stand apart);
+  // attention's stages in greens around the attention phase's; the rest grey or the head's cyan.
+  if (stage == "gate") return part_color(0);
+  if (stage == "gate & up") return ImVec4(0.55f, 0.45f, 0.80f, 1.0f);  // gate and up in one pass: violet
+  if (stage == "up") return part_color(1);
+  if (stage == "down") return ImVec4(0.75f, 0.38f, 0.05f, 1.0f);
+  if (stage == "top-K") return part_color(2);
+  if (stage == "qkv") return ImVec4(0.55f, 0.82f, 0.45f, 1.0f);
+  if (stage == "attention") return ImVec4(0.30f, 0.70f, 0.30f, 1.0f);
+  if (stage == "o") return ImVec4(0.20f, 0.55f, 0.40f, 1.0f);
+  if (stage == "head") return ImVec4(0.25f, 0.70f, 0.80f, 1.0f);
+  if (stage == "start" || stage == "output") return ImVec4(0.62f, 0.62f, 0.62f, 1.0f);
+  unsigned h = 2166136261u;
+  for (char c : stage) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  float r, g, b;
+  ImGui::ColorConvertHSVtoRGB(static_cast<float>(h % 360) / 360.0f, 0.45f, 0.80f, r, g, b);
+  return ImVec4(r, g, b, 1.0f);
+}
+
 ImVec4 phase_color(const std::string& phase) {
+  if (phase.starts_with("stage: ")) return stage_color(phase.substr(7));
   if (phase == "ffn.gate" || phase == "ffn.decode: gate") return part_color(0);
   if (phase == "ffn.up" || phase == "ffn.down" || phase == "ffn.decode: up & down") return part_color(1);
   if (phase == "ffn.topk" || phase == "ffn.decode: top-K") return part_color(2);

@@ -3,7 +3,9 @@
 // Tracy draws zones: each visible item a rectangle coloured by its phase, runs of items narrower than a few
 // pixels merged into one (so a million kernels cost what the pixels cost). Records that overlap on a lane
 // stand on sub-rows of it (as Nsight Systems draws concurrent kernels); under exclusive time the part of a
-// record that overlapped earlier work (a PDL kernel waiting for its predecessor) is hatched. The ruler ticks
+// record that overlapped earlier work (a PDL kernel waiting for its predecessor) is hatched. A kernel that
+// stamps its stages (the persistent decode step) has a stage lane under its stream ("k_step stages"): each
+// stage a box in its stage's colour, "qkv L3" where it has room, its barrier wait in the tooltip. The ruler ticks
 // at round times. Wheel zooms at the cursor, dragging pans, double-click fits; hovering shows an item's name,
 // inclusive / exclusive / waiting time, launch configuration, registers and shared memory; clicking a kernel
 // selects it (its statistics below and in the Kernels view).
@@ -30,6 +32,7 @@ std::string item_name(const Timeline& tl, const TimelineItem& it) {
     case ItemKind::memcpy: return prof::memcpy_operation(t.memcpys[static_cast<std::size_t>(it.index)].copy_kind);
     case ItemKind::memset: return "[CUDA memset]";
     case ItemKind::range: return t.ranges[static_cast<std::size_t>(it.index)].name;
+    case ItemKind::stage: return stage_label(t.stages[static_cast<std::size_t>(it.index)]);
   }
   return "?";
 }
@@ -39,6 +42,11 @@ void item_times(const TimelineItem& it, prof::TimeMode mode) {
     ImGui::Text("duration %s (first op's start to last op's end)", format_ns(static_cast<double>(it.inclusive_ns())).c_str());
     return;
   }
+  if (it.kind == ItemKind::stage) {
+    ImGui::Text("duration %s (the last block passing the stage's start to the last passing its end)",
+                format_ns(static_cast<double>(it.inclusive_ns())).c_str());
+    return;
+  }
   const bool excl = mode == prof::TimeMode::exclusive;
   ImGui::Text("exclusive %s%s", format_ns(static_cast<double>(it.exclusive_ns())).c_str(), excl ? "  (counted)" : "");
   ImGui::Text("inclusive %s%s", format_ns(static_cast<double>(it.inclusive_ns())).c_str(), excl ? "" : "  (counted)");
@@ -46,7 +54,30 @@ void item_times(const TimelineItem& it, prof::TimeMode mode) {
     ImGui::Text("waiting   %s  (overlapped earlier work: hatched)", format_ns(static_cast<double>(it.wait_ns())).c_str());
 }
 
+// A stage of a stamped kernel: which, where, how long, how much of it the blocks waited at its barrier.
+void stage_tooltip(const Timeline& tl, const TimelineItem& it) {
+  const prof::StageRecord& g = tl.trace->stages[static_cast<std::size_t>(it.index)];
+  const auto d = static_cast<double>(it.inclusive_ns());
+  ImGui::BeginTooltip();
+  ImGui::Text("stage %s", g.stage.c_str());
+  if (g.layer >= 0) ImGui::Text("layer %d", g.layer);
+  else ImGui::TextUnformatted("outside the layers");
+  ImGui::Text("duration %s", format_ns(d).c_str());
+  ImGui::Text("barrier wait %s (%.0f%%): blocks' mean wait at the barrier ending it", format_ns(static_cast<double>(g.wait_ns)).c_str(),
+              d > 0 ? 100.0 * static_cast<double>(g.wait_ns) / d : 0.0);
+  const std::ptrdiff_t k = tl.stage_kernel[static_cast<std::size_t>(it.index)];
+  if (k >= 0)
+    ImGui::Text("%.1f%% of its kernel: %s launch %d of step %d (%s)", 100.0 * tl.stage_share(it), g.kernel.c_str(), g.launch, g.step,
+                format_ns(static_cast<double>(tl.trace->kernels[static_cast<std::size_t>(k)].end_ns -
+                                              tl.trace->kernels[static_cast<std::size_t>(k)].start_ns)).c_str());
+  else
+    ImGui::Text("%s launch %d of step %d: no kernel record in the trace", g.kernel.c_str(), g.launch, g.step);
+  ImGui::Text("starts at %s", format_ns(static_cast<double>(it.start - tl.start_ns)).c_str());
+  ImGui::EndTooltip();
+}
+
 void item_tooltip(const Timeline& tl, const TimelineItem& it, prof::TimeMode mode) {
+  if (it.kind == ItemKind::stage) return stage_tooltip(tl, it);
   const auto& t = *tl.trace;
   ImGui::BeginTooltip();
   ImGui::TextUnformatted(item_name(tl, it).c_str());
@@ -210,6 +241,11 @@ void draw_timeline_lanes(UiState& ui, float height) {
   if (st.fit || st.t1 <= st.t0) {
     st.t0 = static_cast<double>(tl.start_ns) - 0.01 * span_total;
     st.t1 = static_cast<double>(tl.end_ns) + 0.01 * span_total;
+    if (st.window_t1_ns > st.window_t0_ns) {  // a window asked for at start (--window): once
+      st.t0 = static_cast<double>(tl.start_ns) + st.window_t0_ns;
+      st.t1 = static_cast<double>(tl.start_ns) + st.window_t1_ns;
+      st.window_t0_ns = st.window_t1_ns = 0;
+    }
     st.fit = false;
   }
   const float lanes_w = std::max(1.0f, x1 - x0);
@@ -318,6 +354,7 @@ void draw_timeline_lanes(UiState& ui, float height) {
       st.sel_lane = hover_lane;
       st.sel_item = hover_item;
       if (it.kind == ItemKind::kernel) ui.kernels.selected = kernel_name(tl.trace->kernels[static_cast<std::size_t>(it.index)]);
+      if (it.kind == ItemKind::stage) ui.kernels.selected = tl.trace->stages[static_cast<std::size_t>(it.index)].kernel;
     }
   }
 }

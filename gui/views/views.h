@@ -9,6 +9,7 @@
 #include "gui/model/breakdown.h"
 #include "gui/model/kernel_stats.h"
 #include "gui/model/memory.h"
+#include "gui/model/stage_stats.h"
 #include "gui/model/store.h"
 #include "gui/model/timeline.h"
 
@@ -16,9 +17,9 @@ struct ImVec4;
 
 namespace moc::gui {
 
-enum class View { runs, sweep, breakdown, timeline, kernels, memory, compare, training };
-inline constexpr View kAllViews[] = {View::runs,   View::sweep,  View::breakdown, View::timeline,
-                                     View::kernels, View::memory, View::compare,   View::training};
+enum class View { runs, sweep, breakdown, timeline, kernels, stages, memory, compare, training };
+inline constexpr View kAllViews[] = {View::runs,    View::sweep,  View::breakdown, View::timeline, View::kernels,
+                                     View::stages,  View::memory, View::compare,   View::training};
 const char* view_title(View v);  // the window title: "Runs", "Sweep", ...
 const char* view_key(View v);    // the command-line name: "runs", "sweep", ...
 bool view_from_key(const std::string& key, View* out);
@@ -30,6 +31,9 @@ struct TimelineState {
   Timeline timeline;
   double t0 = 0, t1 = 0;  // the visible window, ns on the trace clock
   bool fit = true;        // fit the window to the trace on the next frame
+  // When window_t1_ns > window_t0_ns, the next fit shows [window_t0_ns, window_t1_ns) from the trace's start
+  // instead, once (screenshot mode's --window).
+  double window_t0_ns = 0, window_t1_ns = 0;
   int sel_lane = -1, sel_item = -1;  // the selected item (its kernel's statistics: UiState::kernels)
   // The last frame's work, for the benchmark: spans drawn and items they stand for.
   std::size_t spans_drawn = 0;
@@ -52,6 +56,12 @@ struct KernelStatsState {
   std::string over_run_of;
   prof::TimeMode over_run_mode = prof::TimeMode::exclusive;
   std::vector<KernelPointRow> over_run;
+};
+
+// The Stages view's table of the Timeline's point (re-derived when that point's profile changes).
+struct StageStatsState {
+  std::shared_ptr<const prof::ProfileTrace> trace;
+  StageTable table;
 };
 
 // What a view derived from a whole run, kept until the run or the store's generation changes (deriving it
@@ -80,6 +90,7 @@ struct UiState {
   float time_mode_button[2][2] = {};  // screen centre of the last drawn toggle's two choices (input tests)
   TimelineState timeline;
   KernelStatsState kernels;
+  StageStatsState stages;
   int memory_mode = 0;  // 0: the point's timeline, 1: peak breakdown across the run's points (Figure 1)
   int training_mode = 0;  // 0: curves of every point (loss, perplexity), 1: one point's trained-gate histograms
   std::string training_series;
@@ -115,6 +126,7 @@ void draw_sweep_view(Store& store, UiState& ui);
 void draw_breakdown_view(Store& store, UiState& ui);
 void draw_timeline_view(Store& store, UiState& ui);
 void draw_kernel_stats_view(Store& store, UiState& ui);
+void draw_stage_stats_view(Store& store, UiState& ui);
 void draw_memory_view(Store& store, UiState& ui);
 void draw_compare_view(Store& store, UiState& ui);
 void draw_training_view(Store& store, UiState& ui);
@@ -131,7 +143,8 @@ int stacked_bars(const char* id, const std::vector<std::string>& items, const st
 // Colours the views share (tests look for them in screenshots).
 ImVec4 part_color(int part);                 // gate, up & down, top-K, other
 ImVec4 memory_color(const std::string& cls);  // weights, gradients, optimizer_state, activations: <module>, ...
-ImVec4 phase_color(const std::string& phase);  // timeline: kernels by phase
+ImVec4 phase_color(const std::string& phase);  // timeline: kernels by phase; "stage: <name>": stage_color
+ImVec4 stage_color(const std::string& stage);  // a stamped kernel's stage: gate, up, down, top-K as the parts
 ImVec4 verdict_color(bool better);
 
 }  // namespace moc::gui

@@ -7,6 +7,7 @@
 #include <implot_internal.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -341,6 +342,74 @@ TEST_F(GuiViews, OverlappingKernelsStandOnSubRowsWithTheirWaitHatched) {
   EXPECT_EQ(st.sel_lane, 0);
   EXPECT_EQ(st.sel_item, static_cast<int>(pick));
   EXPECT_EQ(d->ui().kernels.selected, kernel_name(st.timeline.trace->kernels[static_cast<std::size_t>(it.index)]));
+}
+
+// A stamped kernel's stages stand on their own lane under its stream: each stage a box in its stage's colour
+// (the same in every layer), a click on one selects its kernel; the Stages view lists them with their colours.
+TEST_F(GuiViews, StageLaneDrawsEachStageInItsColourAndAClickSelectsItsKernel) {
+  auto d = open({}, View::timeline);
+  ASSERT_TRUE(d);
+  TimelineState& st = d->ui().timeline;
+  st.pinned = true;
+  st.timeline = build_timeline(std::make_shared<const prof::ProfileTrace>(synthetic_stage_trace(1, 4, test::fresh_seed())));
+  st.fit = true;
+  frames(*d, 2);
+  ASSERT_GE(st.timeline.lanes.size(), 2u);
+  const TimelineLane& lane = st.timeline.lanes[1];
+  ASSERT_TRUE(lane.stages);
+  ASSERT_GE(st.lane_y.size(), 2u);
+  // The launch across the lanes: every stage several pixels wide.
+  st.t0 = static_cast<double>(lane.items.front().start) - 500;
+  st.t1 = static_cast<double>(lane.items.back().end) + 500;
+  frames(*d, 2);
+  const double ns_per_px = (st.t1 - st.t0) / (st.lanes_x1 - st.lanes_x0);
+  auto x_of = [&](std::int64_t t) { return st.lanes_x0 + static_cast<float>((static_cast<double>(t) - st.t0) / ns_per_px); };
+  const prof::ProfileTrace& t = *st.timeline.trace;
+  const Image im = shot(*d);
+  int checked = 0;
+  for (std::size_t i = 0; i < lane.items.size(); ++i) {
+    const TimelineItem& it = lane.items[i];
+    const std::string& stage = t.stages[static_cast<std::size_t>(it.index)].stage;
+    if (stage != "gate" && stage != "down" && stage != "attention") continue;
+    const float x0 = x_of(it.start) + 2, x1 = x_of(it.end) - 2;
+    ASSERT_GT(x1 - x0, 6) << "wide enough to check";
+    const float r[4] = {x0, st.lane_y[1] + 3, x1 - x0, st.lane_height - 6};
+    const int area = static_cast<int>(r[2] * r[3]);
+    EXPECT_GT(im.count(r, stage_color(stage), 4), area / 3) << stage << " (less its label's text)";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 12) << "three stages in four layers";
+  EXPECT_NE(im.count(std::array<float, 4>{st.lanes_x0, st.lane_y[1], st.lanes_x1 - st.lanes_x0, st.lane_height}.data(),
+                     stage_color("top-K"), 4),
+            0);
+  // A click on the top-K stage of layer 2 selects the stamped kernel.
+  std::size_t pick = lane.items.size();
+  for (std::size_t i = 0; i < lane.items.size(); ++i) {
+    const auto& g = t.stages[static_cast<std::size_t>(lane.items[i].index)];
+    if (g.stage == "top-K" && g.layer == 2) pick = i;
+  }
+  ASSERT_LT(pick, lane.items.size());
+  ImGuiIO& io = ImGui::GetIO();
+  io.AddMousePosEvent(std::floor(0.5f * (x_of(lane.items[pick].start) + x_of(lane.items[pick].end))),
+                      std::floor(st.lane_y[1] + 0.5f * st.lane_height));
+  frames(*d, 30);
+  io.AddMouseButtonEvent(0, true);
+  frames(*d, 1);
+  io.AddMouseButtonEvent(0, false);
+  frames(*d, 2);
+  EXPECT_EQ(st.sel_lane, 1);
+  EXPECT_EQ(st.sel_item, static_cast<int>(pick));
+  EXPECT_EQ(d->ui().kernels.selected, "k_step");
+  // Stages: a row per stage name, each with its colour.
+  io.AddMousePosEvent(-1, -1);
+  d->show(View::stages);
+  frames(*d, 3);
+  EXPECT_EQ(d->ui().stages.table.rows.size(), 10u);
+  float r[4];
+  ASSERT_TRUE(d->view_rect(View::stages, r));
+  const Image st_im = shot(*d);
+  for (const char* s : {"qkv", "attention", "gate", "top-K", "up", "down", "head"})
+    EXPECT_GT(st_im.count(r, stage_color(s), 4), 40) << s << ": swatch and share bar";
 }
 
 // Kernels: the point's kernels by total time; the selected one's instances as a histogram.
