@@ -6,7 +6,9 @@ profile_gpu_busy_ms) against the timed median, with the inclusive sum (profile_i
 it. Per decode point: the paper's FFN parts (gate, top-K, up & down) from the profile in exclusive time,
 summed over the step's layers, against the same parts timed alone in ffn-decode (per call x layers).
 
-Usage: profile_truth.py MOCBENCH DB [RUN]    (RUN: default the newest)
+Usage: profile_truth.py MOCBENCH DB [RUN] [--alone DB2]
+  RUN: default the newest. --alone: another database whose ffn-decode points give the parts timed alone
+  (when DB holds only decode points).
 """
 import json
 import sqlite3
@@ -14,10 +16,25 @@ import subprocess
 import sys
 
 
+def load(con, run):
+    points = {}
+    for pid, idx, status in con.execute("SELECT id, sweep_index, status FROM points WHERE run_id=? ORDER BY sweep_index", (run,)):
+        axes = dict(con.execute("SELECT name, value FROM point_axes WHERE point_id=?", (pid,)).fetchall())
+        metrics = dict(con.execute("SELECT name, value FROM metrics WHERE point_id=?", (pid,)).fetchall())
+        points[idx] = (axes, metrics, status)
+    return points
+
+
 def main():
-    exe, db = sys.argv[1], sys.argv[2]
+    args = sys.argv[1:]
+    alone_db = None
+    if "--alone" in args:
+        i = args.index("--alone")
+        alone_db = args[i + 1]
+        del args[i:i + 2]
+    exe, db = args[0], args[1]
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    run = int(sys.argv[3]) if len(sys.argv) > 3 else con.execute("SELECT max(id) FROM runs").fetchone()[0]
+    run = int(args[2]) if len(args) > 2 else con.execute("SELECT max(id) FROM runs").fetchone()[0]
     layers = json.loads(con.execute("SELECT config_json FROM runs WHERE id=?", (run,)).fetchone()[0] or "{}")
     points = {}
     for pid, idx, status in con.execute("SELECT id, sweep_index, status FROM points WHERE run_id=? ORDER BY sweep_index", (run,)):
@@ -62,12 +79,17 @@ def main():
     print()
     print(f"FFN parts of a decode step (exclusive, summed over {n_layers} layers) vs ffn-decode parts timed alone x {n_layers}:")
     print()
-    print("| ffn | batch | impl | gate prof / timed (us) | top-K prof / timed | up & down prof / timed | parts sum prof / timed | ffn.decode phase / latency x layers |")
+    print("| ffn | batch | impl | gate prof / timed (us) | top-K prof / timed | up & down prof / timed | parts sum prof / timed | FFN prof / FFN latency x layers |")
     print("|---|---|---|---|---|---|---|---|")
     alone = {}
-    for idx, (axes, m, status) in points.items():
-        if axes.get("mode") == "ffn-decode":
-            alone[(axes.get("ffn"), axes.get("batch"), axes.get("decode_impl"))] = m
+    sources = [points]
+    if alone_db:
+        c2 = sqlite3.connect(f"file:{alone_db}?mode=ro", uri=True)
+        sources.append(load(c2, c2.execute("SELECT max(id) FROM runs").fetchone()[0]))
+    for src in sources:
+        for idx, (axes, m, status) in src.items():
+            if axes.get("mode") == "ffn-decode":
+                alone.setdefault((axes.get("ffn"), axes.get("batch"), axes.get("decode_impl")), m)
     for idx, (axes, m, status) in sorted(points.items()):
         if axes.get("mode") != "decode" or idx not in parts:
             continue
@@ -82,12 +104,16 @@ def main():
             p_us = pr.get(part, 0.0) * 1e3  # ms per step -> us
             t_us = a.get(metric, float("nan")) * n_layers
             tot_p += p_us
-            tot_t += t_us
+            if t_us == t_us:
+                tot_t += t_us
             row.append(f"{p_us:.0f} / {t_us:.0f}")
-        row.append(f"{tot_p:.0f} / {tot_t:.0f} ({100*tot_p/tot_t:.0f}%)" if tot_t > 0 else "-")
+        row.append(f"{tot_p:.0f} / {tot_t:.0f} ({100*tot_p/tot_t:.0f}%)" if tot_t > 0 and a.get("gate_us") == a.get("gate_us") else "-")
         ph = phases.get(idx, {}).get("ffn.decode")
         lat = a.get("latency_us", float("nan")) * n_layers
-        row.append(f"{ph*1e3:.0f} / {lat:.0f} ({100*ph*1e3/lat:.0f}%)" if ph else "- (one kernel: see the parts)")
+        if ph:
+            row.append(f"ffn.decode {ph*1e3:.0f} / {lat:.0f} ({100*ph*1e3/lat:.0f}%)")
+        else:  # the persistent step: its FFN stages (gate, top-K, up, down) against the FFN timed alone
+            row.append(f"FFN stages {tot_p:.0f} / {lat:.0f} ({100*tot_p/lat:.0f}%)")
         print(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(row) + " |")
 
 
