@@ -493,6 +493,11 @@ TEST_F(GuiViews, ScreenshotModeWritesAPngAndRefusesBadArguments) {
   EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png + " --view nope 2>/dev/null"), 2);
   EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png + " --size 12 2>/dev/null"), 2);
   EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png + " --time both 2>/dev/null"), 2);
+  EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png + " --window 5:1 2>/dev/null"), 2);
+  EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png + " --window 5 2>/dev/null"), 2);
+  EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png +
+                              " --view timeline --window 0:50 >/dev/null 2>&1"),
+            0);
 }
 
 }  // namespace
