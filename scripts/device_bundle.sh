@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the `cuda` preset for the GPU machine and puts next to it (build/cuda/devlib) the shared
 # libraries the binaries need that the GPU machine lacks (it has the CUDA libraries and libsqlite3, but no
-# OpenMP or Fortran runtime), with stripped copies of the executables: carry build/cuda/dev (< 64 MiB).
-# On the GPU machine: export LD_LIBRARY_PATH=$PWD/build/cuda/dev; build/cuda/dev/mocbench ...
+# OpenMP or Fortran runtime), with stripped copies of the executables, and that folder as build/cuda/dev.tar.xz
+# (~16 MB): carry the archive where transfers are limited (the folder is ~71 MB; RAFT's top-K kernels are most
+# of the CUDA library). On the GPU machine: tar xJf build/cuda/dev.tar.xz -C build/cuda;
+# export LD_LIBRARY_PATH=$PWD/build/cuda/dev; build/cuda/dev/mocbench ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --preset cuda >/dev/null
@@ -21,4 +23,6 @@ done
 for f in build/cuda/bench/ffn_decode_micro; do
   [ -x "$f" ] && strip -o "build/cuda/dev/$(basename "$f")" "$f"
 done
-du -sh build/cuda/dev | cut -f1
+rm -f build/cuda/dev.tar.xz
+tar -C build/cuda -cJf build/cuda/dev.tar.xz dev
+du -sh build/cuda/dev build/cuda/dev.tar.xz | cut -f1
