@@ -301,7 +301,9 @@ void for_each_profile(const db::ResultsDb& store, const std::string& db_path, lo
 int cmd_stats(const std::string& db_path, long long run_id, std::optional<int> point, std::vector<std::string> reports,
               const std::string& format, prof::TimeMode time) {
   const auto& known = stats::report_names();
-  if (reports.empty()) reports = stats::default_reports();
+  // The defaults, and stage_sum for a point whose profile has device-side stage stamps (the persistent step).
+  const bool defaults = reports.empty();
+  if (defaults) reports = stats::default_reports();
   for (const auto& r : reports)
     if (std::find(known.begin(), known.end(), r) == known.end()) {
       std::string list;
@@ -319,6 +321,7 @@ int cmd_stats(const std::string& db_path, long long run_id, std::optional<int> p
     std::vector<stats::Table> tables;
     for (const auto& r : reports)
       for (auto& t : stats::run_report(r, trace, p.metrics, mode, time)) tables.push_back(std::move(t));
+    if (defaults && !trace.stages.empty()) tables.push_back(stats::stage_sum(trace));
     if (format == "table") {
       char info[256];
       std::snprintf(info, sizeof info, "%s profile, %d step(s), %.1f kernels per step", trace.source.c_str(),
@@ -606,7 +609,8 @@ int main(int argc, char** argv) {
   st->add_option("--point", st_point, "Only this point (its sweep index; default: every profiled point)");
   std::string report_help = "Report (repeatable): ";
   for (const auto& r : stats::report_names()) report_help += r + " ";
-  report_help += "(default: cuda_gpu_kern_sum cuda_gpu_mem_time_sum nvtx_sum phase_sum)";
+  report_help += "(default: cuda_gpu_kern_sum cuda_gpu_mem_time_sum nvtx_sum phase_sum, and stage_sum for a point "
+                 "with stage stamps)";
   st->add_option("--report", st_reports, report_help);
   st->add_option("--format", st_format, "table | csv | json")->capture_default_str()->check(CLI::IsMember({"table", "csv", "json"}));
   std::string st_time = "exclusive";

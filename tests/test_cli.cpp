@@ -511,6 +511,7 @@ TEST_F(Cli, StatsPrintsEveryReportOfEveryProfiledPoint) {
                             " ** Latency Breakdown (profiled vs timed) (phase_sum_breakdown):"})
     EXPECT_NE(r.out.find(title), std::string::npos) << title << "\n" << r.out;
   EXPECT_EQ(r.out.find("nvtx_gpu_proj_sum"), std::string::npos) << "on request only";
+  EXPECT_EQ(r.out.find("(stage_sum)"), std::string::npos) << "no stage stamps in these profiles";
   // gemv: 1000 + 2000 ns, all of the kernel time.
   EXPECT_NE(r.out.find("    100.0            3,000          2   1,500.0   1,500.0     1,000     2,000        707.1  moc::gemv<bf16>(int)"),
             std::string::npos) << r.out;
@@ -602,6 +603,39 @@ TEST_F(Cli, StatsAndPerfettoCountExclusiveTimeByDefault) {
   EXPECT_EQ(pf_in.out.find("wait_us"), std::string::npos);
   auto csv_time = mocbench("export 1 --format csv --time inclusive --db " + db);
   EXPECT_EQ(csv_time.code, 2) << csv_time.out;
+}
+
+// A point whose profile has stage stamps gets stage_sum among the default reports.
+TEST_F(Cli, StatsShowsStageStampsByDefaultWhereAPointHasThem) {
+  const std::string db = path("stages.db");
+  {
+    auto store = db::ResultsDb::open(db, db::OpenMode::read_write);
+    db::RunRecord r;
+    r.scenario_name = "stages";
+    r.scenario_path = "scenarios/stages.toml";
+    r.scenario_text = "name = \"stages\"\nmode = \"decode\"\n";
+    r.scenario_hash = "sha256:stages";
+    r.device_kind = "cuda";
+    r.started_unix_ms = 1'700'000'000'000;
+    const auto run = store.begin_run(r);
+    db::PointRecord p;
+    p.run_id = run;
+    p.index = 0;
+    p.mode = "decode";
+    p.status = "ok";
+    p.metrics = {{"median_ms", 0.003}};
+    auto t = small_trace(1);
+    t.stages = {{0, "gemv", 0, 3, 0, "qkv", 1'001'000, 1'001'600, 50}, {0, "gemv", 0, 3, -1, "head", 1'001'600, 1'002'000, 0}};
+    store.add_point(p, {}, {}, &t);
+    store.finish_run(run, "ok", 1'700'000'001'000);
+  }
+  auto out = mocbench("stats 1 --db " + db);
+  ASSERT_EQ(out.code, 0) << out.out;
+  EXPECT_NE(out.out.find(" ** Kernel Stage Summary (device-side stamps, layers merged) (stage_sum):"), std::string::npos)
+      << out.out;
+  EXPECT_NE(out.out.find("qkv"), std::string::npos);
+  auto only = mocbench("stats 1 --report cuda_gpu_kern_sum --db " + db);
+  EXPECT_EQ(only.out.find("(stage_sum)"), std::string::npos) << "reports named: those only";
 }
 
 TEST_F(Cli, StatsCsvAndJson) {
