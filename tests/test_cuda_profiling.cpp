@@ -179,6 +179,40 @@ TEST(GpuProfiling, PdlChainExclusiveTimesMatchSoloDurations) {
 #endif
 }
 
+// A spin kernel stamped whole (device-side stamps: its first block's start after the wait to its last
+// block's end) lasts what CUDA events say, within 5%: 50 us spins, 20 launches timed by events, each also
+// stamped. Off, nothing is stamped.
+TEST(GpuProfiling, StampedSpinKernelMatchesCudaEvents) {
+  MOC_GPU_OR_SKIP(ops);
+#ifdef MOCBENCH_HAVE_CUDA
+  void* st = cuda::probe::make_stream();
+  std::uint64_t dropped = 0;
+  cuda::probe::spin_chain({1000}, false, st);
+  cuda::probe::synchronize(st);
+  EXPECT_TRUE(ops->take_stamps(&dropped).empty()) << "stamping is off";
+  ops->set_stamping(true);
+  const double events_ns = cuda::probe::timed_spin_ms({50000}, 20, st) * 1e6;  // + 1 warm-up launch
+  auto launches = ops->take_stamps(&dropped);
+  ops->set_stamping(false);
+  cuda::probe::destroy_stream(st);
+  EXPECT_EQ(dropped, 0u);
+  ASSERT_EQ(launches.size(), 21u);
+  std::vector<double> stamped;
+  for (const auto& l : launches) {
+    EXPECT_EQ(l.kernel, "spin_kernel");
+    EXPECT_EQ(l.blocks, 1);
+    ASSERT_EQ(l.stages.size(), 1u);
+    EXPECT_EQ(l.stages[0].stage, "work");
+    EXPECT_EQ(l.stages[0].end_ns - l.stages[0].start_ns, l.end_ns - l.start_ns);
+    stamped.push_back(static_cast<double>(l.end_ns - l.start_ns));
+  }
+  std::sort(stamped.begin(), stamped.end());
+  const double med = stamped[stamped.size() / 2];
+  std::printf("50 us spin: stamped median %.0f ns, CUDA events %.0f ns per launch\n", med, events_ns);
+  EXPECT_NEAR(med, events_ns, 0.05 * events_ns);
+#endif
+}
+
 TEST(GpuProfiling, DecodePointOfThe1bModelDropsNothingAndAttributesEveryKernel) {
   MOC_GPU_OR_SKIP(ops);
   PointSpec spec;

@@ -6,7 +6,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstddef>
 #include <cstring>
 #include <mutex>
 
@@ -47,64 +46,6 @@ struct Params {
 };
 
 // ---------------------------------------------------------------------------------------------------------
-// Stage stamps (stage_stamps.cuh). Only thread 0 of a block stamps; the others carry an empty Stamper.
-
-__device__ __forceinline__ unsigned long long globaltimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
-
-struct Stamper {
-  StampSlot* slot = nullptr;  // thread 0 of a stamped launch: its slot (null when the buffer is full)
-  bool on = false;            // thread 0: this launch is stamped
-  unsigned m = 0;             // marks passed
-};
-
-__device__ __forceinline__ unsigned stage_code(StageId s, int layer) {
-  return (static_cast<unsigned>(layer + 1) << 8) | static_cast<unsigned>(s);
-}
-
-// At the kernel's start, thread 0 of each block: is this launch stamped, and into which slot.
-__device__ __forceinline__ void stamp_start(const Params& P, Stamper& st, StageId tail) {
-  if (threadIdx.x != 0 || !P.stamps) return;
-  if (*reinterpret_cast<volatile unsigned*>(&P.stamps->on) == 0) return;
-  st.on = true;
-  const unsigned l = *reinterpret_cast<volatile unsigned*>(&P.stamps->launch);
-  if (l >= static_cast<unsigned>(kStampLaunches)) return;
-  st.slot = &P.stamps->slot[l];
-  atomicMax(&st.slot->start_inv, ~globaltimer());
-  if (blockIdx.x == 0) {
-    st.slot->blocks = static_cast<unsigned>(P.nb);
-    st.slot->tail = static_cast<unsigned>(tail);
-  }
-}
-
-// A stage boundary that is not a grid barrier: every block passes it once, after all its threads.
-__device__ __forceinline__ void stamp_mark(Stamper& st, StageId s, int layer) {
-  __syncthreads();
-  if (threadIdx.x == 0 && st.slot && st.m < static_cast<unsigned>(kStampMarks)) {
-    StampMark& k = st.slot->mark[st.m];
-    atomicMax(&k.t, globaltimer());
-    if (blockIdx.x == 0) k.code = stage_code(s, layer);
-  }
-  ++st.m;
-}
-
-// At the kernel's end: the block's end time; the last block to leave a stamped launch advances the slot.
-__device__ __forceinline__ void stamp_end(const Params& P, Stamper& st) {
-  __syncthreads();
-  if (threadIdx.x != 0 || !st.on) return;
-  if (st.slot) atomicMax(&st.slot->end, globaltimer());
-  __threadfence();
-  if (atomicAdd(&P.stamps->exits, 1u) == static_cast<unsigned>(P.nb) - 1) {
-    P.stamps->exits = 0;
-    if (!st.slot) atomicAdd(&P.stamps->dropped, 1u);
-    atomicAdd(&P.stamps->launch, 1u);
-  }
-}
-
-// ---------------------------------------------------------------------------------------------------------
 // Synchronization
 
 __device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
@@ -125,18 +66,13 @@ __device__ __forceinline__ void grid_barrier(const Params& P, unsigned& gen, Sta
   __syncthreads();
   ++gen;
   if (threadIdx.x == 0) {
-    StampMark* k = st.slot && st.m < static_cast<unsigned>(kStampMarks) ? &st.slot->mark[st.m] : nullptr;
     unsigned long long arrived = 0;
-    if (k) {
-      arrived = globaltimer();
-      atomicMax(&k->t, arrived);
-      if (blockIdx.x == 0) k->code = stage_code(s, layer);
-    }
+    StampMark* k = stamp_arrive(st, s, layer, &arrived);
     red_release_add(P.bar, 1);
     const unsigned target = gen * static_cast<unsigned>(P.nb);
     while (ld_acquire(P.bar) < target) {
     }
-    if (k) atomicAdd(&k->wait, globaltimer() - arrived);
+    stamp_waited(k, arrived);
   }
   ++st.m;
   __syncthreads();
@@ -1042,7 +978,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_step(const __grid_constant__ Pa
   S.area = rest + 512;
   unsigned gen = 0;
   Stamper st;
-  stamp_start(P, st, p.ffn_only ? StageId::output : StageId::head);
+  stamp_start(P.stamps, P.nb, st, StampKernel::k_step, p.ffn_only ? StageId::output : StageId::head);
   const int d = p.d;
   // Start: the residual stream (embedding rows, or zero for ffn_only) and both histograms.
   for (long long i = blockIdx.x * kThreads + threadIdx.x; i < static_cast<long long>(R) * d; i += P.nb * kThreads) {
@@ -1100,7 +1036,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_step(const __grid_constant__ Pa
   } else {
     stage_head<R>(P, S);
   }
-  stamp_end(P, st);
+  stamp_end(P.stamps, P.nb, st);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1152,103 +1088,7 @@ void launch_rows(const Params& P, cudaStream_t stream) {
   MOC_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_step<R>, P));
 }
 
-// This device's stamp buffer, allocated and zeroed on first use (CudaOps asks for it when it starts, before
-// any capture).
-std::mutex stamp_mu;
-StampBuf* stamp_bufs[64] = {};
-StampBuf* stamp_buffer_locked() {
-  int dev = 0;
-  MOC_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev >= 64) return nullptr;
-  if (!stamp_bufs[dev]) {
-    void* p = nullptr;
-    MOC_CUDA_CHECK(cudaMalloc(&p, sizeof(StampBuf)));
-    MOC_CUDA_CHECK(cudaMemset(p, 0, sizeof(StampBuf)));
-    MOC_CUDA_CHECK(cudaDeviceSynchronize());
-    stamp_bufs[dev] = static_cast<StampBuf*>(p);
-  }
-  return stamp_bufs[dev];
-}
-
 }  // namespace
-
-const char* stage_name(StageId s) {
-  switch (s) {
-    case StageId::start: return "start";
-    case StageId::qkv: return "qkv";
-    case StageId::attn: return "attention";
-    case StageId::o: return "o";
-    case StageId::gate: return "gate";
-    case StageId::gate_up: return "gate & up";
-    case StageId::topk: return "top-K";
-    case StageId::up: return "up";
-    case StageId::down: return "down";
-    case StageId::head: return "head";
-    case StageId::output: return "output";
-  }
-  return "?";
-}
-
-void prepare_stamps() {
-  std::lock_guard<std::mutex> lock(stamp_mu);
-  stamp_buffer_locked();
-}
-
-void set_stamping(bool on) {
-  std::lock_guard<std::mutex> lock(stamp_mu);
-  StampBuf* b = stamp_buffer_locked();
-  if (!b) return;
-  MOC_CUDA_CHECK(cudaDeviceSynchronize());
-  const unsigned v = on ? 1u : 0u;
-  MOC_CUDA_CHECK(cudaMemcpy(&b->on, &v, sizeof v, cudaMemcpyHostToDevice));
-}
-
-std::vector<StampedLaunch> take_stamps(std::uint64_t* dropped) {
-  std::lock_guard<std::mutex> lock(stamp_mu);
-  std::vector<StampedLaunch> out;
-  StampBuf* b = stamp_buffer_locked();
-  if (!b) return out;
-  MOC_CUDA_CHECK(cudaDeviceSynchronize());
-  unsigned hdr[4] = {};
-  MOC_CUDA_CHECK(cudaMemcpy(hdr, b, sizeof hdr, cudaMemcpyDeviceToHost));
-  const unsigned launches = std::min<unsigned>(hdr[1], kStampLaunches);
-  if (dropped) *dropped += hdr[3];
-  if (launches > 0) {
-    std::vector<StampSlot> slots(launches);
-    MOC_CUDA_CHECK(cudaMemcpy(slots.data(), b->slot, launches * sizeof(StampSlot), cudaMemcpyDeviceToHost));
-    for (const StampSlot& sl : slots) {
-      StampedLaunch L;
-      L.kernel = "k_step";
-      L.blocks = static_cast<int>(sl.blocks);
-      L.start_ns = static_cast<std::int64_t>(~sl.start_inv);
-      L.end_ns = static_cast<std::int64_t>(sl.end);
-      std::int64_t at = L.start_ns;
-      const double nb = std::max(1u, sl.blocks);
-      for (int m = 0; m < kStampMarks && sl.mark[m].code != 0; ++m) {
-        const StampMark& k = sl.mark[m];
-        StampedStage st;
-        st.layer = static_cast<int>(k.code >> 8) - 1;
-        st.stage = stage_name(static_cast<StageId>(k.code & 0xffu));
-        st.start_ns = at;
-        st.end_ns = std::max(at, static_cast<std::int64_t>(k.t));
-        st.wait_ns = static_cast<std::int64_t>(static_cast<double>(k.wait) / nb + 0.5);
-        at = st.end_ns;
-        L.stages.push_back(std::move(st));
-      }
-      StampedStage tail;
-      tail.stage = stage_name(static_cast<StageId>(sl.tail));
-      tail.start_ns = at;
-      tail.end_ns = std::max(at, L.end_ns);
-      L.stages.push_back(std::move(tail));
-      out.push_back(std::move(L));
-    }
-  }
-  // Clear every slot used (and the counters), keeping the flag.
-  const std::size_t used = offsetof(StampBuf, slot) + static_cast<std::size_t>(std::min<unsigned>(launches + 1, kStampLaunches)) * sizeof(StampSlot);
-  MOC_CUDA_CHECK(cudaMemset(reinterpret_cast<unsigned char*>(b) + sizeof(unsigned), 0, used - sizeof(unsigned)));
-  MOC_CUDA_CHECK(cudaDeviceSynchronize());
-  return out;
-}
 
 int Problem::kept() const {
   if (sel == Sel::dense) return d_ffn;
@@ -1313,10 +1153,7 @@ void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaS
   P.Z = reinterpret_cast<float*>(base + lo.Z);
   P.list = reinterpret_cast<unsigned*>(base + lo.list);
   P.cnt = reinterpret_cast<unsigned*>(base + lo.cnt);
-  {
-    std::lock_guard<std::mutex> lock(stamp_mu);
-    P.stamps = stamp_buffer_locked();
-  }
+  P.stamps = stamp_buffer();
   MOC_CUDA_CHECK(cudaMemsetAsync(base + lo.ctrl, 0, 256, stream));
   switch (p.rows) {
     case 1: launch_rows<1>(P, stream); break;

@@ -3,19 +3,19 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_ops_impl.cuh"
+#include "kernels/cuda/stage_stamps.cuh"
 
 namespace moc::cuda::probe {
 namespace {
 
-__device__ __forceinline__ unsigned long long globaltimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
+using step::globaltimer;
 
-__global__ void spin_kernel(long long ns, int* sink) {
+// Stamped whole while stamping is on (stage_stamps.cuh): from after its wait to its end.
+__global__ void spin_kernel(long long ns, int* sink, step::StampBuf* stamps) {
   pdl_trigger();  // the successor may start now and wait in its pdl_wait()
   pdl_wait();
+  step::Stamper st;
+  step::stamp_start(stamps, static_cast<int>(gridDim.x), st, step::StampKernel::spin, step::StageId::work);
   if (threadIdx.x == 0) {
     const unsigned long long t0 = globaltimer();
     unsigned long long now = t0;
@@ -26,18 +26,20 @@ __global__ void spin_kernel(long long ns, int* sink) {
     }
     if (spins < 0) *sink = spins;  // never: keeps the loop
   }
+  step::stamp_end(stamps, static_cast<int>(gridDim.x), st);
 }
 
 }  // namespace
 
 void spin_chain(const std::vector<std::int64_t>& spin_ns, bool pdl, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
+  step::StampBuf* stamps = step::stamp_buffer();
   for (std::int64_t ns : spin_ns) {
     if (pdl) {
       launch_pdl("spin_kernel", spin_kernel, dim3(1), dim3(32), 0, st, static_cast<long long>(ns),
-                 static_cast<int*>(nullptr));
+                 static_cast<int*>(nullptr), stamps);
     } else {
-      spin_kernel<<<1, 32, 0, st>>>(static_cast<long long>(ns), nullptr);
+      spin_kernel<<<1, 32, 0, st>>>(static_cast<long long>(ns), nullptr, stamps);
       MOC_CUDA_CHECK(cudaGetLastError());
     }
   }

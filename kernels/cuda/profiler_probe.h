@@ -1,5 +1,6 @@
 // Kernels of known length for checking the profiler on the GPU (tests/test_cuda_profiling.cpp): each spins
-// for a given time of the device's %globaltimer after its dependency wait. Plain C++ header.
+// for a given time of the device's %globaltimer after its dependency wait, and is stamped whole (kernel
+// "spin_kernel", stage "work") while stage stamping is on (Ops::set_stamping). Plain C++ header.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -1,5 +1,7 @@
-// Device-side stage stamps of the persistent decode kernel (decode_step.cu): where the time inside one
-// kernel goes, which CUPTI cannot see (it times whole kernels). Public persistent-kernel work times its
+// Device-side stage stamps of mocbench's own kernels -- the persistent decode kernel (decode_step.cu) by
+// stage, the profiler's spin kernel (profiler_probe.cu) whole: where the time inside one kernel goes, which
+// CUPTI cannot see (it times whole kernels). Device helpers below (nvcc only); the per-device buffer and
+// its read-back in stage_stamps.cu (declared in decode_step.cuh: set_stamping, take_stamps). Public persistent-kernel work times its
 // stages the same way: %globaltimer read by one thread of each block, reduced with atomics into a device
 // buffer, read back after the step.
 //
@@ -27,7 +29,11 @@ enum class StageId : unsigned {
   down,       // W_down rows of the kept channels, added to the residual stream
   head,       // the final RMSNorm and the LM head GEMV
   output,     // ffn_only: the accumulated FFN output written out
+  work,       // a kernel stamped whole (no stage marks): its first block's start to its last block's end
 };
+// Which kernel a slot holds (its CUPTI short name: stamp_kernel_name).
+enum class StampKernel : unsigned { k_step = 0, spin = 1 };
+const char* stamp_kernel_name(StampKernel k);  // "k_step", "spin_kernel"
 const char* stage_name(StageId s);  // "qkv", "attention", "o", "gate", "gate & up", "top-K", ...
 
 constexpr int kStampLaunches = 32;                 // launches one read-back holds (more are counted dropped)
@@ -43,6 +49,7 @@ struct StampSlot {
   unsigned long long start_inv;  // ~(earliest block start): atomicMax of the complement
   unsigned long long end;        // latest block end
   unsigned blocks, tail;         // blocks of the launch; StageId of the stage after the last mark
+  unsigned kernel, pad;          // StampKernel
   StampMark mark[kStampMarks];
 };
 struct StampBuf {
@@ -52,5 +59,85 @@ struct StampBuf {
   unsigned dropped;  // stamped launches beyond kStampLaunches since the last read-back
   StampSlot slot[kStampLaunches];
 };
+
+// The current device's stamp buffer (allocated and zeroed at the first call, which CudaOps makes when it
+// starts, before any graph capture).
+StampBuf* stamp_buffer();
+
+#ifdef __CUDACC__
+// ---- device side. Only thread 0 of a block stamps; the other threads carry an empty Stamper.
+
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+struct Stamper {
+  StampSlot* slot = nullptr;  // thread 0 of a stamped launch: its slot (null when the buffer is full)
+  bool on = false;            // thread 0: this launch is stamped
+  unsigned m = 0;             // marks passed
+};
+
+__device__ __forceinline__ unsigned stage_code(StageId s, int layer) {
+  return (static_cast<unsigned>(layer + 1) << 8) | static_cast<unsigned>(s);
+}
+
+// At the start of a kernel's work (after its dependency wait), every block: is this launch stamped, and
+// into which slot. Off, this is one load of the flag per block.
+__device__ __forceinline__ void stamp_start(StampBuf* buf, int nb, Stamper& st, StampKernel kernel, StageId tail) {
+  if (threadIdx.x != 0 || !buf) return;
+  if (*reinterpret_cast<volatile unsigned*>(&buf->on) == 0) return;
+  st.on = true;
+  const unsigned l = *reinterpret_cast<volatile unsigned*>(&buf->launch);
+  if (l >= static_cast<unsigned>(kStampLaunches)) return;
+  st.slot = &buf->slot[l];
+  atomicMax(&st.slot->start_inv, ~globaltimer());
+  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+    st.slot->blocks = static_cast<unsigned>(nb);
+    st.slot->tail = static_cast<unsigned>(tail);
+    st.slot->kernel = static_cast<unsigned>(kernel);
+  }
+}
+
+// A stage boundary that is not a grid barrier: every block passes it once, after all its threads.
+__device__ __forceinline__ void stamp_mark(Stamper& st, StageId s, int layer) {
+  __syncthreads();
+  if (threadIdx.x == 0 && st.slot && st.m < static_cast<unsigned>(kStampMarks)) {
+    StampMark& k = st.slot->mark[st.m];
+    atomicMax(&k.t, globaltimer());
+    if (blockIdx.x == 0) k.code = stage_code(s, layer);
+  }
+  ++st.m;
+}
+
+// A grid barrier ending stage s, thread 0 of each block: its arrival (before it arrives) ...
+__device__ __forceinline__ StampMark* stamp_arrive(Stamper& st, StageId s, int layer, unsigned long long* arrived) {
+  if (!st.slot || st.m >= static_cast<unsigned>(kStampMarks)) return nullptr;
+  StampMark* k = &st.slot->mark[st.m];
+  *arrived = globaltimer();
+  atomicMax(&k->t, *arrived);
+  if (blockIdx.x == 0) k->code = stage_code(s, layer);
+  return k;
+}
+// ... and how long it waited there (after the barrier opened). The caller advances st.m.
+__device__ __forceinline__ void stamp_waited(StampMark* k, unsigned long long arrived) {
+  if (k) atomicAdd(&k->wait, globaltimer() - arrived);
+}
+
+// At the end of a kernel, every block (all threads): the block's end; the last block to leave a stamped
+// launch advances the buffer to the next slot.
+__device__ __forceinline__ void stamp_end(StampBuf* buf, int nb, Stamper& st) {
+  __syncthreads();
+  if (threadIdx.x != 0 || !st.on) return;
+  if (st.slot) atomicMax(&st.slot->end, globaltimer());
+  __threadfence();
+  if (atomicAdd(&buf->exits, 1u) == static_cast<unsigned>(nb) - 1) {
+    buf->exits = 0;
+    if (!st.slot) atomicAdd(&buf->dropped, 1u);
+    atomicAdd(&buf->launch, 1u);
+  }
+}
+#endif  // __CUDACC__
 
 }  // namespace moc::cuda::step
