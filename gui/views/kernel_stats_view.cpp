@@ -97,18 +97,23 @@ void over_run_table(Store& store, const RunRef& a, const KernelStatsState& ks) {
   const auto& pts = store.points(a);
   auto varying = varying_axes(pts);
   std::erase(varying, std::string("mode"));  // the row names the mode already
-  if (!ImGui::BeginTable("over_run", 6,
-                         ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollX | ImGuiTableFlags_ScrollY |
-                             ImGuiTableFlags_SizingFixedFit))
+  // No horizontal scroll: the numbers' columns fit their contents (short headers), and the point column takes
+  // what is left, its labels cut ("..") to it with the whole label on hover.
+  if (!ImGui::BeginTable("over_run", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY))
     return;
-  for (const char* h : {"point", "count/step", "time/step", "mean", "median", "max"}) ImGui::TableSetupColumn(h);
+  ImGui::TableSetupScrollFreeze(0, 1);
+  ImGui::TableSetupColumn("point", ImGuiTableColumnFlags_WidthStretch);
+  for (const char* h : {"n/step", "time/step", "mean", "median", "max"}) ImGui::TableSetupColumn(h, ImGuiTableColumnFlags_WidthFixed);
   ImGui::TableHeadersRow();
   for (const auto& r : ks.over_run) {
     const db::PointRecord* p = store.point(a, r.point_id);
     const double steps = std::max(1, r.steps);
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
-    ImGui::Text("#%d %s %s", p ? p->index : -1, p ? p->mode.c_str() : "", p ? point_label(*p, varying).c_str() : "");
+    const std::string label = p ? "#" + std::to_string(p->index) + " " + p->mode + " " + point_label(*p, varying) : "#-1";
+    const std::string cut = fit_text(label, ImGui::GetContentRegionAvail().x);
+    ImGui::TextUnformatted(cut.c_str());
+    if (cut != label && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", label.c_str());
     ImGui::TableNextColumn();
     ImGui::Text("%.1f", static_cast<double>(r.stats.count) / steps);
     for (double v : {r.stats.total_ns / steps, r.stats.mean_ns, r.stats.median_ns, r.stats.max_ns}) {
@@ -160,7 +165,7 @@ void draw_kernel_stats_view(Store& store, UiState& ui) {
               format_ns(r.stats.median_ns).c_str(), format_ns(r.stats.min_ns).c_str(), format_ns(r.stats.max_ns).c_str());
   const float h = std::max(120.0f, ImGui::GetContentRegionAvail().y);
   const float w = ImGui::GetContentRegionAvail().x;
-  if (ImGui::BeginChild("hist", ImVec2(ks.over_run.empty() ? w : w * 0.45f, h))) histogram(r, ks.mode, h - 8);
+  if (ImGui::BeginChild("hist", ImVec2(ks.over_run.empty() ? w : w * 0.4f, h))) histogram(r, ks.mode, h - 8);
   ImGui::EndChild();
   if (!ks.over_run.empty()) {
     ImGui::SameLine();

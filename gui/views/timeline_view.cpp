@@ -8,7 +8,8 @@
 // stage a box in its stage's colour, "qkv L3" where it has room, its barrier wait in the tooltip. The ruler ticks
 // at round times. Wheel zooms at the cursor, dragging pans, double-click fits; hovering shows an item's name,
 // inclusive / exclusive / waiting time, launch configuration, registers and shared memory; clicking a kernel
-// selects it (its statistics below and in the Kernels view).
+// selects it (its statistics below and in the Kernels view), and every instance of the selected kernel is
+// outlined.
 #include <imgui.h>
 #include <imgui_internal.h>
 
@@ -24,6 +25,22 @@ namespace moc::gui {
 
 namespace {
 constexpr float kMinPx = 2.0f;  // items narrower than this merge with their neighbours
+constexpr ImU32 kHighlight = IM_COL32(255, 255, 255, 255);  // outline of the selected kernel's instances
+constexpr ImU32 kLabelBox = IM_COL32(12, 12, 14, 255);      // a name's box over hatching (tests look for it)
+constexpr ImU32 kLabelOnBox = IM_COL32(240, 240, 240, 255);
+
+// Marks the trace's kernel records that are instances of the selected kernel, when the selection or the trace
+// changed since the last frame (so drawing tests one flag per visible item, not a name).
+void update_highlight(TimelineState& st, const std::string& selected) {
+  if (st.highlight_trace == st.timeline.trace && st.highlight_of == selected) return;
+  st.highlight_trace = st.timeline.trace;
+  st.highlight_of = selected;
+  st.highlight.clear();
+  if (!st.timeline.trace || selected.empty()) return;
+  const auto& ks = st.timeline.trace->kernels;
+  st.highlight.resize(ks.size(), 0);
+  for (std::size_t i = 0; i < ks.size(); ++i) st.highlight[i] = kernel_name(ks[i]) == selected ? 1 : 0;
+}
 
 std::string item_name(const Timeline& tl, const TimelineItem& it) {
   const auto& t = *tl.trace;
@@ -213,6 +230,7 @@ void draw_timeline_view(Store& store, UiState& ui) {
 namespace {
 void draw_timeline_lanes(UiState& ui, float height) {
   TimelineState& st = ui.timeline;
+  update_highlight(st, ui.kernels.selected);
   const Timeline& tl = st.timeline;
   const bool exclusive = ui.time_mode == prof::TimeMode::exclusive;
   ImDrawList* dl = ImGui::GetWindowDrawList();
@@ -326,15 +344,32 @@ void draw_timeline_lanes(UiState& ui, float height) {
         if (own_x > a0) draw_hatched(dl, p0, ImVec2(own_x, p1.y), wait_fill[c], colors[c]);
         if (a1 > own_x) dl->AddRectFilled(ImVec2(own_x, p0.y), p1, colors[c]);
         if (a1 - a0 > 4) dl->AddRect(p0, p1, IM_COL32(0, 0, 0, 110));  // neighbours of one colour stay apart
-        const bool sel = static_cast<int>(li) == st.sel_lane && s.first == st.sel_item;
-        if (sel) dl->AddRect(ImVec2(a0 - 1, ry + 1), ImVec2(a1 + 1, ry + row_h - 1), ImGui::GetColorU32(ImVec4(1, 1, 1, 1)), 0, 0, 2.0f);
-        const float text_x0 = a1 - own_x > 30 ? own_x : a0;  // on the solid part when it has room
-        if (a1 - text_x0 > 30) {
+        if (a1 - a0 > 30) {
+          // The name goes on the solid (counted) part when that holds it whole or is most of the record; a
+          // mostly hatched record (a PDL kernel that waited most of its time) gets its name in light text on a
+          // dark box over the hatching instead, where black text on the lines would be hard to read.
           const std::string name = item_name(tl, it);
-          dl->PushClipRect(ImVec2(text_x0, p0.y), p1, true);
-          dl->AddText(ImVec2(std::max(text_x0, x0) + 3, ry + 3), IM_COL32(0, 0, 0, 255), name.c_str());
+          const float tw = ImGui::CalcTextSize(name.c_str()).x;
+          const float solid_w = a1 - own_x, hatched_w = own_x - a0;
+          const bool on_solid = hatched_w <= 0 || (solid_w > 30 && (solid_w >= tw + 6 || solid_w >= hatched_w));
+          const float lx = std::max(on_solid ? own_x : a0, x0);
+          dl->PushClipRect(ImVec2(lx, p0.y), p1, true);
+          if (on_solid) {
+            dl->AddText(ImVec2(lx + 3, ry + 3), IM_COL32(0, 0, 0, 255), name.c_str());
+          } else {
+            dl->AddRectFilled(ImVec2(lx + 1, p0.y + 1), ImVec2(lx + tw + 5, p1.y - 1), kLabelBox, 2.0f);
+            dl->AddText(ImVec2(lx + 3, ry + 3), kLabelOnBox, name.c_str());
+          }
           dl->PopClipRect();
         }
+        // Every instance of the selected kernel (clicked here, picked in Kernels, or the kernel of a clicked
+        // stage) is outlined in white; the clicked record itself gets a wider outline around it. Merged spans
+        // (runs of items under 2 px) are not: finding the kernel among a merged run would cost a scan of its
+        // items per frame, breaking the O(pixels x log items) level of detail -- zoom in to see each instance.
+        if (it.kind == ItemKind::kernel && !st.highlight.empty() && st.highlight[static_cast<std::size_t>(it.index)])
+          dl->AddRect(p0, p1, kHighlight, 0, 0, 2.0f);
+        const bool sel = static_cast<int>(li) == st.sel_lane && s.first == st.sel_item;
+        if (sel) dl->AddRect(ImVec2(a0 - 1, ry + 1), ImVec2(a1 + 1, ry + row_h - 1), kHighlight, 0, 0, 2.0f);
       }
     }
     dl->PopClipRect();

@@ -35,6 +35,11 @@ struct TimelineState {
   // instead, once (screenshot mode's --window).
   double window_t0_ns = 0, window_t1_ns = 0;
   int sel_lane = -1, sel_item = -1;  // the selected item (its kernel's statistics: UiState::kernels)
+  // highlight[i]: the trace's kernel record i is an instance of the selected kernel (outlined); derived for
+  // highlight_of in highlight_trace (empty: none selected).
+  std::string highlight_of;
+  std::shared_ptr<const prof::ProfileTrace> highlight_trace;
+  std::vector<char> highlight;
   // The last frame's work, for the benchmark: spans drawn and items they stand for.
   std::size_t spans_drawn = 0;
   float lanes_x0 = 0, lanes_x1 = 0, lanes_y0 = 0;  // screen extent of the lane area (input tests aim here)

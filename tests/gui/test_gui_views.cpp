@@ -5,11 +5,14 @@
 #include <imgui.h>
 #include <implot.h>
 #include <implot_internal.h>
+#include <imgui_internal.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <tuple>
 #include <fstream>
 
 #include "gui/app/dashboard.h"
@@ -344,6 +347,103 @@ TEST_F(GuiViews, OverlappingKernelsStandOnSubRowsWithTheirWaitHatched) {
   EXPECT_EQ(d->ui().kernels.selected, kernel_name(st.timeline.trace->kernels[static_cast<std::size_t>(it.index)]));
 }
 
+// A kernel that waited most of its record (PDL, exclusive time): its name is not black on the hatching but light
+// on a dark box over it; under inclusive time (all solid) it is black on the solid colour again.
+TEST_F(GuiViews, AMostlyHatchedKernelsNameStandsOnADarkBox) {
+  auto d = open({}, View::timeline);
+  ASSERT_TRUE(d);
+  prof::ProfileTrace t;
+  t.source = "cupti";
+  t.steps = 1;
+  for (auto [name, s, e] : {std::tuple{"k_first", 1000, 10000}, std::tuple{"k_updown", 2000, 10150}}) {
+    prof::KernelRecord k;
+    k.short_name = name;
+    k.start_ns = s;
+    k.end_ns = e;
+    k.device_id = 0;
+    k.stream_id = 7;
+    k.range_id = -1;
+    t.kernels.push_back(k);
+  }
+  t.start_ns = 0;
+  t.end_ns = 11000;
+  TimelineState& st = d->ui().timeline;
+  st.pinned = true;
+  st.timeline = build_timeline(std::make_shared<const prof::ProfileTrace>(t));
+  st.fit = true;
+  frames(*d, 2);
+  st.t0 = 0;
+  st.t1 = 11000;
+  frames(*d, 2);
+  const TimelineLane& lane = st.timeline.lanes[0];
+  ASSERT_EQ(lane.rows(), 2);
+  const TimelineItem& it = lane.items[lane.row_begin[1]];
+  ASSERT_EQ(it.wait_ns(), 8000) << "k_updown waits for k_first";
+  const double ns_per_px = (st.t1 - st.t0) / (st.lanes_x1 - st.lanes_x0);
+  const float wx0 = st.lanes_x0 + static_cast<float>((static_cast<double>(it.start) - st.t0) / ns_per_px);
+  const float ry = st.lane_y[0] + st.lane_height;
+  const float tw = ImGui::CalcTextSize("k_updown").x;
+  const float label[4] = {wx0 + 2, ry + 3, tw + 2, st.lane_height - 6};
+  const int area = static_cast<int>(label[2] * label[3]);
+  Image im = shot(*d);
+  EXPECT_GT(im.count(label, ImVec4(12 / 255.f, 12 / 255.f, 14 / 255.f, 1), 2), area / 3) << "a dark box under the name";
+  EXPECT_GT(im.count(label, ImVec4(240 / 255.f, 240 / 255.f, 240 / 255.f, 1), 10), 20) << "the name in light text";
+  EXPECT_EQ(im.count(label, ImVec4(0, 0, 0, 1), 2), 0) << "no black text on the hatching";
+  d->ui().time_mode = prof::TimeMode::inclusive;
+  frames(*d, 2);
+  im = shot(*d);
+  EXPECT_EQ(im.count(label, ImVec4(12 / 255.f, 12 / 255.f, 14 / 255.f, 1), 2), 0) << "inclusive: no box";
+  EXPECT_GT(im.count(label, ImVec4(0, 0, 0, 1), 2), 20) << "black text on the solid colour";
+}
+
+// Selecting a kernel (here as the Kernels view does) outlines every instance of it in the Timeline, not just one;
+// the other kernels keep their dark borders.
+TEST_F(GuiViews, SelectingAKernelOutlinesEveryInstanceOfItInTheTimeline) {
+  auto d = open({}, View::timeline);
+  ASSERT_TRUE(d);
+  TimelineState& st = d->ui().timeline;
+  st.pinned = true;
+  st.timeline = build_timeline(std::make_shared<const prof::ProfileTrace>(synthetic_trace(300, 1, true)));
+  st.fit = true;
+  frames(*d, 2);
+  const TimelineLane& lane = st.timeline.lanes[0];
+  const prof::ProfileTrace& t = *st.timeline.trace;
+  // Twelve kernels of row 0 across the lanes: two k_gate among them (every sixth kernel).
+  const std::size_t from = lane.row_begin[0] + 40;
+  st.t0 = static_cast<double>(lane.items[from].start) - 300;
+  st.t1 = static_cast<double>(lane.items[from + 7].end) + 300;
+  frames(*d, 2);
+  const double ns_per_px = (st.t1 - st.t0) / (st.lanes_x1 - st.lanes_x0);
+  auto x_of = [&](std::int64_t x) { return st.lanes_x0 + static_cast<float>((static_cast<double>(x) - st.t0) / ns_per_px); };
+  const ImVec4 white(1, 1, 1, 1);
+  auto outline_px = [&](const Image& im, const TimelineItem& it) {  // white on the record's top and bottom edges
+    const float y = st.lane_y[0];
+    const float top[4] = {x_of(it.start) + 4, y + 1, x_of(it.end) - x_of(it.start) - 8, 3};
+    const float bot[4] = {x_of(it.start) + 4, y + st.lane_height - 4, x_of(it.end) - x_of(it.start) - 8, 3};
+    return im.count(top, white, 2) + im.count(bot, white, 2);
+  };
+  std::vector<std::size_t> gates, others;
+  for (std::size_t i = from; i < from + 8; ++i)
+    (kernel_name(t.kernels[static_cast<std::size_t>(lane.items[i].index)]) == "k_gate" ? gates : others).push_back(i);
+  ASSERT_GE(gates.size(), 1u);
+  ASSERT_GE(others.size(), 4u);
+  Image im = shot(*d);
+  for (std::size_t i : gates) EXPECT_EQ(outline_px(im, lane.items[i]), 0) << "nothing selected: no outline";
+  d->ui().kernels.selected = "k_gate";
+  frames(*d, 2);
+  im = shot(*d);
+  for (std::size_t i : gates) {
+    const float w = x_of(lane.items[i].end) - x_of(lane.items[i].start);
+    EXPECT_GT(outline_px(im, lane.items[i]), static_cast<int>(w)) << "instance " << i << " outlined";
+  }
+  for (std::size_t i : others) EXPECT_EQ(outline_px(im, lane.items[i]), 0) << "item " << i << " is another kernel";
+  EXPECT_EQ(st.sel_item, -1) << "none was clicked: every instance alike";
+  d->ui().kernels.selected.clear();
+  frames(*d, 2);
+  im = shot(*d);
+  for (std::size_t i : gates) EXPECT_EQ(outline_px(im, lane.items[i]), 0) << "unselected: outline gone";
+}
+
 // A stamped kernel's stages stand on their own lane under its stream: each stage a box in its stage's colour
 // (the same in every layer), a click on one selects its kernel; the Stages view lists them with their colours.
 TEST_F(GuiViews, StageLaneDrawsEachStageInItsColourAndAClickSelectsItsKernel) {
@@ -430,6 +530,37 @@ TEST_F(GuiViews, KernelsViewListsThePointsKernelsAndDrawsTheSelectedOnesHistogra
   const Image im = shot(*d);
   EXPECT_GT(im.count(r, ImVec4(0.298f, 0.447f, 0.690f, 1), 8), 200) << "histogram bars";
   EXPECT_TRUE(has(legend_labels(), "instances"));
+}
+
+// The selected kernel over the run's points: at 1600 px (and narrower) the table has no horizontal scroll; the
+// numbers' columns stand whole and the point column takes the rest.
+TEST_F(GuiViews, KernelsPerPointTableFitsWithoutHorizontalScroll) {
+  for (int width : {1600, 1200}) {
+    SCOPED_TRACE(width);
+    auto d = open({test::fixture_db()}, View::kernels, width, 1000);
+    ASSERT_TRUE(d);
+    KernelStatsState& ks = d->ui().kernels;
+    ASSERT_FALSE(ks.table.empty());
+    ks.selected = ks.table.front().name;
+    frames(*d, 4);
+    ASSERT_FALSE(ks.over_run.empty());
+    ImGuiContext& g = *GImGui;
+    ImGuiTable* table = nullptr;
+    for (int i = 0; i < g.Tables.GetMapSize(); ++i)
+      if (ImGuiTable* tb = g.Tables.TryGetMapData(i); tb && tb->OuterWindow && std::strstr(tb->OuterWindow->Name, "Kernels/run_") &&
+                                                    tb->ColumnsCount == 6 && tb->LastFrameActive >= g.FrameCount - 1)
+        table = tb;
+    ASSERT_NE(table, nullptr) << "the per-point table";
+    float r[4];
+    ASSERT_TRUE(d->view_rect(View::kernels, r));
+    EXPECT_FALSE(table->Flags & ImGuiTableFlags_ScrollX);
+    EXPECT_FALSE(table->InnerWindow->ScrollbarX) << "no horizontal scroll bar";
+    EXPECT_LE(table->InnerWindow->ScrollMax.x, 0.0f);
+    EXPECT_LE(table->OuterRect.Max.x, r[0] + r[2] + 0.5f) << "inside the view";
+    for (int c = 1; c < 6; ++c)
+      EXPECT_GE(table->Columns[c].WidthGiven, table->Columns[c].WidthAuto - 0.5f) << "column " << c << " is whole";
+    EXPECT_GT(table->Columns[0].WidthGiven, 60.0f) << "the point column keeps room";
+  }
 }
 
 TEST_F(GuiViews, ClickSelectsARunAndCtrlClickSetsTheSecond) {
