@@ -309,7 +309,8 @@ Table nvtx_gpu_proj_sum(const prof::ProfileTrace& t) {
 std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics, const std::string& mode,
                              TimeMode time) {
   const prof::PhaseIndex ix(t);
-  const auto ops = device_ops(t, prof::device_times(t, time));
+  const prof::DeviceTimes dt = prof::device_times(t, time);
+  const auto ops = device_ops(t, dt);
   const double steps = std::max(1, t.steps);
   const bool cpu = t.source == "cpu";
   const std::string dev = cpu ? "CPU" : "GPU";
@@ -331,7 +332,7 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
     a.kernels += o.kernel ? 1 : 0;
     a.ns += o.dur;
   }
-  const prof::PaperBreakdown pb = prof::paper_breakdown(t, time);
+  const prof::PaperBreakdown pb = prof::paper_breakdown(t, dt);
   const auto& parts = pb.ns;
   const bool in_decode = pb.in_decode, fused_decode = pb.fused_decode;
   const double busy = static_cast<double>(prof::busy_ns(t));

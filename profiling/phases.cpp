@@ -75,8 +75,9 @@ bool add_stage_parts(const std::string& stage, double ns, std::array<double, kPa
   return true;
 }
 
-PaperBreakdown paper_breakdown(const ProfileTrace& t, TimeMode mode) {
-  const DeviceTimes dt = device_times(t, mode);
+PaperBreakdown paper_breakdown(const ProfileTrace& t, TimeMode mode) { return paper_breakdown(t, device_times(t, mode)); }
+
+PaperBreakdown paper_breakdown(const ProfileTrace& t, const DeviceTimes& dt) {
   // Stamped kernels: their stages' parts.
   std::vector<std::array<double, kPaperParts>> stamped(t.kernels.size());
   std::vector<char> has_stages(t.kernels.size(), 0);

@@ -59,5 +59,7 @@ struct PaperBreakdown {
 // stage stamps (the persistent decode step) is split by its stages (add_stage_parts); the part of its time
 // the stages do not cover (launch, the last block's exit) is other.
 PaperBreakdown paper_breakdown(const ProfileTrace& t, TimeMode mode = TimeMode::exclusive);
+// The same over times already computed (device_times(t, mode)), for callers that need them too.
+PaperBreakdown paper_breakdown(const ProfileTrace& t, const DeviceTimes& dt);
 
 }  // namespace moc::prof

@@ -254,19 +254,31 @@ ProfileTrace Tracer::finish(const AllocatorTimeline& allocator) {
   // record ends. A launch without a record keeps no stages.
   out.dropped_stamps = dropped_stamps_;
   {
-    std::map<std::pair<int, std::string>, std::vector<const KernelRecord*>> records;
-    for (const auto& k : out.kernels) records[{k.step, k.short_name}].push_back(&k);
+    // Stages first on the device clock, numbered by launch; stage_kernels() pairs each with its record (the
+    // one definition of which record a launch is), then each launch moves by its record's end less its own.
     std::map<std::pair<int, std::string>, int> seen;
+    std::vector<std::int64_t> launch_end;  // per stage: its launch's end on the device clock
     for (const auto& [step, l] : stamps_) {
       const int n = seen[{step, l.kernel}]++;
-      auto it = records.find({step, l.kernel});
-      if (it == records.end() || n >= static_cast<int>(it->second.size())) continue;
-      const KernelRecord& k = *it->second[static_cast<std::size_t>(n)];
-      const std::int64_t shift = k.end_ns - l.end_ns;
-      for (const auto& st : l.stages)
-        out.stages.push_back({step, l.kernel, n, k.range_id, st.layer, st.stage, st.start_ns + shift, st.end_ns + shift,
-                              st.wait_ns});
+      for (const auto& st : l.stages) {
+        out.stages.push_back({step, l.kernel, n, -1, st.layer, st.stage, st.start_ns, st.end_ns, st.wait_ns});
+        launch_end.push_back(l.end_ns);
+      }
     }
+    const auto owner = stage_kernels(out);
+    std::vector<StageRecord> placed;
+    placed.reserve(out.stages.size());
+    for (std::size_t i = 0; i < out.stages.size(); ++i) {
+      if (owner[i] < 0) continue;  // a launch without a record keeps no stages
+      const KernelRecord& k = out.kernels[static_cast<std::size_t>(owner[i])];
+      StageRecord g = out.stages[i];
+      const std::int64_t shift = k.end_ns - launch_end[i];
+      g.range_id = k.range_id;
+      g.start_ns += shift;
+      g.end_ns += shift;
+      placed.push_back(std::move(g));
+    }
+    out.stages = std::move(placed);
   }
   stamps_.clear();
   dropped_stamps_ = 0;

@@ -540,32 +540,35 @@ TEST_F(Cli, StatsPrintsEveryReportOfEveryProfiledPoint) {
   EXPECT_NE(one.out.find("Total Proj Time"), std::string::npos);
 }
 
+// A finished run `name` of one ok decode point (median 0.003 ms) profiled as `t`; returns the file's path.
+std::string write_one_point_db(const std::string& file, const std::string& name, const prof::ProfileTrace& t) {
+  auto store = db::ResultsDb::open(file, db::OpenMode::read_write);
+  db::RunRecord r;
+  r.scenario_name = name;
+  r.scenario_path = "scenarios/" + name + ".toml";
+  r.scenario_text = "name = \"" + name + "\"\nmode = \"decode\"\n";
+  r.scenario_hash = "sha256:" + name;
+  r.device_kind = "cuda";
+  r.started_unix_ms = 1'700'000'000'000;
+  const auto run = store.begin_run(r);
+  db::PointRecord p;
+  p.run_id = run;
+  p.index = 0;
+  p.mode = "decode";
+  p.status = "ok";
+  p.metrics = {{"median_ms", 0.003}};
+  store.add_point(p, {}, {}, &t);
+  store.finish_run(run, "ok", 1'700'000'001'000);
+  return file;
+}
+
 // A PDL pair: the second gemv's record starts 600 ns before the first ends (it waits for it). Default:
 // exclusive times (1000 + 2000 ns, the busy time); --time inclusive: CUPTI's 1000 + 2600 ns. The Perfetto
 // export draws the exclusive part and carries the wait.
 TEST_F(Cli, StatsAndPerfettoCountExclusiveTimeByDefault) {
-  const std::string db = path("pdl.db");
-  {
-    auto store = db::ResultsDb::open(db, db::OpenMode::read_write);
-    db::RunRecord r;
-    r.scenario_name = "pdl";
-    r.scenario_path = "scenarios/pdl.toml";
-    r.scenario_text = "name = \"pdl\"\nmode = \"decode\"\n";
-    r.scenario_hash = "sha256:pdl";
-    r.device_kind = "cuda";
-    r.started_unix_ms = 1'700'000'000'000;
-    const auto run = store.begin_run(r);
-    db::PointRecord p;
-    p.run_id = run;
-    p.index = 0;
-    p.mode = "decode";
-    p.status = "ok";
-    p.metrics = {{"median_ms", 0.003}};
-    auto t = small_trace(1);
-    t.kernels[1].start_ns = 1'001'400;
-    store.add_point(p, {}, {}, &t);
-    store.finish_run(run, "ok", 1'700'000'001'000);
-  }
+  auto t = small_trace(1);
+  t.kernels[1].start_ns = 1'001'400;
+  const std::string db = write_one_point_db(path("pdl.db"), "pdl", t);
   auto ex = mocbench("stats 1 --report cuda_gpu_kern_sum --format csv --db " + db);
   ASSERT_EQ(ex.code, 0) << ex.out;
   auto rows = parse_csv(ex.out);
@@ -607,28 +610,9 @@ TEST_F(Cli, StatsAndPerfettoCountExclusiveTimeByDefault) {
 
 // A point whose profile has stage stamps gets stage_sum among the default reports.
 TEST_F(Cli, StatsShowsStageStampsByDefaultWhereAPointHasThem) {
-  const std::string db = path("stages.db");
-  {
-    auto store = db::ResultsDb::open(db, db::OpenMode::read_write);
-    db::RunRecord r;
-    r.scenario_name = "stages";
-    r.scenario_path = "scenarios/stages.toml";
-    r.scenario_text = "name = \"stages\"\nmode = \"decode\"\n";
-    r.scenario_hash = "sha256:stages";
-    r.device_kind = "cuda";
-    r.started_unix_ms = 1'700'000'000'000;
-    const auto run = store.begin_run(r);
-    db::PointRecord p;
-    p.run_id = run;
-    p.index = 0;
-    p.mode = "decode";
-    p.status = "ok";
-    p.metrics = {{"median_ms", 0.003}};
-    auto t = small_trace(1);
-    t.stages = {{0, "gemv", 0, 3, 0, "qkv", 1'001'000, 1'001'600, 50}, {0, "gemv", 0, 3, -1, "head", 1'001'600, 1'002'000, 0}};
-    store.add_point(p, {}, {}, &t);
-    store.finish_run(run, "ok", 1'700'000'001'000);
-  }
+  auto t = small_trace(1);
+  t.stages = {{0, "gemv", 0, 3, 0, "qkv", 1'001'000, 1'001'600, 50}, {0, "gemv", 0, 3, -1, "head", 1'001'600, 1'002'000, 0}};
+  const std::string db = write_one_point_db(path("stages.db"), "stages", t);
   auto out = mocbench("stats 1 --db " + db);
   ASSERT_EQ(out.code, 0) << out.out;
   EXPECT_NE(out.out.find(" ** Kernel Stage Summary (device-side stamps, layers merged) (stage_sum):"), std::string::npos)
