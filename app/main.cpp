@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "app/ceilings.h"
 #include "app/paper_report.h"
 #include "app/json_text.h"
 #include "app/perfetto_export.h"
@@ -37,6 +38,7 @@
 #include "profiling/ranges.h"
 #ifdef MOCBENCH_HAVE_CUDA
 #include "kernels/cuda/cuda_info.h"
+#include "kernels/cuda/cuda_ops.h"
 #endif
 
 #ifndef MOCBENCH_VERSION
@@ -298,6 +300,19 @@ void for_each_profile(const db::ResultsDb& store, const std::string& db_path, lo
   if (!visited) throw ConfigError("run " + std::to_string(run_id) + " has no profiled points: " + hint);
 }
 
+// The ceilings of the device a profile ran on: the CPU backend's (-1) for a CPU profile, else the lowest GPU
+// ordinal the profile's kernels ran on; unknown when the run recorded none.
+prof::Ceilings trace_ceilings(const std::vector<db::CeilingsRecord>& all, const prof::ProfileTrace& t) {
+  int dev = t.source == "cpu" ? -1 : 0;
+  if (t.source != "cpu" && !t.kernels.empty()) {
+    dev = t.kernels.front().device_id;
+    for (const auto& k : t.kernels) dev = std::min(dev, k.device_id);
+  }
+  for (const auto& c : all)
+    if (c.device_id == dev) return {c.copy_GBps, c.gemm_tflops};
+  return {};
+}
+
 int cmd_stats(const std::string& db_path, long long run_id, std::optional<int> point, std::vector<std::string> reports,
               const std::string& format, prof::TimeMode time) {
   const auto& known = stats::report_names();
@@ -316,11 +331,13 @@ int cmd_stats(const std::string& db_path, long long run_id, std::optional<int> p
   if (format == "json") o << "{\"run\": " << run_id << ", \"points\": [";
   bool first_block = true;
   std::size_t i = 0;
+  const auto ceilings = store.ceilings(run_id);
   for_each_profile(store, db_path, run_id, point, [&](const db::PointRecord& p, const prof::ProfileTrace& trace) {
     const std::string mode = point_mode(*run, p);
     std::vector<stats::Table> tables;
+    const prof::Ceilings c = trace_ceilings(ceilings, trace);
     for (const auto& r : reports)
-      for (auto& t : stats::run_report(r, trace, p.metrics, mode, time)) tables.push_back(std::move(t));
+      for (auto& t : stats::run_report(r, trace, p.metrics, mode, time, c)) tables.push_back(std::move(t));
     if (defaults && !trace.stages.empty()) tables.push_back(stats::stage_sum(trace));
     if (format == "table") {
       char info[256];
@@ -430,8 +447,38 @@ int cmd_compare(const std::string& a, const std::string& b, const std::string& d
   return 0;
 }
 
-int cmd_devices() {
+// `devices --measure`: each device's roofline ceilings measured now (and cached for the runs that follow).
+void measure_devices(const std::vector<int>& gpus) {
+  auto show = [](const std::string& what, const DeviceCeilings& c) {
+    std::printf("  %s ceilings: copy %.0f GB/s (read + write), %s GEMM %.1f TFLOP/s\n", what.c_str(), c.copy_GBps,
+                c.gemm_dtype.c_str(), c.gemm_tflops);
+  };
+  auto keep = [](const std::string& key, const DeviceCeilings& c) {
+    std::string why;
+    if (!store_ceilings(key, c, &why)) std::printf("  (not cached: %s)\n", why.c_str());
+  };
+  {
+    auto cpu = make_cpu_ops();
+    const DeviceCeilings c = measure_ceilings(*cpu);
+    keep(ceilings_key("cpu", 0), c);
+    show("cpu", c);
+  }
+#ifdef MOCBENCH_HAVE_CUDA
+  for (int g : gpus) {
+    auto ops = cuda::make_cuda_ops(g);
+    const DeviceCeilings c = measure_ceilings(*ops);
+    keep(ceilings_key("cuda", g), c);
+    show("cuda:" + std::to_string(g), c);
+  }
+#else
+  (void)gpus;
+#endif
+  std::printf("cached in %s\n", ceilings_cache_path().c_str());
+}
+
+int cmd_devices(bool measure) {
   std::printf("cpu: OpenBLAS fp32 reference backend (always available)\n");
+  std::vector<int> gpu_ids;
 #ifdef MOCBENCH_HAVE_CUDA
   std::string why;
   auto gpus = cuda::list_gpus(&why);
@@ -443,9 +490,11 @@ int cmd_devices() {
                 format_bytes(static_cast<std::int64_t>(g.total_mem_bytes)).c_str(),
                 format_bytes(static_cast<std::int64_t>(g.l2_bytes)).c_str(), g.sm_clock_khz / 1000,
                 g.mem_clock_khz / 1000, g.mem_bus_bits, g.driver_version, g.runtime_version);
+  for (const auto& g : gpus) gpu_ids.push_back(g.index);
 #else
   std::printf("cuda: not built (nvcc was not found at configure time)\n");
 #endif
+  if (measure) measure_devices(gpu_ids);
   return 0;
 }
 // `mocbench gui ...`: runs the dashboard binary that was built beside this one (the build tree's gui/ folder
@@ -533,6 +582,10 @@ int main(int argc, char** argv) {
   mm->add_option("--set", mm_sets, "Model override key=value");
 
   auto* dev = app.add_subcommand("devices", "List the backends and GPUs mocbench can use");
+  bool dev_measure = false;
+  dev->add_flag("--measure", dev_measure,
+                "Also measure each device's roofline ceilings now (copy bandwidth, dense GEMM rate) and cache them "
+                "for the runs that follow (each run records its device's, measuring once when none are cached)");
 
   auto* dat = app.add_subcommand("data", "Tokenize a corpus once into the token cache (what [data] training reads) "
                                          "and print its statistics; optionally encode / decode a text");
@@ -659,7 +712,7 @@ int main(int argc, char** argv) {
   try {
     if (*smoke) return cmd_smoke(smoke_preset, smoke_batch, smoke_seq, smoke_steps, smoke_gen, smoke_sets);
     if (*mm) return cmd_memory_model(mm_preset, mm_batch, mm_seq, mm_ffn, mm_k, mm_gcp, mm_sets);
-    if (*dev) return cmd_devices();
+    if (*dev) return cmd_devices(dev_measure);
     if (*dat) return cmd_data(dat_spec, dat_encode);
     if (*run) {
       run_opt.output = run_json ? RunOptions::Output::json : run_quiet ? RunOptions::Output::quiet : RunOptions::Output::progress;

@@ -7,6 +7,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "app/ceilings.h"
 #include "app/dist_launch.h"
 #include "model/checkpoint.h"
 #include "model/decoder.h"
@@ -166,16 +167,6 @@ struct Recorder {
 
 double median_of(std::vector<double> v) { return summarize(v).median_s; }
 
-// Memory bandwidth the way nvbench and the paper quote it: a device-to-device copy of a buffer far larger
-// than the last-level cache, (read + write bytes) / time, median of a few.
-double copy_bandwidth_GBps(Ops& ops) {
-  const std::int64_t n = ops.device() == DeviceKind::cuda ? (std::int64_t{512} << 20) : (std::int64_t{32} << 20);
-  Tensor a = ops.empty({n}, DType::bf16, workspace_tag()), b = ops.empty({n}, DType::bf16, workspace_tag());
-  ops.fill(a, 1.0f);
-  std::vector<double> t;
-  for (int i = 0; i < 15; ++i) t.push_back(timed(ops, [&] { ops.copy(b, a); }));
-  return 2.0 * static_cast<double>(a.nbytes()) / median_of(t) / 1e9;
-}
 // The profile pass of a point, after its timed repetitions: `sample` runs one repetition through the
 // Recorder (as the measuring loop does). First the same work untraced, then `start` brings the tracer up
 // (on the GPU: subscribes to CUPTI and re-captures the point's graphs, so that their nodes map to ranges)
@@ -300,6 +291,11 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
   // instantiated then carry its instrumentation, which measured 4-12% on the decode study's timed numbers.
   std::unique_ptr<prof::Tracer> tracer;
   std::unique_ptr<prof::RecordingOps> recording;
+  // The CUPTI tracer hears the CUDA backend's cost declarations while it lives (kernels/op_cost.h); the CPU
+  // backend's recording decorator declares them to its tracer directly.
+  struct CostSinkReset {
+    ~CostSinkReset() { set_cost_sink(nullptr); }
+  } cost_sink_reset;
   if (spec.profile && backend.device() != DeviceKind::cuda) {
     auto cpu = std::make_unique<prof::CpuTracer>();
     recording = std::make_unique<prof::RecordingOps>(backend, *cpu);
@@ -328,6 +324,7 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
         tracer = prof::make_cupti_tracer(&out.profile_note);
         if (!tracer) return nullptr;
         to_tracer.target = tracer.get();
+        if (ops.device() == DeviceKind::cuda) set_cost_sink(tracer.get());
         if (recapture) recapture();
       }
       return tracer.get();
@@ -336,6 +333,7 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
     if (ops.device() == DeviceKind::cuda) {  // unsubscribe before anything else is captured or timed
       to_tracer.target = nullptr;
       rec.tracer = nullptr;
+      set_cost_sink(nullptr);
       tracer.reset();
     }
   };
@@ -463,6 +461,8 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
         refill();
         dec.step(first);
       }
+      // The step attends cache positions 0..position (per-position costs: attention at decode).
+      if (rec.tracer) rec.tracer->set_step_positions(dec.position() + 1);
       const double t = rec([&] {
         ScopedRange sr(sink, "step");
         graph->replay();

@@ -121,7 +121,7 @@ std::string Table::header(std::size_t col) const {
 const std::vector<std::string>& report_names() {
   static const std::vector<std::string> names = {"cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "cuda_api_sum",
                                                  "cuda_kern_exec_sum", "nvtx_sum", "nvtx_gpu_proj_sum", "phase_sum",
-                                                 "stage_sum"};
+                                                 "stage_sum", "roofline"};
   return names;
 }
 
@@ -531,8 +531,86 @@ Table stage_sum(const prof::ProfileTrace& t) {
   return tb;
 }
 
+Table roofline(const prof::ProfileTrace& t, const prof::Ceilings& ceilings, TimeMode time) {
+  const prof::Roofline r = prof::roofline(t, ceilings, time);
+  const bool known = ceilings.known();
+  Table tb;
+  tb.id = "roofline";
+  tb.title = "Roofline (per kernel and phase, against what each op declared)";
+  tb.columns = {{"Time per step", Unit::ns, false, 1}, {"Instances", Unit::none, false, 0},
+                {"Bytes per step", Unit::none, false, 0}, {"GB/s", Unit::none, false, 1},
+                {"Of bandwidth", Unit::percent, false, 1}, {"TFLOP/s", Unit::none, false, 2},
+                {"Of peak", Unit::percent, false, 1},     {"Floor per step", Unit::ns, false, 1},
+                {"Of floor", Unit::percent, false, 1},    {"Lost per step", Unit::ns, false, 1},
+                {"Phase", Unit::none, true, 0},           {"Op", Unit::none, true, 0},
+                {"Name", Unit::none, true, 0}};
+  std::size_t bounds = 0;
+  for (const auto& row : r.rows) {
+    std::vector<Cell> c;
+    c.emplace_back(row.time_ns);
+    c.emplace_back(static_cast<double>(row.instances) / r.steps);
+    if (!row.declared) {
+      for (int i = 0; i < 8; ++i) c.emplace_back(std::monostate{});
+      c.emplace_back(row.phase);
+      c.emplace_back(std::string("(undeclared)"));
+      c.emplace_back(row.kernel);
+      tb.rows.push_back(std::move(c));
+      continue;
+    }
+    if (row.bound) ++bounds;
+    const double gbps = row.GBps(), tf = row.tflops();
+    c.emplace_back(row.bytes);
+    c.emplace_back(gbps);
+    if (known) c.emplace_back(100.0 * gbps / ceilings.copy_GBps);
+    else c.emplace_back(std::monostate{});
+    c.emplace_back(tf);
+    if (known) c.emplace_back(100.0 * tf / ceilings.gemm_tflops);
+    else c.emplace_back(std::monostate{});
+    if (known) {
+      c.emplace_back(row.floor_ns);
+      c.emplace_back(row.time_ns > 0 ? 100.0 * row.floor_ns / row.time_ns : 0.0);
+      c.emplace_back(row.lost_ns);
+    } else {
+      for (int i = 0; i < 3; ++i) c.emplace_back(std::monostate{});
+    }
+    c.emplace_back(row.phase);
+    c.emplace_back(row.op + (row.bound ? " (bytes: upper bound)" : ""));
+    c.emplace_back(row.kernel);
+    tb.rows.push_back(std::move(c));
+  }
+  if (tb.rows.empty()) {
+    tb.notes.push_back("no kernel records in this profile");
+    return tb;
+  }
+  char buf[256];
+  if (known) {
+    std::snprintf(buf, sizeof buf,
+                  "ceilings: copy %.0f GB/s, GEMM %.1f TFLOP/s (measured; `mocbench devices --measure`); floor = "
+                  "max(bytes / bandwidth, FLOPs / peak)",
+                  ceilings.copy_GBps, ceilings.gemm_tflops);
+    tb.notes.push_back(buf);
+    std::snprintf(buf, sizeof buf,
+                  "declared kernels: %.1f us per step against a floor of %.1f us (%.1f%% of floor); undeclared: %.1f "
+                  "us",
+                  r.declared_ns / 1e3, r.floor_ns / 1e3, r.declared_ns > 0 ? 100.0 * r.floor_ns / r.declared_ns : 0.0,
+                  (r.time_ns - r.declared_ns) / 1e3);
+    tb.notes.push_back(buf);
+  } else {
+    tb.notes.push_back("this run has no measured device ceilings (a results file from before they were recorded): "
+                       "rates only, no % or floor");
+  }
+  tb.notes.push_back("bytes and FLOPs are what each op declares it must move (kernels/op_cost.h); a declaration "
+                     "covering several kernels is split by their share of its time");
+  if (bounds)
+    tb.notes.push_back("rows marked 'upper bound' read the union of the batch's MoC selections, declared as "
+                       "min(d_ffn, rows x K) channels");
+  tb.notes.push_back(time_note(time));
+  return tb;
+}
+
 std::vector<Table> run_report(const std::string& name, const prof::ProfileTrace& t, const Metrics& metrics,
-                              const std::string& mode, TimeMode time) {
+                              const std::string& mode, TimeMode time, const prof::Ceilings& ceilings) {
+  if (name == "roofline") return {stats::roofline(t, ceilings, time)};
   if (name == "cuda_gpu_kern_sum") return {cuda_gpu_kern_sum(t, time)};
   if (name == "cuda_gpu_mem_time_sum") return {cuda_gpu_mem_time_sum(t, time)};
   if (name == "cuda_api_sum") return {cuda_api_sum(t)};

@@ -17,6 +17,10 @@
 //                          outside every range): kernels and device time per step, share of the busy time;
 //                          then the paper's latency breakdown (gate, up & down, top-K, other) from the
 //                          profile beside the point's timed breakdown metrics
+//   roofline               (ours) per kernel name and phase: exclusive time per step, the bytes and FLOPs its
+//                          op declared, GB/s and % of the measured copy bandwidth, TFLOP/s and % of the measured
+//                          GEMM peak, floor (max of bytes / bandwidth, FLOPs / peak), % of floor and the time
+//                          lost against it; by lost time, descending (profiling/roofline.h); on request
 //   stage_sum              (ours) per kernel and stage of the device-side stage stamps (the persistent decode
 //                          kernel; layers merged): instances and time per step, share of the kernel's stamped
 //                          time, barrier wait per step, avg and max; on request
@@ -32,6 +36,7 @@
 #include <variant>
 #include <vector>
 
+#include "profiling/roofline.h"
 #include "profiling/trace.h"
 
 namespace moc::stats {
@@ -82,6 +87,8 @@ Table cuda_kern_exec_sum(const prof::ProfileTrace& t, TimeMode time = TimeMode::
 Table nvtx_sum(const prof::ProfileTrace& t);
 Table nvtx_gpu_proj_sum(const prof::ProfileTrace& t);
 Table stage_sum(const prof::ProfileTrace& t);
+// ceilings: the run's measured ones (unknown: the rates are shown, the % and floor columns are empty).
+Table roofline(const prof::ProfileTrace& t, const prof::Ceilings& ceilings, TimeMode time = TimeMode::exclusive);
 // Two tables: phase_sum (per phase) and phase_sum_breakdown (profiled vs timed). mode: the point's mode
 // ("ffn-decode" compares per call in us with gate_us/topk_us/up_down_us/other_us/latency_us, dividing
 // the profiled step by the weight_copies metric; others per step in ms with gate_ms/topk_ms/up_down_ms and
@@ -91,7 +98,8 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
 
 // The tables of one report by name; throws std::invalid_argument for an unknown name.
 std::vector<Table> run_report(const std::string& name, const prof::ProfileTrace& t, const Metrics& metrics,
-                              const std::string& mode, TimeMode time = TimeMode::exclusive);
+                              const std::string& mode, TimeMode time = TimeMode::exclusive,
+                              const prof::Ceilings& ceilings = {});
 
 // The phase an op belongs to: the name of its innermost range with "layer.N" merged into "layer";
 // "(none)" for range_id -1 or an id the trace does not hold.

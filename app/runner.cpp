@@ -1,5 +1,6 @@
 #include "app/runner.h"
 
+#include "app/ceilings.h"
 #include "app/dist_launch.h"
 #include "app/dist_run.h"
 #include "app/host_memory.h"
@@ -51,6 +52,52 @@ std::string cpu_model() {
   while (std::getline(f, line))
     if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
   return "unknown CPU";
+}
+
+}  // namespace
+
+std::string ceilings_key(const std::string& backend, int gpu) {
+#ifdef MOCBENCH_HAVE_CUDA
+  if (backend == "cuda") {
+    const auto g = cuda::list_gpus().at(static_cast<std::size_t>(gpu));
+    return "cuda|" + g.name + "|sm_" + std::to_string(g.cc_major) + std::to_string(g.cc_minor) + "|" +
+           std::to_string(g.sm_count) + " SMs|mem " + std::to_string(g.mem_clock_khz) + " kHz|driver " +
+           std::to_string(g.driver_version);
+  }
+#endif
+  (void)gpu;
+  return "cpu|" + cpu_model() + "|" + std::to_string(std::thread::hardware_concurrency()) + " threads";
+}
+
+namespace {
+
+// The run's device ceilings for the roofline (DEVICE_CEILINGS): from the cache or measured now. A failure is a
+// note, never the run's end: the roofline then shows rates without % of the ceilings.
+void record_ceilings(db::ResultsDb& store, std::int64_t run_id, const std::string& backend) {
+  try {
+    std::unique_ptr<Ops> ops;
+#ifdef MOCBENCH_HAVE_CUDA
+    if (backend == "cuda") ops = cuda::make_cuda_ops(0);
+#endif
+    const std::string key = ceilings_key(backend, 0);
+    std::optional<DeviceCeilings> c = cached_ceilings(key);
+    if (!c) {
+      if (!ops) ops = make_cpu_ops();
+      c = measure_ceilings(*ops);
+      store_ceilings(key, *c);
+    }
+    db::CeilingsRecord r;
+    r.device_id = backend == "cuda" ? 0 : -1;
+    r.device = backend == "cuda" ? key.substr(5, key.find('|', 5) - 5) : cpu_model();
+    r.copy_GBps = c->copy_GBps;
+    r.gemm_tflops = c->gemm_tflops;
+    r.gemm_dtype = c->gemm_dtype;
+    r.measured_unix_ms = c->measured_unix_ms;
+    r.source = c->source;
+    store.add_ceilings(run_id, r);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mocbench: the device ceilings (roofline) could not be measured: %s\n", e.what());
+  }
 }
 
 std::string machine_json(const std::string& backend) {
@@ -416,6 +463,7 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
                                   static_cast<std::int64_t>(g.l2_bytes), static_cast<std::int64_t>(g.total_mem_bytes),
                                   g.sm_clock_khz, g.mem_clock_khz, g.mem_bus_bits});
 #endif
+  record_ceilings(store, run_id, backend);
 
   g_stop.store(false);
   auto previous = std::signal(SIGINT, on_sigint);

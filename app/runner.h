@@ -23,4 +23,8 @@ struct RunOptions {
 // Returns the process exit code: 0 ok, 1 runtime failure, 2 bad scenario, 130 interrupted.
 int run_scenario_file(const std::string& path, const RunOptions& opt);
 
+// The cache key of a device's roofline ceilings (app/ceilings.h): "cuda|name|sm_90|132 SMs|mem ... kHz|driver
+// ...", or "cpu|model|N threads" -- what, changed, would change them.
+std::string ceilings_key(const std::string& backend, int gpu);
+
 }  // namespace moc

@@ -368,12 +368,33 @@ CREATE TABLE STAGE_STAMPS (
 CREATE INDEX STAGE_STAMPS_point ON STAGE_STAMPS(point_id);
 ALTER TABLE profiles ADD COLUMN droppedStamps INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 6 -> 7: the roofline. What each kernel's op declared (kernels/op_cost.h): its name, the bytes it must move,
+    // its FLOPs, the declaration it shares with the op's other kernels in the step, whether the bytes are an
+    // upper bound (-1 / NULL: nothing declared); and each run's measured device ceilings.
+    R"sql(
+ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL ADD COLUMN opName INTEGER REFERENCES StringIds(id);
+ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL ADD COLUMN opBytes INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL ADD COLUMN opFlops INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL ADD COLUMN opCall INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL ADD COLUMN opBound INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE DEVICE_CEILINGS (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  deviceId INTEGER NOT NULL,
+  device TEXT NOT NULL,
+  copyGBps REAL NOT NULL,
+  gemmTflops REAL NOT NULL,
+  gemmDtype TEXT NOT NULL,
+  measuredUnixMs INTEGER NOT NULL,
+  source TEXT NOT NULL,
+  PRIMARY KEY (run_id, deviceId)
+);
+)sql",
 };
 
 // The tables a file of the current version must have.
-constexpr std::array<std::string_view, 19> kTables = {
+constexpr std::array<std::string_view, 20> kTables = {
     "runs", "points", "point_axes", "metrics", "ranges", "memory_events", "devices", "TARGET_INFO_GPU", "StringIds",
-    "point_series", "STAGE_STAMPS",
+    "point_series", "STAGE_STAMPS", "DEVICE_CEILINGS",
     "profiles", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
     "CUPTI_ACTIVITY_KIND_RUNTIME", "CUDA_GPU_MEMORY_USAGE_EVENTS", "NVTX_EVENTS", "ALLOCATOR_EVENTS"};
 
@@ -407,6 +428,7 @@ class Stmt {
 
   Stmt& bind(int i, std::int64_t v) { return check(sqlite3_bind_int64(s_, i, v)); }
   Stmt& bind(int i, int v) { return check(sqlite3_bind_int(s_, i, v)); }
+  Stmt& bind_null(int i) { return check(sqlite3_bind_null(s_, i)); }
   // SQLite would store NaN as NULL anyway; doing it here makes that explicit (column() maps it back).
   Stmt& bind(int i, double v) {
     return check(std::isnan(v) ? sqlite3_bind_null(s_, i) : sqlite3_bind_double(s_, i, v));
@@ -617,7 +639,8 @@ void check_ours(const std::string& path, const FileState& s, OpenMode mode) {
     // Version 5 lacks only what version 6 added (the stage stamps): read as it is, without them.
     if (mode == OpenMode::read_only && s.version >= kOldestReadableAsIs) {
       for (const auto t : kTables) {
-        if (t == "STAGE_STAMPS") continue;
+        if (t == "STAGE_STAMPS" && s.version < 6) continue;
+        if (t == "DEVICE_CEILINGS") continue;
         bool found = false;
         for (const auto& have : s.tables) found = found || have == t;
         if (!found) refuse_corrupt(path, "table " + std::string(t) + " is missing");
@@ -841,8 +864,9 @@ void write_trace(sqlite3* db, const std::string& path, std::int64_t point_id, co
            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (point_id, start, end, deviceId, contextId, streamId, "
            "correlationId, "
            "demangledName, shortName, gridX, gridY, gridZ, blockX, blockY, blockZ, registersPerThread, "
-           "staticSharedMemory, dynamicSharedMemory, graphId, graphNodeId, rangeId, step) "
-           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+           "staticSharedMemory, dynamicSharedMemory, graphId, graphNodeId, rangeId, step, opName, opBytes, "
+           "opFlops, opCall, opBound) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
            "add_point: recording the kernels" + of);
     for (std::size_t i = 0; i < t.kernels.size(); ++i) {
       const auto& k = t.kernels[i];
@@ -852,7 +876,11 @@ void write_trace(sqlite3* db, const std::string& path, std::int64_t point_id, co
       q.bind(10, k.grid_x).bind(11, k.grid_y).bind(12, k.grid_z).bind(13, k.block_x).bind(14, k.block_y);
       q.bind(15, k.block_z).bind(16, k.registers_per_thread).bind(17, k.static_shared_bytes);
       q.bind(18, k.dynamic_shared_bytes).bind(19, u32(k.graph_id)).bind(20, u64(k.graph_node_id));
-      q.bind(21, k.range_id).bind(22, k.step).exec_row("kernel", i);
+      q.bind(21, k.range_id).bind(22, k.step);
+      if (k.op.empty()) q.bind_null(23);
+      else q.bind(23, names.id(k.op));
+      q.bind(24, k.op_bytes).bind(25, k.op_flops).bind(26, k.op_call).bind(27, k.op_bound ? 1 : 0);
+      q.exec_row("kernel", i);
     }
   }
   {
@@ -1307,11 +1335,14 @@ std::optional<prof::ProfileTrace> ResultsDb::profile(std::int64_t point_id) cons
   }
   StringIdReader names(db, path_, of);
   {
-    Stmt q(db, path_,
-           "SELECT start, end, deviceId, contextId, streamId, correlationId, demangledName, shortName, gridX, gridY, "
-           "gridZ, blockX, blockY, blockZ, registersPerThread, staticSharedMemory, dynamicSharedMemory, graphId, "
-           "graphNodeId, rangeId, step FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE point_id = ? ORDER BY id",
-           "profile: reading the kernels" + of);
+    const bool v7 = schema_version_ >= 7;  // versions 5 and 6 (read as they are) declare no costs
+    const std::string sql =
+        std::string("SELECT start, end, deviceId, contextId, streamId, correlationId, demangledName, shortName, gridX, "
+                    "gridY, gridZ, blockX, blockY, blockZ, registersPerThread, staticSharedMemory, "
+                    "dynamicSharedMemory, graphId, graphNodeId, rangeId, step") +
+        (v7 ? ", opName, opBytes, opFlops, opCall, opBound" : "") +
+        " FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE point_id = ? ORDER BY id";
+    Stmt q(db, path_, sql.c_str(), "profile: reading the kernels" + of);
     q.bind(1, point_id);
     while (q.step()) {
       prof::KernelRecord k;
@@ -1336,6 +1367,13 @@ std::optional<prof::ProfileTrace> ResultsDb::profile(std::int64_t point_id) cons
       k.graph_node_id = to_u64(q.i64(18));
       k.range_id = q.i64(19);
       k.step = q.i32(20);
+      if (v7) {
+        if (!q.is_null(21)) k.op = names.value(q.i64(21));
+        k.op_bytes = q.i64(22);
+        k.op_flops = q.i64(23);
+        k.op_call = q.i64(24);
+        k.op_bound = q.i32(25) != 0;
+      }
       t.kernels.push_back(std::move(k));
     }
   }
@@ -1527,6 +1565,38 @@ std::vector<KernelSummaryRow> ResultsDb::kernel_summary(std::int64_t run_id, con
 std::int64_t ResultsDb::data_version() const {
   Stmt q(db_.get(), path_, "PRAGMA data_version", "data_version: polling for changes");
   return q.step() ? q.i64(0) : 0;
+}
+
+void ResultsDb::add_ceilings(std::int64_t run_id, const CeilingsRecord& c) {
+  require_writable("add_ceilings");
+  Stmt q(db_.get(), path_,
+         "INSERT INTO DEVICE_CEILINGS (run_id, deviceId, device, copyGBps, gemmTflops, gemmDtype, measuredUnixMs, "
+         "source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+         "add_ceilings: recording the ceilings of '" + c.device + "' for run " + std::to_string(run_id));
+  q.bind(1, run_id).bind(2, c.device_id).bind(3, c.device).bind(4, c.copy_GBps).bind(5, c.gemm_tflops);
+  q.bind(6, c.gemm_dtype).bind(7, c.measured_unix_ms).bind(8, c.source).exec();
+}
+
+std::vector<CeilingsRecord> ResultsDb::ceilings(std::int64_t run_id) const {
+  if (schema_version_ < 7) return {};  // an older file read as it is: none recorded
+  Stmt q(db_.get(), path_,
+         "SELECT deviceId, device, copyGBps, gemmTflops, gemmDtype, measuredUnixMs, source FROM DEVICE_CEILINGS "
+         "WHERE run_id = ? ORDER BY deviceId",
+         "ceilings: reading the device ceilings of run " + std::to_string(run_id));
+  q.bind(1, run_id);
+  std::vector<CeilingsRecord> out;
+  while (q.step()) {
+    CeilingsRecord c;
+    c.device_id = q.i32(0);
+    c.device = q.text(1);
+    c.copy_GBps = q.f64(2);
+    c.gemm_tflops = q.f64(3);
+    c.gemm_dtype = q.text(4);
+    c.measured_unix_ms = q.i64(5);
+    c.source = q.text(6);
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 std::vector<GpuInfoRecord> ResultsDb::gpu_info(std::int64_t run_id) const {

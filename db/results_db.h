@@ -32,7 +32,7 @@ class DbError : public std::runtime_error {
 
 // The schema this build writes and reads. Older files are migrated forward when opened for writing;
 // newer files are refused (nothing is changed).
-inline constexpr int kSchemaVersion = 6;
+inline constexpr int kSchemaVersion = 7;
 // PRAGMA application_id of every mocbench results file: "MOCB" in ASCII.
 inline constexpr std::int32_t kApplicationId = 0x4D4F4342;
 
@@ -133,6 +133,19 @@ struct GpuInfoRecord {
   bool operator==(const GpuInfoRecord&) const = default;
 };
 
+// A device's measured ceilings for the roofline (DEVICE_CEILINGS): what `mocbench devices --measure` finds --
+// copy bandwidth (bytes read + written per second by a large device-to-device copy) and a dense GEMM's rate
+// (bf16 on a GPU, f32 on the CPU backend) -- recorded with each run that used the device.
+struct CeilingsRecord {
+  int device_id = 0;   // GPU ordinal; -1: the CPU backend
+  std::string device;  // its name
+  double copy_GBps = 0, gemm_tflops = 0;
+  std::string gemm_dtype;            // "bf16" | "f32"
+  std::int64_t measured_unix_ms = 0;  // when they were measured
+  std::string source;                 // "measured" (by this run) | "cache" (an earlier measurement on this host)
+  bool operator==(const CeilingsRecord&) const = default;
+};
+
 // One point's instances of a kernel (by short name): the kernel's statistics over a run, point by point.
 struct KernelSummaryRow {
   std::int64_t point_id = 0;
@@ -168,6 +181,8 @@ class ResultsDb {
   void add_device(std::int64_t run_id, const DeviceRecord& d);
   // One GPU of the run; (run_id, g.id) is unique.
   void add_gpu_info(std::int64_t run_id, const GpuInfoRecord& g);
+  // The ceilings of one device of the run; (run_id, c.device_id) is unique.
+  void add_ceilings(std::int64_t run_id, const CeilingsRecord& c);
   // Everything of one point in one transaction (all or nothing); trace, when given, is the point's profile.
   // series: the point's time series and histograms. p.id is ignored. Returns the point id.
   std::int64_t add_point(const PointRecord& p, const std::vector<RangeRecord>& ranges,
@@ -185,6 +200,7 @@ class ResultsDb {
   // The point's series, by name (each in the order stored).
   std::vector<SeriesRecord> series(std::int64_t point_id) const;
   std::vector<GpuInfoRecord> gpu_info(std::int64_t run_id) const;  // by device ordinal
+  std::vector<CeilingsRecord> ceilings(std::int64_t run_id) const;  // by device ordinal (CPU first)
   // The kernels called `short_name` in every profiled point of the run (points without one are left out).
   std::vector<KernelSummaryRow> kernel_summary(std::int64_t run_id, const std::string& short_name) const;
 

@@ -28,6 +28,13 @@ struct KernelRecord {
   std::uint64_t graph_node_id = 0;  // the graph node that launched it (0: none)
   std::int64_t range_id = -1;       // innermost PhaseRange::id it belongs to (-1: outside every range)
   int step = 0;                     // which profiled step (0-based)
+  // What the op that launched it declared (kernels/op_cost.h): the bytes it must move and its FLOPs, for the
+  // roofline. op_call: one declaration in one step (several kernels of one op share it, and its cost);
+  // -1 with op_bytes = -1: nothing was declared. op_bound: op_bytes is an upper bound (data-dependent).
+  std::string op;
+  std::int64_t op_bytes = -1, op_flops = -1;
+  std::int64_t op_call = -1;
+  bool op_bound = false;
   bool operator==(const KernelRecord&) const = default;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <tuple>
 
 namespace moc::prof {
 
@@ -30,6 +31,33 @@ void Tracer::pop() {
   if (!it->second.in_step && !it->second.pinned) instances_.erase(it);
 }
 
+void Tracer::push_cost(const OpCost& c) {
+  const std::int64_t t = now_ns();
+  std::lock_guard lk(mu_);
+  const std::int64_t parent = cost_stack_.empty() ? -1 : static_cast<std::int64_t>(cost_stack_.back());
+  cost_instances_.push_back({c, next_cost_id_++, t, -1, parent, in_step_});
+  cost_stack_.push_back(cost_instances_.size() - 1);
+}
+
+void Tracer::pop_cost() {
+  const std::int64_t t = now_ns();
+  std::lock_guard lk(mu_);
+  if (cost_stack_.empty()) return;
+  const std::size_t i = cost_stack_.back();
+  cost_stack_.pop_back();
+  cost_instances_[i].host_end = t;
+  // Declarations outside the steps are needed only while open (graph nodes copy theirs).
+  if (!cost_instances_[i].in_step && i + 1 == cost_instances_.size()) cost_instances_.pop_back();
+}
+
+void Tracer::set_step_positions(std::int64_t positions) {
+  std::lock_guard lk(mu_);
+  // The current step, or the next one when none is open.
+  const std::size_t step = in_step_ ? windows_.size() - 1 : windows_.size();
+  if (step_positions_.size() <= step) step_positions_.resize(step + 1, 0);
+  step_positions_[step] = positions;
+}
+
 std::int64_t Tracer::current_range() const {
   std::lock_guard lk(mu_);
   return stack_.empty() ? -1 : stack_.back();
@@ -46,6 +74,10 @@ void Tracer::pin(std::int64_t id) {
 
 void Tracer::map_graph_node(std::uint64_t node_id) {
   std::lock_guard lk(mu_);
+  if (!cost_stack_.empty()) {
+    const CostInstance& c = cost_instances_[cost_stack_.back()];
+    node_cost_[node_id] = {c.cost, c.id};
+  }
   if (stack_.empty()) return;  // created outside every range: its kernels belong to the range around the launch
   node_range_[node_id] = stack_.back();
   pin(stack_.back());
@@ -55,6 +87,8 @@ void Tracer::map_graph_node_clone(std::uint64_t original_id, std::uint64_t clone
   std::lock_guard lk(mu_);
   auto it = node_range_.find(original_id);
   if (it != node_range_.end()) node_range_[clone_id] = it->second;
+  auto c = node_cost_.find(original_id);
+  if (c != node_cost_.end()) node_cost_[clone_id] = c->second;
 }
 
 void Tracer::begin_step() {
@@ -223,8 +257,59 @@ ProfileTrace Tracer::finish(const AllocatorTimeline& allocator) {
     }
     return true;
   };
-  for (auto& k : raw_.kernels)
-    if (attribute(k, k.start_ns, k.end_ns)) out.kernels.push_back(k);
+  // Cost declarations of the steps, by host start: the innermost one open at t (as ranges).
+  std::vector<std::size_t> decl;
+  for (std::size_t i = 0; i < cost_instances_.size(); ++i)
+    if (cost_instances_[i].in_step && cost_instances_[i].host_end >= 0) decl.push_back(i);
+  std::sort(decl.begin(), decl.end(), [&](std::size_t a, std::size_t b) {
+    return cost_instances_[a].host_start < cost_instances_[b].host_start;
+  });
+  auto cost_at = [&](std::int64_t t) -> const CostInstance* {
+    auto it = std::upper_bound(decl.begin(), decl.end(), t,
+                               [&](std::int64_t v, std::size_t i) { return v < cost_instances_[i].host_start; });
+    if (it == decl.begin()) return nullptr;
+    const CostInstance* c = &cost_instances_[*(it - 1)];
+    while (c != nullptr && c->host_end < t)
+      c = c->parent >= 0 && cost_instances_[static_cast<std::size_t>(c->parent)].in_step
+              ? &cost_instances_[static_cast<std::size_t>(c->parent)]
+              : nullptr;
+    return c;
+  };
+  // (step, declaration id, graph launch) -> op_call: one call per declaration per replay.
+  std::map<std::tuple<int, std::int64_t, std::uint32_t>, std::int64_t> calls;
+  auto positions_of = [&](int step) {
+    return step >= 0 && static_cast<std::size_t>(step) < step_positions_.size() ? step_positions_[static_cast<std::size_t>(step)]
+                                                                                : std::int64_t{0};
+  };
+  auto set_cost = [&](KernelRecord& k, const OpCost& c, std::int64_t id, std::uint32_t launch) {
+    const std::int64_t pos = positions_of(k.step);
+    k.op = c.op;
+    k.op_bytes = c.bytes_at(pos);
+    k.op_flops = c.flops_at(pos);
+    k.op_bound = c.bound;
+    auto [it, fresh] = calls.emplace(std::make_tuple(k.step, id, launch), static_cast<std::int64_t>(calls.size()));
+    (void)fresh;
+    k.op_call = it->second;
+  };
+  for (auto& k : raw_.kernels) {
+    if (!attribute(k, k.start_ns, k.end_ns)) continue;
+    if (k.device_id >= 0) {  // GPU: from the graph node or the launch call; CPU ops arrive with theirs
+      if (k.graph_node_id != 0) {
+        if (auto n = node_cost_.find(k.graph_node_id); n != node_cost_.end()) {
+          std::uint32_t launch = 0;
+          auto g = std::upper_bound(graph_launches.begin(), graph_launches.end(),
+                                    std::make_pair(k.start_ns, std::numeric_limits<std::uint32_t>::max()));
+          if (g != graph_launches.begin()) launch = (g - 1)->second;
+          set_cost(k, n->second.first, n->second.second, launch);
+        }
+      } else if (auto it = launch_at.find(k.correlation_id); it != launch_at.end()) {
+        if (const CostInstance* c = cost_at(it->second)) set_cost(k, c->cost, c->id, 0);
+      }
+    } else if (auto c = cpu_costs_.find(k.correlation_id); c != cpu_costs_.end()) {
+      set_cost(k, c->second.first, c->second.second, 0);
+    }
+    out.kernels.push_back(k);
+  }
   for (auto& m : raw_.memcpys)
     if (attribute(m, m.start_ns, m.end_ns)) out.memcpys.push_back(m);
   for (auto& m : raw_.memsets)
@@ -296,6 +381,8 @@ ProfileTrace Tracer::finish(const AllocatorTimeline& allocator) {
     if (step_of(t) >= 0) out.allocator.push_back({t, e.category, e.module, e.layer, e.bytes, now});
   }
   raw_ = ProfileTrace{};
+  cpu_costs_.clear();
+  step_positions_.clear();
   return out;
 }
 
@@ -312,6 +399,10 @@ void CpuTracer::record_op(std::string_view name, std::chrono::steady_clock::time
   k.step = step;
   std::lock_guard lk(mu());
   k.correlation_id = static_cast<std::uint32_t>(raw().kernels.size() + 1);
+  if (!cost_stack_.empty()) {
+    const CostInstance& c = cost_instances_[cost_stack_.back()];
+    cpu_costs_[k.correlation_id] = {c.cost, c.id};
+  }
   raw().kernels.push_back(std::move(k));
 }
 

@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/op_cost.h"
 #include "kernels/ops.h"
 #include "profiling/ranges.h"
 #include "profiling/trace.h"
@@ -43,11 +44,21 @@ struct AllocatorTimeline {
   std::vector<Event> events;
 };
 
-class Tracer : public RangeSink {
+// Costs (kernels/op_cost.h): the tracer is also the CostSink while it lives (the point's driver installs it
+// with set_cost_sink). A kernel launched eagerly gets the innermost declaration open on the host when it was
+// launched (the launch API call's time, as for ranges; a CPU op the one open when it ran); a kernel replayed
+// from a CUDA graph the declaration open when its node was captured. Kernels that share one declaration in
+// one step share its op_call (the roofline splits the cost among them). A declaration's per-position part is
+// multiplied by the positions its step attended (set_step_positions; 0 when never set).
+class Tracer : public RangeSink, public CostSink {
  public:
   ~Tracer() override;
   void push(std::string_view name) override;
   void pop() override;
+  void push_cost(const OpCost& c) override;
+  void pop_cost() override;
+  // The cache positions (per sequence) the current step attends, for per-position costs.
+  void set_step_positions(std::int64_t positions);
 
   // Start / stop producing records (CUPTI activity tracing on the GPU). Records between the two that fall
   // outside a step are dropped at finish().
@@ -107,6 +118,23 @@ class Tracer : public RangeSink {
   bool in_step_ = false;
   std::vector<std::pair<int, StampedLaunch>> stamps_;  // (step, launch)
   std::uint64_t dropped_stamps_ = 0;
+
+  // Cost declarations: those opened during a step (host times, for eager launches), the open stack, and
+  // the declaration each captured graph node was created under.
+  struct CostInstance {
+    OpCost cost;
+    std::int64_t id;
+    std::int64_t host_start, host_end;  // host_end = -1 while open
+    std::int64_t parent;                // index into cost_instances_ (-1: none)
+    bool in_step;
+  };
+  std::vector<CostInstance> cost_instances_;
+  std::vector<std::size_t> cost_stack_;  // indices into cost_instances_
+  std::int64_t next_cost_id_ = 1;
+  std::unordered_map<std::uint64_t, std::pair<OpCost, std::int64_t>> node_cost_;  // node -> (cost, id)
+  std::vector<std::int64_t> step_positions_;  // per step
+  std::unordered_map<std::uint32_t, std::pair<OpCost, std::int64_t>> cpu_costs_;  // CPU op -> (cost, id)
+  friend class CpuTracer;
 };
 
 // The CPU backend's tracer: the host steady clock; records come from RecordingOps.

@@ -175,6 +175,13 @@ ProfileTrace sample_trace(int n = 3) {
     k.graph_node_id = i % 4 == 0 ? 0 : 0x8000'0000'0000'0001ull + static_cast<std::uint64_t>(i);
     k.range_id = i % 5 == 4 ? -1 : i % 3;
     k.step = i % 2;
+    if (i % 3 != 2) {  // declared costs (the roofline); every third kernel undeclared
+      k.op = i % 2 ? "gemm" : "ffn_decode.gate";
+      k.op_bytes = 1'000'000'000'000LL + i;  // beyond 32 bits
+      k.op_flops = 2LL * i;
+      k.op_call = i / 2;
+      k.op_bound = i % 4 == 1;
+    }
     t.kernels.push_back(k);
   }
   t.memcpys.push_back({t.start_ns + 10, t.start_ns + 90, 0, 1, 7, 0xFFFF'FFFFu, 1 << 20, "HtoD", "pinned", "device",
@@ -482,10 +489,11 @@ TEST_F(ResultsDbStore, StringIdsAreSharedByThePointsOfAFile) {
   }
   const auto b = db.add_point(sample_point(run, 2), {}, {}, &trace);
   // 7 kernel names, 3 more short names (the other 4 kernels are their own short names), 2 API names, 4
-  // stage-stamp names (k_step, start, qkv, gate & up; the stage "rmsnorm" is a short name already).
+  // stage-stamp names (k_step, start, qkv, gate & up; the stage "rmsnorm" is a short name already), 2 declared
+  // op names (gemm, ffn_decode.gate).
   RawDb raw(path);
-  EXPECT_EQ(raw.integer("SELECT count(*) FROM StringIds"), 7 + 3 + 2 + 4);
-  EXPECT_EQ(raw.integer("SELECT count(DISTINCT value) FROM StringIds"), 7 + 3 + 2 + 4);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM StringIds"), 7 + 3 + 2 + 4 + 2);
+  EXPECT_EQ(raw.integer("SELECT count(DISTINCT value) FROM StringIds"), 7 + 3 + 2 + 4 + 2);
   EXPECT_EQ(raw.integer("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"), 300);
   EXPECT_EQ(db.profile(a), trace);
   EXPECT_EQ(db.profile(b), trace);
@@ -553,6 +561,14 @@ TEST_F(ResultsDbStore, TargetInfoRoundTrips) {
   db.add_gpu_info(other, g0);
   EXPECT_EQ(db.gpu_info(run), (std::vector<GpuInfoRecord>{g0, g1}));
   EXPECT_EQ(db.gpu_info(other), (std::vector<GpuInfoRecord>{g0}));
+  // The device ceilings of the roofline, by ordinal (the CPU backend's -1 first).
+  const moc::db::CeilingsRecord c0{0, "NVIDIA H100 80GB HBM3", 2990.5, 786.25, "bf16", 1764000000000, "measured"};
+  const moc::db::CeilingsRecord cpu{-1, "AMD EPYC", 12.5, 0.1, "f32", 1764000000001, "cache"};
+  db.add_ceilings(run, c0);
+  db.add_ceilings(run, cpu);
+  EXPECT_EQ(db.ceilings(run), (std::vector<moc::db::CeilingsRecord>{cpu, c0}));
+  EXPECT_TRUE(db.ceilings(other).empty());
+  EXPECT_THROW(db.add_ceilings(run, c0), DbError) << "one row per device and run";
   EXPECT_TRUE(db.gpu_info(other + 1).empty());
   try {
     db.add_gpu_info(run, g0);
@@ -1195,6 +1211,23 @@ TEST_F(ResultsDbMigration, MigratedFileTakesNewRunsAndPoints) {
 
 // A file as mocbench with schema version 3 left it: a new file less what version 4 added to runs and the
 // table version 5 added, with a finished run and one still "running" (its process unknown to version 3).
+// A trace as a file before version 7 holds it: no declared costs.
+ProfileTrace without_costs(ProfileTrace t) {
+  for (auto& k : t.kernels) {
+    k.op.clear();
+    k.op_bytes = k.op_flops = k.op_call = -1;
+    k.op_bound = false;
+  }
+  return t;
+}
+
+// Undoes version 7 in a file written now (the declared costs on kernels, the device ceilings).
+void drop_version7(RawDb& raw) {
+  raw.exec("DROP TABLE DEVICE_CEILINGS");
+  for (const char* column : {"opName", "opBytes", "opFlops", "opCall", "opBound"})
+    raw.exec(std::string("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN ") + column);
+}
+
 void make_version3_file(const std::string& path) {
   {
     auto db = ResultsDb::open(path, OpenMode::read_write);
@@ -1204,6 +1237,7 @@ void make_version3_file(const std::string& path) {
     db.begin_run(sample_run("v3_running", 3000));
   }
   RawDb raw(path);
+  drop_version7(raw);
   for (const char* column : {"error", "host", "boot_id", "pid_namespace", "pid", "process_start_ticks"})
     raw.exec(std::string("ALTER TABLE runs DROP COLUMN ") + column);
   raw.exec("DROP TABLE point_series");
@@ -1223,6 +1257,7 @@ TEST_F(ResultsDbMigration, Version4FileGainsSeriesAndKeepsItsRuns) {
   }
   {
     RawDb raw(path);
+    drop_version7(raw);
     raw.exec("DROP TABLE point_series");
     raw.exec("DROP TABLE STAGE_STAMPS");
     raw.exec("ALTER TABLE profiles DROP COLUMN droppedStamps");
@@ -1243,7 +1278,7 @@ TEST_F(ResultsDbMigration, Version4FileGainsSeriesAndKeepsItsRuns) {
 TEST_F(ResultsDbMigration, Version5FileGainsStageStampsAndKeepsItsProfiles) {
   const auto path = file("v5.db");
   std::int64_t run = 0, point = 0;
-  ProfileTrace old = sample_trace();
+  ProfileTrace old = without_costs(sample_trace());
   old.stages.clear();
   old.dropped_stamps = 0;
   {
@@ -1254,6 +1289,7 @@ TEST_F(ResultsDbMigration, Version5FileGainsStageStampsAndKeepsItsProfiles) {
   }
   {
     RawDb raw(path);
+    drop_version7(raw);
     raw.exec("DROP TABLE STAGE_STAMPS");
     raw.exec("ALTER TABLE profiles DROP COLUMN droppedStamps");
     raw.exec("PRAGMA user_version = 5");
@@ -1273,6 +1309,37 @@ TEST_F(ResultsDbMigration, Version5FileGainsStageStampsAndKeepsItsProfiles) {
   const ProfileTrace fresh = sample_trace();
   const auto id = db.add_point(sample_point(run, 1), {}, {}, &fresh);
   EXPECT_EQ(db.profile(id), fresh);
+  expect_shape_of_a_new_file(path, file("fresh.db"));
+}
+
+TEST_F(ResultsDbMigration, Version6FileGainsDeclaredCostsAndCeilingsAndReadsAsItIs) {
+  const auto path = file("v6.db");
+  std::int64_t run = 0, point = 0;
+  const ProfileTrace old = without_costs(sample_trace());  // what version 6 can hold
+  {
+    auto db = ResultsDb::open(path, OpenMode::read_write);
+    run = db.begin_run(sample_run("v6", 1000));
+    point = db.add_point(sample_point(run, 0), sample_ranges(), sample_mem(), &old);
+    db.finish_run(run, "ok", 2000);
+  }
+  {
+    RawDb raw(path);
+    drop_version7(raw);
+    raw.exec("PRAGMA user_version = 6");
+  }
+  {
+    const std::string before = read_bytes(path);
+    auto ro = ResultsDb::open(path, OpenMode::read_only);
+    EXPECT_EQ(ro.schema_version(), 6);
+    EXPECT_EQ(ro.profile(point), old);
+    EXPECT_TRUE(ro.ceilings(run).empty());
+    EXPECT_EQ(read_bytes(path), before);
+  }
+  auto db = ResultsDb::open(path, OpenMode::read_write);
+  EXPECT_EQ(db.profile(point), old) << "migrated kernels read as undeclared";
+  db.add_ceilings(run, {0, "H100", 2990.0, 786.0, "bf16", 5, "measured"});
+  ASSERT_EQ(db.ceilings(run).size(), 1u);
+  EXPECT_EQ(db.ceilings(run)[0].copy_GBps, 2990.0);
   expect_shape_of_a_new_file(path, file("fresh.db"));
 }
 

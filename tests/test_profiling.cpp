@@ -266,6 +266,78 @@ TEST(TracerAttribution, GraphReplayedKernelsGetTheRangesOfTheirCapture) {
   EXPECT_EQ(path_of(ut, ut.kernels[0].range_id), "head");
 }
 
+TEST(TracerCosts, GraphKernelsGetTheDeclarationOfTheirCaptureAndEagerOnesOfTheirLaunch) {
+  FakeGpuTracer t;
+  // Capture: an op declares itself, one of its kernels declares its own part (innermost wins); a second op
+  // declares bytes per attended position (attention at decode); a node outside every declaration.
+  t.clock = 10;
+  {
+    t.push_cost({"ffn_decode", 1000, 10});
+    t.push_cost({"ffn_decode.gate", 600, 6});
+    t.map_graph_node(1);
+    t.pop_cost();
+    t.map_graph_node(2);  // two kernels of the remaining op share one declaration
+    t.map_graph_node(3);
+    t.pop_cost();
+    OpCost attn{"attention_decode", 100, 0};
+    attn.bytes_per_pos = 8;
+    attn.flops_per_pos = 2;
+    t.push_cost(attn);
+    t.map_graph_node(4);
+    t.pop_cost();
+    t.map_graph_node(5);
+    t.map_graph_node_clone(2, 22);
+  }
+  t.enable();
+  std::int64_t base = 1000;
+  for (std::uint32_t launch : {50u, 60u}) {
+    t.set_step_positions(launch == 50u ? 10 : 11);
+    t.clock = base;
+    t.begin_step();
+    t.api("cudaGraphLaunch", base + 2, launch);
+    // An eager kernel launched inside a declaration opened during the step.
+    t.clock = base + 3;
+    t.push_cost({"sample", 64, 1});
+    t.api("cudaLaunchKernel", base + 4, launch + 1);
+    t.clock = base + 5;
+    t.pop_cost();
+    t.api("cudaLaunchKernel", base + 6, launch + 2);  // after it closed: undeclared
+    t.kernel("k_gate", base + 10, base + 20, launch, 1);
+    t.kernel("k_select", base + 20, base + 25, launch, 22);
+    t.kernel("k_updown", base + 25, base + 40, launch, 3);
+    t.kernel("attn", base + 40, base + 50, launch, 4);
+    t.kernel("argmax", base + 50, base + 52, launch, 5);
+    t.kernel("sample", base + 60, base + 62, launch + 1);
+    t.kernel("late", base + 70, base + 72, launch + 2);
+    t.clock = base + 100;
+    t.end_step();
+    base += 1000;
+  }
+  const ProfileTrace tr = t.finish({});
+  ASSERT_EQ(tr.kernels.size(), 14u);
+  std::map<std::pair<int, std::string>, const KernelRecord*> by;
+  for (const auto& r : tr.kernels) by[{r.step, r.name}] = &r;
+  auto k = [&](int step, const std::string& name) { return by.at({step, name}); };
+  for (int s = 0; s < 2; ++s) {
+    SCOPED_TRACE(s);
+    EXPECT_EQ(k(s, "k_gate")->op, "ffn_decode.gate");
+    EXPECT_EQ(k(s, "k_gate")->op_bytes, 600);
+    EXPECT_EQ(k(s, "k_select")->op, "ffn_decode");  // through the clone of node 2
+    EXPECT_EQ(k(s, "k_updown")->op_bytes, 1000);
+    EXPECT_EQ(k(s, "k_select")->op_call, k(s, "k_updown")->op_call);
+    EXPECT_NE(k(s, "k_select")->op_call, k(s, "k_gate")->op_call);
+    EXPECT_EQ(k(s, "attn")->op_bytes, 100 + 8 * (10 + s));  // positions of the step
+    EXPECT_EQ(k(s, "attn")->op_flops, 2 * (10 + s));
+    EXPECT_EQ(k(s, "argmax")->op_bytes, -1);
+    EXPECT_EQ(k(s, "argmax")->op_call, -1);
+    EXPECT_EQ(k(s, "sample")->op, "sample");
+    EXPECT_EQ(k(s, "sample")->op_bytes, 64);
+    EXPECT_EQ(k(s, "late")->op_bytes, -1);
+  }
+  // A replay in another step is another call of the same declaration.
+  EXPECT_NE(k(0, "k_updown")->op_call, k(1, "k_updown")->op_call);
+}
+
 TEST(TracerAttribution, AllocatorEventsMoveOntoTheTraceClockWithLiveBytes) {
   prof::CpuTracer t;
   t.enable();

@@ -1,5 +1,6 @@
 // CudaOps: caching device allocator, stream, graph capture, data movement, cuBLASLt GEMMs, and the
 // forwarding of attention / MoC / decode-FFN ops to their kernel files.
+#include "kernels/op_cost.h"
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -284,6 +285,7 @@ __global__ void scale_kernel(FOut c, std::int64_t n, float beta) {
 
 void CudaOps::gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta) {
   const auto [m, n, k] = gemm_dims(a, ta, b, tb, c);
+  MOC_OP_COST(cost::gemm(a, ta, b, tb, c, beta));
   const bool dtypes_ok = (a.dtype() == DType::f32 && b.dtype() == DType::f32 && c.dtype() == DType::f32) ||
                          (a.dtype() == DType::bf16 && b.dtype() == DType::bf16 &&
                           (c.dtype() == DType::bf16 || c.dtype() == DType::f32));
@@ -459,12 +461,14 @@ double CudaOps::mark_ms(int id) {
 void CudaOps::clear_marks() { marks_used_ = 0; }
 
 void CudaOps::upload(Tensor& dst, const void* host) {
+  MOC_OP_COST(OpCost{"upload", static_cast<std::int64_t>(dst.nbytes()), 0});
   if (dst.nbytes() == 0) return;
   MOC_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), host, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
   MOC_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may go away after return
 }
 
 void CudaOps::download(const Tensor& src, void* host) {
+  MOC_OP_COST(OpCost{"download", static_cast<std::int64_t>(src.nbytes()), 0});
   if (src.nbytes() == 0) return;
   MOC_CUDA_CHECK(cudaMemcpyAsync(host, src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_));
   MOC_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -473,37 +477,54 @@ void CudaOps::download(const Tensor& src, void* host) {
 // ================================================================ ops implemented in other files
 
 void CudaOps::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse) {
+  MOC_OP_COST(cost::attention_forward(q, k, v, out, lse));
   cuda::attention_forward(*this, q, k, v, out, lse);
 }
 void CudaOps::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                  const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) {
+  MOC_OP_COST(cost::attention_backward(q, k, v, out, lse, dout));
   cuda::attention_backward(*this, q, k, v, out, lse, dout, dq, dk, dv);
 }
 void CudaOps::attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
                                Tensor& out) {
+  MOC_OP_COST(cost::attention_decode(q, k_cache, pos, out));
   cuda::attention_decode(*this, q, k_cache, v_cache, pos, out);
 }
-void CudaOps::moc_select(const Tensor& g, const MocSelect& sel, Tensor& idx) { cuda::moc_select(*this, g, sel, idx); }
-void CudaOps::gather_cols(const Tensor& src, const Tensor& idx, Tensor& out) { cuda::gather_cols(*this, src, idx, out); }
+void CudaOps::moc_select(const Tensor& g, const MocSelect& sel, Tensor& idx) {
+  MOC_OP_COST(cost::moc_select(g, idx));
+  cuda::moc_select(*this, g, sel, idx);
+}
+void CudaOps::gather_cols(const Tensor& src, const Tensor& idx, Tensor& out) {
+  MOC_OP_COST(cost::gather_cols(idx, out));
+  cuda::gather_cols(*this, src, idx, out);
+}
 void CudaOps::scatter_cols(const Tensor& compact, const Tensor& idx, Tensor& dense) {
+  MOC_OP_COST(cost::scatter_cols(compact, idx, dense));
   cuda::scatter_cols(*this, compact, idx, dense);
 }
 void CudaOps::sparse_rows_matmul(const Tensor& z, const Tensor& idx, const Tensor& w, Tensor& out, float beta) {
+  MOC_OP_COST(cost::sparse_rows_matmul(z, idx, w, out, beta));
   cuda::sparse_rows_matmul(*this, z, idx, w, out, beta);
 }
 void CudaOps::sparse_rows_matmul_backward(const Tensor& dout, const Tensor& z, const Tensor& idx, const Tensor& w,
                                           Tensor& dz, Tensor& dw) {
+  MOC_OP_COST(cost::sparse_rows_matmul_backward(dout, z, idx, w));
   cuda::sparse_rows_matmul_backward(*this, dout, z, idx, w, dz, dw);
 }
 void CudaOps::ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
                          const Tensor* force_idx, Tensor* idx_out, unsigned parts) {
+  MOC_OP_COST(cost::ffn_decode(cost::ffn_decode_shape(x, w, sel), parts));
   cuda::ffn_decode(*this, x, w, sel, out, force_idx, idx_out, parts);
 }
 
-void CudaOps::decode_step(const DecodeStepArgs& a) { cuda::decode_step(*this, a); }
+void CudaOps::decode_step(const DecodeStepArgs& a) {
+  MOC_OP_COST(cost::decode_step(a));
+  cuda::decode_step(*this, a);
+}
 
 void CudaOps::ffn_decode_layers(const Tensor& x, const std::vector<DecodeFfnWeights>& layers, const MocSelect* sel,
                                 Tensor& out) {
+  MOC_OP_COST(cost::ffn_decode_layers(x, layers, sel));
   cuda::ffn_decode_layers(*this, x, layers, sel, out);
 }
 

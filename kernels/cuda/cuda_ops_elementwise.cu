@@ -1,5 +1,6 @@
 // CudaOps element-wise and row ops: copy/fill, add, embedding, RMSNorm, RoPE, KV-cache write, SwiGLU,
 // increment. fp32 math on f32/bf16 storage; semantics are those of CpuOps (kernels/cpu/cpu_ops.cpp).
+#include "kernels/op_cost.h"
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
@@ -301,6 +302,7 @@ bool overlaps(const Tensor& a, const Tensor& b) {
 // ================================================================ methods
 
 void CudaOps::copy(Tensor& dst, const Tensor& src) {
+  MOC_OP_COST(cost::copy(dst, src));
   require(dst.numel() == src.numel(), "copy", shape_str(src.shape()) + " -> " + shape_str(dst.shape()));
   if (dst.numel() == 0) return;
   if (dst.dtype() == src.dtype()) {
@@ -329,6 +331,7 @@ void CudaOps::copy(Tensor& dst, const Tensor& src) {
 }
 
 void CudaOps::fill(Tensor& t, float value) {
+  MOC_OP_COST(cost::fill(t));
   const std::int64_t n = t.numel();
   if (n == 0) return;
   const int grid = grid_1d(n, kThreads);
@@ -367,6 +370,7 @@ void CudaOps::fill(Tensor& t, float value) {
 }
 
 void CudaOps::add(const Tensor& a, const Tensor& b, Tensor& out) {
+  MOC_OP_COST(cost::add(a, b, out));
   require(a.numel() == b.numel() && a.numel() == out.numel(), "add", "size mismatch");
   const FIn A = fin(a, "add", "a"), B = fin(b, "add", "b");
   const FOut O = fout(out, "add", "out");
@@ -377,6 +381,7 @@ void CudaOps::add(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 void CudaOps::increment(Tensor& t, int by) {
+  MOC_OP_COST(cost::increment(t));
   require(t.dtype() == DType::i32, "increment", "needs an i32 tensor");
   if (t.numel() == 0) return;
   launch_pdl("increment_kernel", increment_kernel, dim3(grid_1d(t.numel(), kThreads)), dim3(kThreads), 0, cur(),
@@ -384,6 +389,7 @@ void CudaOps::increment(Tensor& t, int by) {
 }
 
 void CudaOps::embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) {
+  MOC_OP_COST(cost::embedding_forward(tokens, table, out));
   const std::int64_t n = tokens.numel(), d = table.cols(), vocab = table.rows();
   require(tokens.dtype() == DType::i32 && out.rows() == n && out.cols() == d, "embedding_forward", "shape mismatch");
   const FIn T = fin(table, "embedding_forward", "table");
@@ -395,6 +401,7 @@ void CudaOps::embedding_forward(const Tensor& tokens, const Tensor& table, Tenso
 }
 
 void CudaOps::embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) {
+  MOC_OP_COST(cost::embedding_backward(tokens, dout, dtable));
   const std::int64_t n = tokens.numel(), d = dtable.cols(), vocab = dtable.rows();
   require(tokens.dtype() == DType::i32 && dout.rows() == n && dout.cols() == d, "embedding_backward",
           "tokens i32 [n], dout [n, d], dtable [vocab, d]");
@@ -426,6 +433,7 @@ void CudaOps::embedding_backward(const Tensor& tokens, const Tensor& dout, Tenso
 }
 
 void CudaOps::rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {
+  MOC_OP_COST(cost::rmsnorm_forward(x, w, y, rstd));
   const std::int64_t n = x.rows(), d = x.cols();
   require(w.numel() == d && y.numel() == x.numel() && rstd.numel() == n && rstd.dtype() == DType::f32,
           "rmsnorm_forward", "shape mismatch");
@@ -459,6 +467,7 @@ void CudaOps::rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tenso
 
 void CudaOps::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
                                Tensor& dw) {
+  MOC_OP_COST(cost::rmsnorm_backward(dy, x, w, rstd, dx, dw));
   const std::int64_t n = x.rows(), d = x.cols();
   require(dy.numel() == x.numel() && dx.numel() == x.numel() && w.numel() == d && dw.numel() == d &&
               rstd.numel() == n && rstd.dtype() == DType::f32,
@@ -492,6 +501,7 @@ void CudaOps::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& 
 }
 
 void CudaOps::rope(Tensor& x, const Tensor& positions, float theta, bool inverse) {
+  MOC_OP_COST(cost::rope(x, positions));
   require(x.rank() == 3 && positions.numel() == x.dim(0) && x.dim(2) % 2 == 0 && positions.dtype() == DType::i32,
           "rope", "x must be [rows, heads, even head_dim] with one i32 position per row");
   const std::int64_t n = x.dim(0), h = x.dim(1), hd = x.dim(2);
@@ -511,6 +521,7 @@ void CudaOps::rope(Tensor& x, const Tensor& positions, float theta, bool inverse
 
 void CudaOps::kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& start, Tensor& k_cache,
                              Tensor& v_cache) {
+  MOC_OP_COST(cost::kv_cache_write(k, v, start));
   require(k.rank() == 4 && k.shape() == v.shape() && k_cache.rank() == 4 && k_cache.shape() == v_cache.shape(),
           "kv_cache_write", "k/v [b, n, kvh, hd] and caches [b, kvh, max_seq, hd]");
   const std::int64_t b = k.dim(0), n = k.dim(1), kvh = k.dim(2), hd = k.dim(3), T = k_cache.dim(2);
@@ -538,6 +549,7 @@ void CudaOps::kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& sta
 }
 
 void CudaOps::swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor& z) {
+  MOC_OP_COST(cost::swiglu_forward(g, u, s, z));
   require(g.numel() == u.numel() && z.numel() == g.numel() && (!s || s->numel() == g.numel()), "swiglu_forward",
           "size mismatch");
   const FIn G = fin(g, "swiglu_forward", "g"), U = fin(u, "swiglu_forward", "u");
@@ -551,6 +563,7 @@ void CudaOps::swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor
 
 void CudaOps::swiglu_backward(const Tensor& dz, const Tensor& g, const Tensor& u, const Tensor* s, Tensor& dg,
                               Tensor& du) {
+  MOC_OP_COST(cost::swiglu_backward(dz, g, u, s));
   const std::int64_t n = g.numel();
   require(dz.numel() == n && u.numel() == n && dg.numel() == n && du.numel() == n && (!s || s->numel() == n),
           "swiglu_backward", "size mismatch");

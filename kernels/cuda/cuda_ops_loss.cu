@@ -1,5 +1,6 @@
 // CudaOps loss, optimizer and sampling: cross-entropy forward/backward, sum of squares, AdamW, and
 // greedy / seeded sampling with the same counter-based RNG as CpuOps::sample.
+#include "kernels/op_cost.h"
 #include <cmath>
 #include <limits>
 
@@ -246,6 +247,7 @@ __global__ void sample_kernel(FIn logits, std::int64_t V, float temperature, std
 // ================================================================ methods
 
 void CudaOps::cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) {
+  MOC_OP_COST(cost::cross_entropy_forward(logits, targets, losses));
   const std::int64_t n = logits.rows(), V = logits.cols();
   require(targets.numel() == n && targets.dtype() == DType::i32 && losses.numel() == n &&
               losses.dtype() == DType::f32,
@@ -259,6 +261,7 @@ void CudaOps::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
 }
 
 void CudaOps::cross_entropy_backward(Tensor& logits, const Tensor& targets, float scale) {
+  MOC_OP_COST(cost::cross_entropy_backward(logits, targets));
   const std::int64_t n = logits.rows(), V = logits.cols();
   require(targets.numel() == n && targets.dtype() == DType::i32, "cross_entropy_backward",
           "targets must be i32 [rows]");
@@ -271,6 +274,7 @@ void CudaOps::cross_entropy_backward(Tensor& logits, const Tensor& targets, floa
 }
 
 void CudaOps::sum_squares(const Tensor& t, Tensor& acc) {
+  MOC_OP_COST(cost::sum_squares(t));
   require(acc.numel() == 1 && acc.dtype() == DType::f32, "sum_squares", "acc must be one f32 element");
   const FIn T = fin(t, "sum_squares", "t");
   const std::int64_t n = t.numel();
@@ -286,6 +290,7 @@ void CudaOps::sum_squares(const Tensor& t, Tensor& acc) {
 }
 
 void CudaOps::adamw_step(const std::vector<ParamSlot>& slots, const AdamWParams& p) {
+  MOC_OP_COST(cost::adamw_step(slots));
   // Bias corrections in float, as CpuOps computes them.
   const float bc1 = 1.0f - std::pow(p.beta1, static_cast<float>(p.step));
   const float bc2 = 1.0f - std::pow(p.beta2, static_cast<float>(p.step));
@@ -309,6 +314,7 @@ void CudaOps::adamw_step(const std::vector<ParamSlot>& slots, const AdamWParams&
 
 void CudaOps::sample(const Tensor& logits, float temperature, std::uint64_t seed, const Tensor& counter,
                      Tensor& next) {
+  MOC_OP_COST(cost::sample(logits, next));
   const std::int64_t n = logits.rows(), V = logits.cols();
   require(next.numel() == n && next.dtype() == DType::i32, "sample", "next must be i32 [rows]");
   require(counter.numel() >= 1 && counter.dtype() == DType::i32, "sample", "counter must be an i32 tensor");

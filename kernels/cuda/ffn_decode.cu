@@ -18,6 +18,7 @@
 #include "kernels/cuda/decode_device.cuh"
 #include "kernels/cuda/ffn_decode.cuh"
 #include "kernels/cuda/kernels.h"
+#include "kernels/op_cost.h"
 
 namespace moc::cuda {
 namespace ffn {
@@ -1229,13 +1230,35 @@ struct Chain {
   }
 };
 
+// What each kernel of a chunk must move (kernels/op_cost.h): the chunk's shape.
+cost::FfnDecodeShape cost_shape(const Problem& p) {
+  cost::FfnDecodeShape s;
+  s.rows = p.rows;
+  s.d = p.d;
+  s.d_ffn = p.d_ffn;
+  s.kept = p.kept();
+  s.elem = static_cast<std::int64_t>(dtype_bytes(p.dtype));
+  s.moc = p.kind != SelKind::dense;
+  return s;
+}
+OpCost named(OpCost c, const char* op) {
+  c.op = op;
+  return c;
+}
+
 void launch_prep(const Buffers& B, Chain& ch) {
+  MOC_OP_COST((OpCost{"ffn_decode.prep", static_cast<std::int64_t>(B.zero_n16) * 16, 0}));
   launch_ex(k_prep, 1, kThreads, 0, ch.st, 1, ch.next(), B.zero, B.zero_n16);
   MOC_CUDA_LAUNCHED("k_prep");
 }
 
 void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, bool zero_next, Chain& ch,
                  const Options& opt) {
+  // kGateGroupLocal also picks each group's channels (2:8): gate and selection in one kernel.
+  MOC_OP_COST(mode == kGateGroupLocal ? named(cost::plus(cost::ffn_decode_gate(cost_shape(p)),
+                                                          cost::ffn_decode_select(cost_shape(p))),
+                                               "ffn_decode.gate_select")
+                                      : cost::ffn_decode_gate(cost_shape(p)));
   GateArgs a{};
   a.x = static_cast<const bf16*>(p.x);
   a.wg = static_cast<const bf16*>(p.w_gate_t);
@@ -1268,6 +1291,7 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
 // prefetch: top-K followed by the up/down kernel on the fast path (16-byte aligned bf16 rows).
 void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode, bool want_list, bool zero_next,
                    Chain& ch, bool prefetch = false) {
+  MOC_OP_COST(cost::ffn_decode_select(cost_shape(p)));
   SelArgs a{};
   a.G = B.G;
   a.force = p.force_idx;
@@ -1345,6 +1369,12 @@ UpDownPlan plan_updown(Kernel kernel, int slots, int d, int rp, bool fg, const O
 
 void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fused_gate, int cmode, Chain& ch,
                    const Options& opt) {
+  // Fused gate: the dense FFN in one kernel (all channels), or gate + up/down on forced channels.
+  MOC_OP_COST(!fused_gate ? cost::ffn_decode_up_down(cost_shape(p))
+              : cmode == kAllChannels
+                  ? cost::ffn_decode_dense(cost_shape(p))
+                  : named(cost::plus(cost::ffn_decode_gate(cost_shape(p)), cost::ffn_decode_up_down(cost_shape(p))),
+                          "ffn_decode.gate_up_down"));
   UpDownArgs a{};
   a.x = static_cast<const bf16*>(p.x);
   a.wg = static_cast<const bf16*>(p.w_gate_t);
@@ -1395,6 +1425,7 @@ void run_generic(const Problem& p, const Layout& L, const Buffers& B, cudaStream
   const auto warps_grid = [](int n) { return static_cast<unsigned>((n + kWarps - 1) / kWarps); };
   Chain ch{st, false, false};
   auto z_and_down = [&](int zmode) {
+    MOC_OP_COST(zmode == 0 ? cost::ffn_decode_dense(cost_shape(p)) : cost::ffn_decode_up_down(cost_shape(p)));
     const int slots = zmode == 0 ? F : L.umax;
     k_gen_z<T><<<warps_grid(slots), kThreads, 0, st>>>(x, wg, wu, B.G, B.list, B.ucount, B.z, R, d, F, L.Fp, zmode);
     MOC_CUDA_LAUNCHED("k_gen_z");
@@ -1403,6 +1434,7 @@ void run_generic(const Problem& p, const Layout& L, const Buffers& B, cudaStream
     MOC_CUDA_LAUNCHED("k_gen_down");
   };
   auto gate_only = [&]() {
+    MOC_OP_COST(cost::ffn_decode_gate(cost_shape(p)));
     k_gen_gate<T><<<warps_grid(F), kThreads, 0, st>>>(x, wg, B.G, R, d, F, L.Fp);
     MOC_CUDA_LAUNCHED("k_gen_gate");
   };

@@ -1,6 +1,7 @@
 // CudaOps: the row gathers and scatters of a mixture-of-experts layer (tokens grouped per expert).
 // fp32 math on f32/bf16 storage; semantics are those of CpuOps (kernels/cpu/cpu_moe.cpp). Each is one pass
 // over n x d elements, bound by memory: no reuse to exploit, so plain grid-stride kernels.
+#include "kernels/op_cost.h"
 #include <algorithm>
 #include <string>
 
@@ -66,6 +67,7 @@ const std::int32_t* rows_ptr(const Tensor& rows, std::int64_t n, const char* op)
 }  // namespace
 
 void CudaOps::gather_rows(const Tensor& src, const Tensor& rows, const Tensor* scale, Tensor& out) {
+  MOC_OP_COST(cost::gather_rows(rows, scale, out));
   const std::int64_t n = out.rows(), d = out.cols();
   require(src.cols() == d, "gather_rows", "src and out must have the same columns");
   const std::int32_t* r = rows_ptr(rows, n, "gather_rows");
@@ -78,6 +80,7 @@ void CudaOps::gather_rows(const Tensor& src, const Tensor& rows, const Tensor* s
 }
 
 void CudaOps::scatter_add_rows(const Tensor& src, const Tensor& rows, const Tensor* scale, Tensor& out) {
+  MOC_OP_COST(cost::scatter_add_rows(src, rows, scale));
   const std::int64_t n = src.rows(), d = src.cols();
   require(out.cols() == d, "scatter_add_rows", "src and out must have the same columns");
   const std::int32_t* r = rows_ptr(rows, n, "scatter_add_rows");
@@ -90,6 +93,7 @@ void CudaOps::scatter_add_rows(const Tensor& src, const Tensor& rows, const Tens
 }
 
 void CudaOps::rows_dot(const Tensor& a, const Tensor& rows, const Tensor& b, Tensor& out) {
+  MOC_OP_COST(cost::rows_dot(a, rows, b, out));
   const std::int64_t n = b.rows(), d = b.cols();
   require(a.cols() == d, "rows_dot", "a and b must have the same columns");
   require(out.dtype() == DType::f32 && out.numel() == n, "rows_dot", "out must be f32 [" + std::to_string(n) + "]");
