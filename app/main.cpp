@@ -300,17 +300,10 @@ void for_each_profile(const db::ResultsDb& store, const std::string& db_path, lo
   if (!visited) throw ConfigError("run " + std::to_string(run_id) + " has no profiled points: " + hint);
 }
 
-// The ceilings of the device a profile ran on: the CPU backend's (-1) for a CPU profile, else the lowest GPU
-// ordinal the profile's kernels ran on; unknown when the run recorded none.
+// The ceilings of the device a profile ran on (unknown when the run recorded none).
 prof::Ceilings trace_ceilings(const std::vector<db::CeilingsRecord>& all, const prof::ProfileTrace& t) {
-  int dev = t.source == "cpu" ? -1 : 0;
-  if (t.source != "cpu" && !t.kernels.empty()) {
-    dev = t.kernels.front().device_id;
-    for (const auto& k : t.kernels) dev = std::min(dev, k.device_id);
-  }
-  for (const auto& c : all)
-    if (c.device_id == dev) return {c.copy_GBps, c.gemm_tflops};
-  return {};
+  const auto c = db::ceilings_for_profile(all, t);
+  return c ? prof::Ceilings{c->copy_GBps, c->gemm_tflops} : prof::Ceilings{};
 }
 
 int cmd_stats(const std::string& db_path, long long run_id, std::optional<int> point, std::vector<std::string> reports,

@@ -216,6 +216,11 @@ void write_trace(const std::vector<PointProfile>& points, std::ostream& out, pro
         a.num("stream", k.stream_id).num("graph_id", k.graph_id).num("graph_node_id", static_cast<long long>(k.graph_node_id));
       }
       a.str("phase", path(k.range_id)).num("step", k.step);
+      if (k.op_bytes >= 0) {  // what its op declared (the roofline): shared by the op's kernels in this step
+        a.str("op", k.op).num("op_bytes", static_cast<long long>(k.op_bytes));
+        a.num("op_flops", static_cast<long long>(k.op_flops)).num("op_call", static_cast<long long>(k.op_call));
+        if (k.op_bound) a.num("op_bytes_upper_bound", 1);
+      }
       times(a, k.start_ns, k.end_ns, dt.kernel_own[i]);
       stream_of(k.device_id, k.device_id < 0 ? 0u : k.stream_id)
           .slices.push_back({dt.kernel_own[i], dt.kernel_own[i] + dt.kernels[i], 0, k.short_name.empty() ? k.name : k.short_name,

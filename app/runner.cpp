@@ -65,6 +65,7 @@ std::string ceilings_key(const std::string& backend, int gpu) {
            std::to_string(g.driver_version);
   }
 #endif
+  (void)backend;
   (void)gpu;
   return "cpu|" + cpu_model() + "|" + std::to_string(std::thread::hardware_concurrency()) + " threads";
 }

@@ -1567,6 +1567,17 @@ std::int64_t ResultsDb::data_version() const {
   return q.step() ? q.i64(0) : 0;
 }
 
+std::optional<CeilingsRecord> ceilings_for_profile(const std::vector<CeilingsRecord>& all, const prof::ProfileTrace& t) {
+  int dev = t.source == "cpu" ? -1 : 0;
+  if (t.source != "cpu" && !t.kernels.empty()) {
+    dev = t.kernels.front().device_id;
+    for (const auto& k : t.kernels) dev = std::min(dev, k.device_id);
+  }
+  for (const auto& c : all)
+    if (c.device_id == dev) return c;
+  return std::nullopt;
+}
+
 void ResultsDb::add_ceilings(std::int64_t run_id, const CeilingsRecord& c) {
   require_writable("add_ceilings");
   Stmt q(db_.get(), path_,

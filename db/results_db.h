@@ -146,6 +146,11 @@ struct CeilingsRecord {
   bool operator==(const CeilingsRecord&) const = default;
 };
 
+// The ceilings of the device a profile ran on, among a run's: the CPU backend's (-1) for a CPU profile, else
+// those of the lowest GPU ordinal its kernels ran on; none when the run recorded none for it. (`stats` and the
+// dashboard's Roofline view and Timeline colouring pick them this one way.)
+std::optional<CeilingsRecord> ceilings_for_profile(const std::vector<CeilingsRecord>& all, const prof::ProfileTrace& t);
+
 // One point's instances of a kernel (by short name): the kernel's statistics over a run, point by point.
 struct KernelSummaryRow {
   std::int64_t point_id = 0;

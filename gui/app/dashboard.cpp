@@ -29,6 +29,7 @@ Dashboard::Dashboard(DashboardOptions opts) : opts_(std::move(opts)) {
   ui_.training_mode = opts_.training_mode;
   ui_.kernels.selected = opts_.kernel;
   ui_.time_mode = opts_.time_mode;
+  if (opts_.colour_floor) ui_.timeline.colour = TimelineState::Colour::floor;
   ui_.timeline.window_t0_ns = opts_.window_t0_ns;
   ui_.timeline.window_t1_ns = opts_.window_t1_ns;
 }
@@ -112,8 +113,8 @@ void Dashboard::build_layout(unsigned int dockspace_id) {
   ImGuiID right = 0;
   const ImGuiID left = ImGui::DockBuilderSplitNode(dockspace_id, ImGuiDir_Left, 0.34f, nullptr, &right);
   ImGui::DockBuilderDockWindow(view_title(View::runs), left);
-  for (View v : {View::sweep, View::breakdown, View::timeline, View::kernels, View::stages, View::memory, View::compare,
-                 View::training})
+  for (View v : {View::sweep, View::breakdown, View::timeline, View::kernels, View::roofline, View::stages, View::memory,
+                 View::compare, View::training})
     ImGui::DockBuilderDockWindow(view_title(v), right);
   ImGui::DockBuilderFinish(dockspace_id);
 }
@@ -153,6 +154,7 @@ double Dashboard::frame() {
   draw_breakdown_view(store_, ui_);
   draw_timeline_view(store_, ui_);
   draw_kernel_stats_view(store_, ui_);
+  draw_roofline_view(store_, ui_);
   draw_stage_stats_view(store_, ui_);
   draw_memory_view(store_, ui_);
   draw_compare_view(store_, ui_);

@@ -26,6 +26,7 @@ struct DashboardOptions {
   int training_mode = 0;      // the Training view: 0 curves of every point, 1 a point's gate histograms
   std::string kernel;         // the kernel selected at start (Timeline, Kernels)
   prof::TimeMode time_mode = prof::TimeMode::exclusive;  // how per-op device times are counted at start
+  bool colour_floor = false;  // the Timeline colours kernels by % of floor (else by phase) at start
   // The Timeline's first window, ns from the trace's start (when window_t1_ns > window_t0_ns; else it fits).
   double window_t0_ns = 0, window_t1_ns = 0;
   double refresh_s = 0.5;     // poll the databases this often

@@ -1,5 +1,5 @@
 // mocbench-gui [DB ...] [--screenshot out.png [--view NAME] [--run N] [--point N] [--kernel NAME]
-//              [--time exclusive|inclusive] [--window US0:US1] [--size WxH]]
+//              [--time exclusive|inclusive] [--colour phase|floor] [--window US0:US1] [--size WxH]]
 // The dashboard over mocbench results databases (read-only; a run writing the same file shows up live).
 // Exit codes: 0 success; 1 a database could not be opened (screenshot mode) or no window could be made;
 // 2 bad arguments.
@@ -14,9 +14,9 @@
 int main(int argc, char** argv) {
   using namespace moc::gui;
   CLI::App app{"mocbench-gui: the dashboard over mocbench results databases (runs, sweeps, breakdowns, kernel "
-               "timeline, memory, compare)"};
+               "timeline, roofline, memory, compare)"};
   std::vector<std::string> dbs;
-  std::string screenshot, view_name, size = "1600x1000", kernel, time_mode = "exclusive", window;
+  std::string screenshot, view_name, size = "1600x1000", kernel, time_mode = "exclusive", window, colour = "phase";
   std::int64_t run = -1, run_b = -1;
   int point = -1, frames = 4;
   app.add_option("DB", dbs, "Results databases to open (default: mocbench.db in the current folder)");
@@ -31,6 +31,10 @@ int main(int argc, char** argv) {
   app.add_option("--point", point, "Point (sweep index) of the run to select");
   app.add_option("--kernel", kernel, "Kernel (short name) to select: its statistics in Timeline and Kernels");
   app.add_option("--time", time_mode, "How per-op device times are counted: exclusive (overlaps once) or inclusive (end - start)")
+      ->capture_default_str();
+  app.add_option("--colour", colour,
+                 "Timeline: colour kernels by phase, or by floor (% of floor against the run's measured ceilings: red far "
+                 "from it, green at it, grey undeclared)")
       ->capture_default_str();
   app.add_option("--window", window,
                  "Timeline: show US0 to US1 microseconds from the trace's start (e.g. 150:420) instead of the whole trace");
@@ -51,6 +55,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mocbench-gui: --time '%s' is not exclusive or inclusive\n", time_mode.c_str());
     return 2;
   }
+  if (colour != "phase" && colour != "floor") {
+    std::fprintf(stderr, "mocbench-gui: --colour '%s' is not phase or floor\n", colour.c_str());
+    return 2;
+  }
+  opts.colour_floor = colour == "floor";
   if (view_name == "memory-peaks") {
     view_name = "memory";
     opts.memory_mode = 1;

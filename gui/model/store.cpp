@@ -94,6 +94,7 @@ bool Store::refresh() {
     points_.clear();
     memory_.clear();
     series_.clear();
+    ceilings_.clear();
     // Profiles of committed points never change (a point is written in one transaction): keep them.
     reload_runs();
     ++generation_;
@@ -196,6 +197,18 @@ const std::vector<db::SeriesRecord>& Store::series(const RunRef& r, std::int64_t
   if (!d) return kNone;
   try {
     return series_.emplace(key, d->series(point_id)).first->second;
+  } catch (const std::exception&) {
+    return kNone;
+  }
+}
+
+const std::vector<db::CeilingsRecord>& Store::ceilings(const RunRef& r) {
+  static const std::vector<db::CeilingsRecord> kNone;
+  if (auto it = ceilings_.find(r); it != ceilings_.end()) return it->second;
+  db::ResultsDb* d = db_of(r.source);
+  if (!d) return kNone;
+  try {
+    return ceilings_.emplace(r, d->ceilings(r.run_id)).first->second;
   } catch (const std::exception&) {
     return kNone;
   }

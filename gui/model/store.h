@@ -67,6 +67,8 @@ class Store {
   std::vector<db::KernelSummaryRow> kernel_summary(const RunRef& r, const std::string& short_name);
   // A point's time series and histograms (loss curves, gate histograms); cached.
   const std::vector<db::SeriesRecord>& series(const RunRef& r, std::int64_t point_id);
+  // The run's measured device ceilings (roofline); empty for a file from before they were recorded. Cached.
+  const std::vector<db::CeilingsRecord>& ceilings(const RunRef& r);
 
  private:
   void reload_runs();
@@ -79,6 +81,7 @@ class Store {
   std::map<std::pair<int, std::int64_t>, std::shared_ptr<const prof::ProfileTrace>> profiles_;
   std::map<std::pair<int, std::int64_t>, std::vector<db::MemEventRecord>> memory_;
   std::map<std::pair<int, std::int64_t>, std::vector<db::SeriesRecord>> series_;
+  std::map<RunRef, std::vector<db::CeilingsRecord>> ceilings_;
 };
 
 }  // namespace moc::gui

@@ -2,6 +2,7 @@
 #include <imgui.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "gui/model/breakdown.h"
@@ -17,6 +18,7 @@ const char* view_title(View v) {
     case View::breakdown: return "Breakdown";
     case View::timeline: return "Timeline";
     case View::kernels: return "Kernels";
+    case View::roofline: return "Roofline";
     case View::stages: return "Stages";
     case View::memory: return "Memory";
     case View::compare: return "Compare";
@@ -32,6 +34,7 @@ const char* view_key(View v) {
     case View::breakdown: return "breakdown";
     case View::timeline: return "timeline";
     case View::kernels: return "kernels";
+    case View::roofline: return "roofline";
     case View::stages: return "stages";
     case View::memory: return "memory";
     case View::compare: return "compare";
@@ -229,6 +232,48 @@ ImVec4 phase_color(const std::string& phase) {
 
 ImVec4 verdict_color(bool better) {
   return better ? ImVec4(0.20f, 0.75f, 0.30f, 1.0f) : ImVec4(0.90f, 0.25f, 0.25f, 1.0f);
+}
+
+ImVec4 roof_color(bool compute) {
+  return compute ? ImVec4(0.98f, 0.50f, 0.86f, 1.0f) : ImVec4(0.35f, 0.78f, 0.98f, 1.0f);
+}
+
+ImVec4 floor_color(double pct) {
+  const Rgb c = floor_colour(pct);
+  return ImVec4(c.r, c.g, c.b, 1.0f);
+}
+
+void floor_color_bar(float width) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float h = ImGui::GetTextLineHeight();
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextDisabled("%% of floor:");
+  ImGui::SameLine();
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  const float y0 = p.y + 0.5f * (ImGui::GetFrameHeight() - h) + 2, y1 = y0 + h - 4;
+  const float w = std::max(60.0f, width);
+  // Red - yellow - green in two gradients, as floor_colour mixes them.
+  const ImU32 c0 = ImGui::GetColorU32(floor_color(0)), c50 = ImGui::GetColorU32(floor_color(50)), c100 = ImGui::GetColorU32(floor_color(100));
+  dl->AddRectFilledMultiColor(ImVec2(p.x, y0), ImVec2(p.x + w / 2, y1), c0, c50, c50, c0);
+  dl->AddRectFilledMultiColor(ImVec2(p.x + w / 2, y0), ImVec2(p.x + w, y1), c50, c100, c100, c50);
+  ImGui::Dummy(ImVec2(w, ImGui::GetFrameHeight()));
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("floor / time: the least time the measured ceilings allow for what the op declared (bytes, FLOPs),\n"
+                      "over the time it took. 100%%: at the ceiling; above 100%%: faster than the measured copy or GEMM\n"
+                      "(data that stayed in a cache). Grey: the op declared no cost, or the run has no ceilings.");
+  const char* ticks[] = {"0%", "50%", "100%+"};
+  for (int i = 0; i < 3; ++i) {
+    const float x = p.x + w * 0.5f * static_cast<float>(i);
+    const float tw = ImGui::CalcTextSize(ticks[i]).x;
+    const float tx = std::clamp(x - tw / 2, p.x + 2, p.x + w - tw - 2);
+    dl->AddText(ImVec2(tx, y0 + (y1 - y0 - h) / 2), IM_COL32(0, 0, 0, 255), ticks[i]);
+  }
+  ImGui::SameLine();
+  const ImVec2 q = ImGui::GetCursorScreenPos();
+  dl->AddRectFilled(ImVec2(q.x, y0), ImVec2(q.x + h, y1), ImGui::GetColorU32(floor_color(std::nan(""))));
+  ImGui::Dummy(ImVec2(h, ImGui::GetFrameHeight()));
+  ImGui::SameLine();
+  ImGui::TextDisabled("undeclared");
 }
 
 }  // namespace moc::gui

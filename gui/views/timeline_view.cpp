@@ -9,12 +9,14 @@
 // at round times. Wheel zooms at the cursor, dragging pans, double-click fits; hovering shows an item's name,
 // inclusive / exclusive / waiting time, launch configuration, registers and shared memory; clicking a kernel
 // selects it (its statistics below and in the Kernels view), and every instance of the selected kernel is
-// outlined.
+// outlined. A toggle colours the kernels by their % of floor instead of their phase (red far from the floor, green
+// at it, grey where the op declared no cost; gui/model/roofline).
 #include <imgui.h>
 #include <imgui_internal.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "gui/model/breakdown.h"
 #include "gui/model/sweep.h"
@@ -93,7 +95,8 @@ void stage_tooltip(const Timeline& tl, const TimelineItem& it) {
   ImGui::EndTooltip();
 }
 
-void item_tooltip(const Timeline& tl, const TimelineItem& it, prof::TimeMode mode) {
+void item_tooltip(const TimelineState& st, const TimelineItem& it, prof::TimeMode mode) {
+  const Timeline& tl = st.timeline;
   if (it.kind == ItemKind::stage) return stage_tooltip(tl, it);
   const auto& t = *tl.trace;
   ImGui::BeginTooltip();
@@ -112,6 +115,16 @@ void item_tooltip(const Timeline& tl, const TimelineItem& it, prof::TimeMode mod
       ImGui::TextUnformatted("a CPU backend op");
     }
     ImGui::Text("step %d", k.step);
+    if (k.op_bytes >= 0)
+      ImGui::Text("op %s declared %s, %.4g FLOP%s", k.op.c_str(), format_bytes(static_cast<double>(k.op_bytes)).c_str(),
+                  static_cast<double>(std::max<std::int64_t>(0, k.op_flops)), k.op_bound ? " (bytes: an upper bound)" : "");
+    else
+      ImGui::TextDisabled("no declared cost (bytes, FLOPs)");
+    if (st.colour == TimelineState::Colour::floor && static_cast<std::size_t>(it.index) < st.floor_pct.size()) {
+      const double pct = st.floor_pct[static_cast<std::size_t>(it.index)];
+      if (std::isnan(pct)) ImGui::TextDisabled(st.ceilings ? "%% of floor: - (undeclared)" : "%% of floor: - (no measured ceilings)");
+      else ImGui::TextColored(floor_color(pct), "%.1f%% of floor (%s device time)", pct, prof::time_mode_name(mode));
+    }
     if (k.name != kernel_name(k)) {
       ImGui::Separator();
       ImGui::PushTextWrapPos(ImGui::GetFontSize() * 40);
@@ -138,6 +151,39 @@ void draw_hatched(ImDrawList* dl, ImVec2 p0, ImVec2 p1, ImU32 fill, ImU32 line) 
   const float h = p1.y - p0.y;
   for (float x = p0.x - h; x < p1.x; x += 5.0f) dl->AddLine(ImVec2(x, p1.y), ImVec2(x + h, p0.y), line, 1.5f);
   dl->PopClipRect();
+}
+
+// "colour: (o) phase ( ) % of floor", with what each means on hover.
+void colour_toggle(TimelineState& st) {
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted("colour:");
+  for (int i = 0; i < 2; ++i) {
+    const auto c = i == 0 ? TimelineState::Colour::phase : TimelineState::Colour::floor;
+    ImGui::SameLine();
+    if (ImGui::RadioButton(i == 0 ? "phase" : "% of floor", st.colour == c)) st.colour = c;
+    const ImVec2 lo = ImGui::GetItemRectMin(), hi = ImGui::GetItemRectMax();
+    st.colour_button[i][0] = 0.5f * (lo.x + hi.x);
+    st.colour_button[i][1] = 0.5f * (lo.y + hi.y);
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip(i == 0 ? "each op in its phase's colour (the Breakdown's parts: gate blue, up & down orange, top-K red)"
+                               : "each kernel by its %% of floor: the least time the measured ceilings allow for what its op\n"
+                                 "declared (bytes, FLOPs) over the time it took -- red far from the floor, green at it; grey\n"
+                                 "where nothing was declared. The Roofline view has the numbers.");
+  }
+}
+
+// Brings each kernel's % of floor and colour class up to date with the trace, the time mode and the ceilings.
+void update_floor(TimelineState& st, prof::TimeMode mode) {
+  const prof::Ceilings c = to_ceilings(st.ceilings);
+  if (st.floor_of == st.timeline.trace && st.floor_mode == mode && st.floor_ceilings.copy_GBps == c.copy_GBps &&
+      st.floor_ceilings.gemm_tflops == c.gemm_tflops && st.floor_bucket.size() == st.floor_pct.size())
+    return;
+  st.floor_of = st.timeline.trace;
+  st.floor_mode = mode;
+  st.floor_ceilings = c;
+  st.floor_pct = st.timeline.trace ? prof::kernel_floor_pct(*st.timeline.trace, c, mode) : std::vector<double>{};
+  st.floor_bucket.resize(st.floor_pct.size());
+  for (std::size_t i = 0; i < st.floor_pct.size(); ++i) st.floor_bucket[i] = static_cast<std::int8_t>(floor_bucket(st.floor_pct[i]));
 }
 
 void selection_panel(Store& store, UiState& ui) {
@@ -212,6 +258,28 @@ void draw_timeline_view(Store& store, UiState& ui) {
   if (ImGui::Button("fit")) st.fit = true;
   ImGui::SameLine(0, 20);
   time_mode_toggle(ui);
+  // The run's ceilings for this profile (looking them up scans its kernels: once per profile and store change).
+  if (!st.pinned && (st.ceilings_of != st.timeline.trace || st.ceilings_generation != store.generation())) {
+    st.ceilings_of = st.timeline.trace;
+    st.ceilings_generation = store.generation();
+    st.ceilings = ceilings_for_trace(store.ceilings(a), *st.timeline.trace);
+  }
+  colour_toggle(st);
+  if (st.colour == TimelineState::Colour::floor) {
+    ImGui::SameLine(0, 20);
+    floor_color_bar(220);
+    ImGui::SameLine(0, 16);
+    char buf[320];
+    if (st.ceilings)
+      std::snprintf(buf, sizeof buf, "against %s: copy %.4g GB/s, GEMM %.4g TFLOP/s", st.ceilings->device.c_str(),
+                    st.ceilings->copy_GBps, st.ceilings->gemm_tflops);
+    const std::string what = st.ceilings ? buf : "this run has no measured ceilings: every kernel grey";
+    const std::string cut = fit_text(what, ImGui::GetContentRegionAvail().x);
+    ImGui::AlignTextToFramePadding();
+    if (st.ceilings) ImGui::TextDisabled("%s", cut.c_str());
+    else ImGui::TextColored(ImVec4(0.95f, 0.7f, 0.3f, 1), "%s", cut.c_str());
+    if (cut != what && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", what.c_str());
+  }
   const Timeline& tl = st.timeline;
   ImGui::TextDisabled("%zu items, %d step(s), %s traced; device time (%s) %s, %s %s; wheel: zoom, drag: pan, "
                       "double-click: fit",
@@ -297,13 +365,29 @@ void draw_timeline_lanes(UiState& ui, float height) {
     if (x + 2 + ImGui::CalcTextSize(tick.label.c_str()).x <= x1)  // a label the edge would cut is left out
       dl->AddText(ImVec2(x + 2, origin.y), ImGui::GetColorU32(ImGuiCol_TextDisabled), tick.label.c_str());
   }
+  // Colour classes: the phases, then (% of floor) the floor buckets and "undeclared".
   std::vector<ImU32> colors, dim, wait_fill;
-  for (const auto& p : tl.phases) {
-    const ImVec4 c = phase_color(p);
+  auto add_class = [&](const ImVec4& c) {
     colors.push_back(ImGui::GetColorU32(c));
     dim.push_back(with_alpha(ImVec4(c.x * 0.75f, c.y * 0.75f, c.z * 0.75f, 1), 0.85f));
     wait_fill.push_back(ImGui::GetColorU32(ImVec4(c.x * 0.35f, c.y * 0.35f, c.z * 0.35f, 1)));
+  };
+  for (const auto& p : tl.phases) add_class(phase_color(p));
+  const bool by_floor = st.colour == TimelineState::Colour::floor;
+  const std::size_t floor0 = colors.size();
+  if (by_floor) {
+    update_floor(st, ui.time_mode);
+    for (int b = 0; b <= kFloorBuckets; ++b) {
+      const Rgb c = floor_bucket_colour(b < kFloorBuckets ? b : -1);
+      add_class(ImVec4(c.r, c.g, c.b, 1));
+    }
   }
+  auto class_of = [&](const TimelineItem& it) -> std::size_t {
+    if (!by_floor || it.kind == ItemKind::range || it.kind == ItemKind::stage) return static_cast<std::size_t>(it.color);
+    if (it.kind != ItemKind::kernel || static_cast<std::size_t>(it.index) >= st.floor_bucket.size()) return floor0 + kFloorBuckets;
+    const int b = st.floor_bucket[static_cast<std::size_t>(it.index)];
+    return floor0 + static_cast<std::size_t>(b < 0 ? kFloorBuckets : b);
+  };
   std::vector<VisibleSpan> spans;
   st.spans_drawn = 0;
   int hover_lane = -1, hover_item = -1;
@@ -332,7 +416,7 @@ void draw_timeline_lanes(UiState& ui, float height) {
         const float a1 = std::min(std::max(x_of(s.end), a0 + 1.0f), x1 + 2);
         const TimelineItem& it = lane.items[static_cast<std::size_t>(s.first)];
         const ImVec2 p0(a0, ry + 2), p1(a1, ry + row_h - 2);
-        const auto c = static_cast<std::size_t>(it.color);
+        const std::size_t c = class_of(it);
         if (s.count > 1) {
           dl->AddRectFilled(p0, p1, dim[c]);
           // Tracy marks merged zones; a line through them is enough at this size.
@@ -384,7 +468,7 @@ void draw_timeline_lanes(UiState& ui, float height) {
   dl->PopClipRect();
   if (hover_item >= 0) {
     const TimelineItem& it = tl.lanes[static_cast<std::size_t>(hover_lane)].items[static_cast<std::size_t>(hover_item)];
-    if (!ImGui::IsMouseDragging(ImGuiMouseButton_Left)) item_tooltip(tl, it, ui.time_mode);
+    if (!ImGui::IsMouseDragging(ImGuiMouseButton_Left)) item_tooltip(st, it, ui.time_mode);
     if (ImGui::IsItemDeactivated() && !ImGui::IsMouseDragPastThreshold(ImGuiMouseButton_Left, 2.0f)) {
       st.sel_lane = hover_lane;
       st.sel_item = hover_item;

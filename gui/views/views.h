@@ -2,13 +2,16 @@
 // One file per view; none owns data beyond what it derived for drawing (re-derived when the store's
 // generation or the selection changes).
 #pragma once
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gui/model/breakdown.h"
 #include "gui/model/kernel_stats.h"
 #include "gui/model/memory.h"
+#include "gui/model/roofline.h"
 #include "gui/model/stage_stats.h"
 #include "gui/model/store.h"
 #include "gui/model/timeline.h"
@@ -17,9 +20,9 @@ struct ImVec4;
 
 namespace moc::gui {
 
-enum class View { runs, sweep, breakdown, timeline, kernels, stages, memory, compare, training };
-inline constexpr View kAllViews[] = {View::runs,    View::sweep,  View::breakdown, View::timeline, View::kernels,
-                                     View::stages,  View::memory, View::compare,   View::training};
+enum class View { runs, sweep, breakdown, timeline, kernels, roofline, stages, memory, compare, training };
+inline constexpr View kAllViews[] = {View::runs,     View::sweep,  View::breakdown, View::timeline, View::kernels,
+                                     View::roofline, View::stages, View::memory,    View::compare,  View::training};
 const char* view_title(View v);  // the window title: "Runs", "Sweep", ...
 const char* view_key(View v);    // the command-line name: "runs", "sweep", ...
 bool view_from_key(const std::string& key, View* out);
@@ -45,6 +48,20 @@ struct TimelineState {
   float lanes_x0 = 0, lanes_x1 = 0, lanes_y0 = 0;  // screen extent of the lane area (input tests aim here)
   float lane_height = 0;      // the height of one sub-row
   std::vector<float> lane_y;  // screen y of each lane's top (its sub-row r begins at lane_y + r * lane_height)
+  // Colouring: by phase (the default) or by each kernel's % of floor (prof::kernel_floor_pct against the run's
+  // measured ceilings; grey where undeclared). ceilings: set from the store with the point (a pinned timeline's
+  // caller sets it). floor_bucket[i]: kernel record i's colour class (floor_bucket()), derived for floor_of.
+  enum class Colour { phase, floor };
+  Colour colour = Colour::phase;
+  std::optional<db::CeilingsRecord> ceilings;
+  std::shared_ptr<const prof::ProfileTrace> ceilings_of;  // what `ceilings` was looked up for (trace, generation)
+  std::uint64_t ceilings_generation = ~std::uint64_t{0};
+  std::shared_ptr<const prof::ProfileTrace> floor_of;
+  prof::TimeMode floor_mode = prof::TimeMode::exclusive;
+  prof::Ceilings floor_ceilings;
+  std::vector<double> floor_pct;
+  std::vector<std::int8_t> floor_bucket;
+  float colour_button[2][2] = {};  // screen centre of the "phase" and "% of floor" choices (input tests)
 };
 
 // The selected kernel and what the Kernels view and the Timeline show of it, re-derived when the point, the
@@ -67,6 +84,27 @@ struct KernelStatsState {
 struct StageStatsState {
   std::shared_ptr<const prof::ProfileTrace> trace;
   StageTable table;
+};
+
+// The Roofline view's plot of the Timeline's point, re-derived when its profile, the time mode or the ceilings
+// change; the table's order, re-derived when the plot or the sort changes.
+struct RooflineState {
+  std::shared_ptr<const prof::ProfileTrace> trace;
+  prof::TimeMode mode = prof::TimeMode::exclusive;
+  std::optional<db::CeilingsRecord> ceilings;
+  std::uint64_t generation = ~std::uint64_t{0};  // the store's, when `ceilings` was looked up
+  RooflinePlot plot;
+  bool fit = true;  // set the axes to the plot's limits on the next frame
+  RooflineColumn sort = RooflineColumn::lost;
+  bool sort_descending = true;
+  std::vector<std::size_t> order;  // rows of plot.roofline in table order
+  int hovered = -1;                // the marker under the pointer last frame (-1: none)
+  // Where the last frame drew things (input tests aim here): each marker's centre and radius (parallel to
+  // plot.markers), and each table row's kernel and screen y (centre), at x = table_x.
+  std::vector<std::array<float, 3>> marker_px;
+  std::vector<std::pair<std::string, float>> table_rows;
+  float table_x = 0;
+  float plot_rect[4] = {};  // the plot area (x, y, w, h)
 };
 
 // What a view derived from a whole run, kept until the run or the store's generation changes (deriving it
@@ -96,6 +134,7 @@ struct UiState {
   TimelineState timeline;
   KernelStatsState kernels;
   StageStatsState stages;
+  RooflineState roofline;
   int memory_mode = 0;  // 0: the point's timeline, 1: peak breakdown across the run's points (Figure 1)
   int training_mode = 0;  // 0: curves of every point (loss, perplexity), 1: one point's trained-gate histograms
   std::string training_series;
@@ -132,6 +171,7 @@ void draw_breakdown_view(Store& store, UiState& ui);
 void draw_timeline_view(Store& store, UiState& ui);
 void draw_kernel_stats_view(Store& store, UiState& ui);
 void draw_stage_stats_view(Store& store, UiState& ui);
+void draw_roofline_view(Store& store, UiState& ui);
 void draw_memory_view(Store& store, UiState& ui);
 void draw_compare_view(Store& store, UiState& ui);
 void draw_training_view(Store& store, UiState& ui);
@@ -151,5 +191,8 @@ ImVec4 memory_color(const std::string& cls);  // weights, gradients, optimizer_s
 ImVec4 phase_color(const std::string& phase);  // timeline: kernels by phase; "stage: <name>": stage_color
 ImVec4 stage_color(const std::string& stage);  // a stamped kernel's stage: gate, up, down, top-K as the parts
 ImVec4 verdict_color(bool better);
-
+ImVec4 roof_color(bool compute);  // Roofline: the memory roof (false) and the compute roof (true)
+ImVec4 floor_color(double pct);  // % of floor: red (0%) - yellow (50%) - green (100%+); grey for NaN (floor_colour)
+// The % of floor scale as a legend: a red-to-green bar labelled 0% / 50% / 100%, and a grey swatch "undeclared".
+void floor_color_bar(float width);
 }  // namespace moc::gui

@@ -14,6 +14,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "db/results_db.h"
+#include "gui/model/roofline.h"
+
 namespace moc::gui::test {
 
 // A fresh seed per call (tests use fresh random inputs; SCOPED_TRACE it); MOCBENCH_TEST_SEED=<seed> replays
@@ -48,6 +51,31 @@ inline std::string fixture_db() {
     return p;
   }();
   return path;
+}
+
+// A database with one run of one point whose profile is synthetic_roofline_trace() (declared op costs: each
+// kernel's % of floor known by construction), with the run's measured ceilings (synthetic_roofline_ceilings())
+// or, with_ceilings = false, none (as a file from before they were recorded).
+inline std::string roofline_fixture_db(bool with_ceilings) {
+  const std::string p = temp_dir() + (with_ceilings ? "/roofline.db" : "/roofline_no_ceilings.db");
+  if (std::filesystem::exists(p)) return p;
+  auto w = db::ResultsDb::open(p, db::OpenMode::read_write);
+  db::RunRecord r;
+  r.scenario_name = with_ceilings ? "roofline" : "roofline_no_ceilings";
+  r.device_kind = "cuda";
+  r.device_name = "Synthetic GPU";
+  const std::int64_t run = w.begin_run(r);
+  if (with_ceilings) w.add_ceilings(run, synthetic_roofline_ceilings());
+  db::PointRecord pt;
+  pt.run_id = run;
+  pt.mode = "ffn-decode";
+  pt.status = "ok";
+  pt.axes = {{"mode", "ffn-decode"}, {"ffn", "moc"}};
+  pt.metrics = {{"profile_steps", 2}};
+  const prof::ProfileTrace t = synthetic_roofline_trace();
+  w.add_point(pt, {}, {}, &t);
+  w.finish_run(run, "ok", 1);
+  return p;
 }
 
 // A database with a training run on real text (the Python tutorial's sources, Debian's python3.11-doc):

@@ -563,6 +563,180 @@ TEST_F(GuiViews, KernelsPerPointTableFitsWithoutHorizontalScroll) {
   }
 }
 
+// Roofline: a synthetic profile with declared costs and its run's ceilings. One marker per (kernel, phase) in its
+// % of floor colour under the two roofs (their measured numbers in the legend); hovering a marker and clicking it
+// selects its kernel, and so does clicking a row of the table below (lost time first, the undeclared last).
+TEST_F(GuiViews, RooflineDrawsMarkersUnderTheRoofsAndAClickOnARowOrAMarkerSelectsTheKernel) {
+  auto d = open({test::roofline_fixture_db(true)}, View::roofline);
+  ASSERT_TRUE(d);
+  frames(*d, 3);
+  RooflineState& rs = d->ui().roofline;
+  ASSERT_TRUE(rs.trace);
+  ASSERT_TRUE(rs.plot.has_ceilings());
+  ASSERT_EQ(rs.plot.markers.size(), 5u);
+  ASSERT_EQ(rs.marker_px.size(), 5u);
+  const auto legend = legend_labels();
+  EXPECT_TRUE(has(legend, "memory roof: copy 1000 GB/s")) << "the measured bandwidth";
+  EXPECT_TRUE(has(legend, "compute roof: bf16 GEMM 100 TFLOP/s")) << "the measured GEMM rate";
+  EXPECT_TRUE(has(legend, "0 FLOP (data movement): squares at 0.01 FLOP/byte"));
+  float r[4];
+  ASSERT_TRUE(d->view_rect(View::roofline, r));
+  Image im = shot(*d);
+  EXPECT_GT(im.count(rs.plot_rect, roof_color(false), 12), 100) << "the memory roof";
+  EXPECT_GT(im.count(rs.plot_rect, roof_color(true), 12), 100) << "the compute roof";
+  // Each marker inside the plot, its centre in its % of floor colour (k_reduce sits on k_split: both 100%).
+  for (std::size_t i = 0; i < rs.plot.markers.size(); ++i) {
+    const auto& mp = rs.marker_px[i];
+    const prof::RooflineRow& row = rs.plot.roofline.rows[rs.plot.markers[i].row];
+    SCOPED_TRACE(row.kernel);
+    EXPECT_GT(mp[0], rs.plot_rect[0]);
+    EXPECT_LT(mp[0], rs.plot_rect[0] + rs.plot_rect[2]);
+    EXPECT_GT(mp[1], rs.plot_rect[1]);
+    EXPECT_LT(mp[1], rs.plot_rect[1] + rs.plot_rect[3]);
+    const float centre[4] = {mp[0] - 2, mp[1] - 2, 5, 5};
+    EXPECT_GE(im.count(centre, floor_color(rs.plot.pct_floor(row)), 4), 20);
+  }
+  // The table: lost time first, the undeclared kernel last.
+  ASSERT_EQ(rs.table_rows.size(), 6u);
+  EXPECT_EQ(rs.table_rows.front().first, "k_gemm");
+  EXPECT_EQ(rs.table_rows.back().first, "k_mystery");
+  ImGuiIO& io = ImGui::GetIO();
+  auto click = [&](float x, float y) {
+    io.AddMousePosEvent(std::floor(x), std::floor(y));
+    frames(*d, 2);
+    io.AddMouseButtonEvent(0, true);
+    frames(*d, 1);
+    io.AddMouseButtonEvent(0, false);
+    frames(*d, 2);
+  };
+  EXPECT_TRUE(d->ui().kernels.selected.empty());
+  for (const auto& [kernel, y] : rs.table_rows)
+    if (kernel == "k_norm") click(rs.table_x, y);
+  EXPECT_EQ(d->ui().kernels.selected, "k_norm") << "a click on its row";
+  // Its marker is outlined in white.
+  std::size_t norm = 0;
+  for (std::size_t i = 0; i < rs.plot.markers.size(); ++i)
+    if (rs.plot.roofline.rows[rs.plot.markers[i].row].kernel == "k_norm") norm = i;
+  const auto np = rs.marker_px[norm];
+  const float around[4] = {np[0] - np[2] - 3, np[1] - np[2] - 3, 2 * np[2] + 6, 2 * np[2] + 6};
+  EXPECT_GT(shot(*d).count(around, ImVec4(1, 1, 1, 1), 10), 10) << "the selected kernel's marker outlined";
+  // Hover then click the k_gemm marker.
+  std::size_t gemm = 0;
+  for (std::size_t i = 0; i < rs.plot.markers.size(); ++i)
+    if (rs.plot.roofline.rows[rs.plot.markers[i].row].kernel == "k_gemm") gemm = i;
+  io.AddMousePosEvent(std::floor(rs.marker_px[gemm][0]), std::floor(rs.marker_px[gemm][1]));
+  frames(*d, 30);  // not a double-click with the row's click
+  EXPECT_EQ(rs.hovered, static_cast<int>(gemm)) << "the marker under the pointer";
+  click(rs.marker_px[gemm][0], rs.marker_px[gemm][1]);
+  EXPECT_EQ(d->ui().kernels.selected, "k_gemm") << "a click on its marker";
+  // The selection is the Timeline's and the Kernels view's.
+  d->show(View::kernels);
+  frames(*d, 3);
+  ASSERT_GE(d->ui().kernels.row, 0);
+  EXPECT_EQ(d->ui().kernels.table[static_cast<std::size_t>(d->ui().kernels.row)].name, "k_gemm");
+  // Inclusive time re-derives the plot (no overlap here, so the same rows).
+  d->ui().time_mode = prof::TimeMode::inclusive;
+  d->show(View::roofline);
+  frames(*d, 3);
+  EXPECT_EQ(rs.plot.roofline.mode, prof::TimeMode::inclusive);
+}
+
+// A file from before ceilings were recorded: the view says so and plots the achieved rates, grey, with no roofs.
+TEST_F(GuiViews, RooflineWithoutCeilingsPlotsAchievedRatesWithNoRoofs) {
+  auto d = open({test::roofline_fixture_db(false)}, View::roofline);
+  ASSERT_TRUE(d);
+  frames(*d, 3);
+  RooflineState& rs = d->ui().roofline;
+  ASSERT_TRUE(rs.trace);
+  EXPECT_FALSE(rs.plot.has_ceilings());
+  ASSERT_EQ(rs.plot.markers.size(), 5u);
+  for (const auto& l : legend_labels()) EXPECT_EQ(l.find("roof"), std::string::npos) << l;
+  const Image im = shot(*d);
+  EXPECT_EQ(im.count(rs.plot_rect, roof_color(false), 12), 0) << "no memory roof";
+  EXPECT_EQ(im.count(rs.plot_rect, roof_color(true), 12), 0) << "no compute roof";
+  const Rgb g = kUndeclaredRgb;
+  EXPECT_GT(im.count(rs.plot_rect, ImVec4(g.r, g.g, g.b, 1), 4), 200) << "grey markers: no % of floor";
+  float r[4];
+  ASSERT_TRUE(d->view_rect(View::roofline, r));
+  EXPECT_GT(im.count(r, ImVec4(0.95f, 0.7f, 0.3f, 1), 30), 50) << "the warning that there are no ceilings";
+}
+
+// The Timeline's colour toggle, clicked through the input queue: by phase (the default), then each kernel by its
+// % of floor -- k_gemm 50% (yellow), k_norm 25%, k_split 100% (green), k_mystery undeclared (grey) -- and back.
+TEST_F(GuiViews, TimelineColourToggleColoursKernelsByTheirPercentOfFloor) {
+  auto d = open({test::roofline_fixture_db(true)}, View::timeline);
+  ASSERT_TRUE(d);
+  frames(*d, 2);
+  TimelineState& st = d->ui().timeline;
+  ASSERT_TRUE(st.timeline.trace);
+  ASSERT_TRUE(st.ceilings.has_value()) << "the run's ceilings, from the store";
+  EXPECT_EQ(st.colour, TimelineState::Colour::phase) << "phase by default";
+  const TimelineLane& lane = st.timeline.lanes[0];
+  const prof::ProfileTrace& t = *st.timeline.trace;
+  auto rect_of = [&](const std::string& kernel, float out[4]) {  // step 0's instance, less its border
+    for (const auto& it : lane.items)
+      if (it.kind == ItemKind::kernel && kernel_name(t.kernels[static_cast<std::size_t>(it.index)]) == kernel &&
+          t.kernels[static_cast<std::size_t>(it.index)].step == 0) {
+        const double ns_per_px = (st.t1 - st.t0) / (st.lanes_x1 - st.lanes_x0);
+        const float x0 = st.lanes_x0 + static_cast<float>((static_cast<double>(it.start) - st.t0) / ns_per_px);
+        const float x1 = st.lanes_x0 + static_cast<float>((static_cast<double>(it.end) - st.t0) / ns_per_px);
+        out[0] = x0 + 2;
+        out[1] = st.lane_y[0] + 3;
+        out[2] = x1 - x0 - 4;
+        out[3] = st.lane_height - 6;
+        return;
+      }
+    FAIL() << kernel;
+  };
+  float gemm[4], norm[4], split[4], mystery[4];
+  rect_of("k_gemm", gemm);
+  rect_of("k_norm", norm);
+  rect_of("k_split", split);
+  rect_of("k_mystery", mystery);
+  auto area = [](const float q[4]) { return static_cast<int>(q[2] * q[3]); };
+  auto bucket = [](double pct) {
+    const Rgb c = floor_bucket_colour(floor_bucket(pct));
+    return ImVec4(c.r, c.g, c.b, 1);
+  };
+  Image im = shot(*d);
+  EXPECT_GT(im.count(gemm, phase_color("ffn.up"), 4), area(gemm) / 2) << "by phase: k_gemm in ffn.up's colour";
+  ImGuiIO& io = ImGui::GetIO();
+  auto click = [&](const float at[2]) {
+    io.AddMousePosEvent(std::floor(at[0]), std::floor(at[1]));
+    frames(*d, 1);
+    io.AddMouseButtonEvent(0, true);
+    frames(*d, 1);
+    io.AddMouseButtonEvent(0, false);
+    frames(*d, 2);
+  };
+  click(st.colour_button[1]);
+  ASSERT_EQ(st.colour, TimelineState::Colour::floor);
+  io.AddMousePosEvent(-1, -1);
+  frames(*d, 2);
+  rect_of("k_gemm", gemm);  // the legend line moved the lanes down
+  rect_of("k_norm", norm);
+  rect_of("k_split", split);
+  rect_of("k_mystery", mystery);
+  im = shot(*d);
+  EXPECT_GT(im.count(gemm, bucket(50), 4), area(gemm) / 2) << "k_gemm: 50% of floor";
+  EXPECT_EQ(im.count(gemm, phase_color("ffn.up"), 4), 0) << "no longer its phase's colour";
+  EXPECT_GT(im.count(norm, bucket(25), 4), area(norm) / 2) << "k_norm: 25%";
+  EXPECT_GT(im.count(split, bucket(100), 4), area(split) / 2) << "k_split: at the floor";
+  const Rgb g = kUndeclaredRgb;
+  EXPECT_GT(im.count(mystery, ImVec4(g.r, g.g, g.b, 1), 4), area(mystery) / 2) << "k_mystery: undeclared, grey";
+  float r[4];
+  ASSERT_TRUE(d->view_rect(View::timeline, r));
+  const float legend[4] = {r[0], r[1], r[2], st.lanes_y0 - r[1]};
+  EXPECT_GT(im.count(legend, floor_color(0), 6), 20) << "the colour bar's red end";
+  EXPECT_GT(im.count(legend, floor_color(100), 6), 20) << "and its green end";
+  click(st.colour_button[0]);
+  EXPECT_EQ(st.colour, TimelineState::Colour::phase);
+  io.AddMousePosEvent(-1, -1);
+  frames(*d, 2);
+  rect_of("k_gemm", gemm);
+  EXPECT_GT(shot(*d).count(gemm, phase_color("ffn.up"), 4), area(gemm) / 2) << "back to phases";
+}
+
 TEST_F(GuiViews, ClickSelectsARunAndCtrlClickSetsTheSecond) {
   const std::string other = test::fixture_copy("other.db");
   auto d = open({test::fixture_db(), other}, View::runs);
@@ -629,6 +803,11 @@ TEST_F(GuiViews, ScreenshotModeWritesAPngAndRefusesBadArguments) {
   EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png +
                               " --view timeline --window 0:50 >/dev/null 2>&1"),
             0);
+  EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png + " --view roofline >/dev/null 2>&1"), 0);
+  EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png +
+                              " --view timeline --colour floor >/dev/null 2>&1"),
+            0);
+  EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png + " --colour rainbow 2>/dev/null"), 2);
 }
 
 }  // namespace
