@@ -540,6 +540,57 @@ TEST_F(Cli, StatsPrintsEveryReportOfEveryProfiledPoint) {
   EXPECT_NE(one.out.find("Total Proj Time"), std::string::npos);
 }
 
+// `devices --measure` measures and caches the ceilings; a run records them (from the cache) with its
+// profile's declared costs, and `stats --report roofline` sets each op against its floor on them.
+TEST_F(Cli, DevicesMeasureCachesCeilingsThatRunsRecordAndTheRooflineUses) {
+  const std::string cache = path("cache");
+  const std::string env = "MOCBENCH_CACHE_DIR=" + cache;
+  auto dev = mocbench_env(env, "devices --measure");
+  ASSERT_EQ(dev.code, 0) << dev.out;
+  EXPECT_NE(dev.out.find("cpu ceilings: copy"), std::string::npos) << dev.out;
+  ASSERT_TRUE(fs::exists(cache + "/ceilings.tsv"));
+  const std::string db = path("roof.db");
+  auto run = mocbench_env(env, "run " + kSmoke + " --quiet --only mode=decode --only ffn=moc --db " + db);
+  ASSERT_EQ(run.code, 0) << run.out;
+  {
+    auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
+    const auto c = store.ceilings(1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].device_id, -1);
+    EXPECT_EQ(c[0].source, "cache") << "measured once by devices --measure";
+    EXPECT_GT(c[0].copy_GBps, 0);
+    EXPECT_EQ(c[0].gemm_dtype, "f32");
+    const auto p = store.points(1);
+    ASSERT_EQ(p.size(), 1u);
+    const auto t = store.profile(p[0].id);
+    ASSERT_TRUE(t.has_value());
+    for (const auto& k : t->kernels) EXPECT_GE(k.op_bytes, 0) << k.name << " declared nothing";
+  }
+  auto roof = mocbench("stats 1 --report roofline --format csv --db " + db);
+  ASSERT_EQ(roof.code, 0) << roof.out;
+  const auto rows = parse_csv(roof.out);
+  ASSERT_GE(rows.size(), 2u) << roof.out;
+  const auto& head = rows[0];
+  const auto col = [&](const std::string& name) {
+    return static_cast<std::size_t>(std::find(head.begin(), head.end(), name) - head.begin());
+  };
+  ASSERT_LT(col("Of floor (%)"), head.size()) << roof.out;
+  ASSERT_LT(col("Name"), head.size());
+  bool ffn = false;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_FALSE(rows[i][col("Of floor (%)")].empty()) << "every op has a floor: " << rows[i][col("Name")];
+    ffn = ffn || rows[i][col("Name")] == "ffn_decode";
+  }
+  EXPECT_TRUE(ffn) << roof.out;
+  // Without a cache, a run measures its own ceilings.
+  auto fresh = mocbench_env("MOCBENCH_CACHE_DIR=" + path("cache2"),
+                            "run " + kSmoke + " --quiet --no-profile --only mode=topk --db " + path("fresh.db"));
+  ASSERT_EQ(fresh.code, 0) << fresh.out;
+  auto store = db::ResultsDb::open(path("fresh.db"), db::OpenMode::read_only);
+  ASSERT_EQ(store.ceilings(1).size(), 1u);
+  EXPECT_EQ(store.ceilings(1)[0].source, "measured");
+}
+
 // A finished run `name` of one ok decode point (median 0.003 ms) profiled as `t`; returns the file's path.
 std::string write_one_point_db(const std::string& file, const std::string& name, const prof::ProfileTrace& t) {
   auto store = db::ResultsDb::open(file, db::OpenMode::read_write);
