@@ -501,8 +501,8 @@ Table stage_sum(const prof::ProfileTrace& t) {
                        kt > 0 ? 100.0 * st.total / kt : 0.0, static_cast<double>(a->wait) / steps, st.avg, st.max});
   }
   if (tb.rows.empty()) {
-    tb.notes.push_back("no stage stamps in this profile (the persistent decode kernel stamps its stages; the kernel "
-                       "path's kernels are timed whole by CUPTI)");
+    tb.notes.push_back("no stage stamps in this profile (the persistent decode kernel stamps its stages, the kernel "
+                       "path's decode FFN kernels theirs; other kernels are timed whole by CUPTI)");
     return tb;
   }
   // How the stamped launches compare with their kernel records.
@@ -519,9 +519,10 @@ Table stage_sum(const prof::ProfileTrace& t) {
     const auto& r = t.kernels[static_cast<std::size_t>(k)];
     kernel_ns += static_cast<double>(r.end_ns - r.start_ns);
   }
-  char buf[320];
+  char buf[512];
   std::snprintf(buf, sizeof buf, "%zu stamped launch(es): their stages cover %.1f%% of their kernel records' time "
-                "(from the first block's start to the last block's end; the rest is launch and exit)",
+                "(from the first block's start to the last block's end; the rest is launch and exit, and for a kernel that "
+                "PDL starts early its wait for its predecessor and what it does before that wait)",
                 covered.size(), kernel_ns > 0 ? 100.0 * stage_ns / kernel_ns : 0.0);
   tb.notes.push_back(buf);
   tb.notes.push_back("a stage ends when the last block passes its boundary (for a grid barrier: the last arrival); "

@@ -104,7 +104,8 @@ PaperBreakdown paper_breakdown(const ProfileTrace& t, const DeviceTimes& dt) {
       if (d >= 0) {
         out.in_decode = true;
         if (short_name && split_decode.count(d)) p = decode_kernel_part(*short_name);
-        if (p == PaperPart::other) out.fused_decode = true;
+        // k_prep (it zeroes the next kernel's accumulators) is other by what it is, not a fused kernel.
+        if (p == PaperPart::other && !(short_name && *short_name == "k_prep")) out.fused_decode = true;
       }
     }
     out.ns[static_cast<int>(p)] += static_cast<double>(dur);
@@ -114,8 +115,11 @@ PaperBreakdown paper_breakdown(const ProfileTrace& t, const DeviceTimes& dt) {
       add(t.kernels[i].range_id, dt.kernels[i], &t.kernels[i].short_name);
       continue;
     }
-    // The kernel's time split as its stages were; what they do not cover is other. Stages longer than the
-    // kernel's counted time (inclusive vs exclusive) are scaled to it, so the parts still sum to it.
+    // The kernel's time split as its stages were. What they do not cover is other -- the persistent step's
+    // launch and exit -- except for the decode FFN's own kernels (k_gate, k_select, k_updown in ffn.decode),
+    // whose stamps begin after their dependency wait: the rest of their time is still the part their name
+    // says. Stages longer than the kernel's counted time (inclusive vs exclusive) are scaled to it, so the
+    // parts still sum to it.
     out.from_stages = true;
     const auto& parts = stamped[i];
     double sum = 0;
@@ -123,7 +127,12 @@ PaperBreakdown paper_breakdown(const ProfileTrace& t, const DeviceTimes& dt) {
     const double total = static_cast<double>(dt.kernels[i]);
     const double scale = sum > total && sum > 0 ? total / sum : 1.0;
     for (int p = 0; p < kPaperParts; ++p) out.ns[p] += parts[p] * scale;
-    out.ns[static_cast<int>(PaperPart::other)] += std::max(0.0, total - sum);
+    PaperPart rest = PaperPart::other;
+    if (ix.ancestor_named(t.kernels[i].range_id, "ffn.decode") >= 0) {
+      out.in_decode = true;
+      rest = decode_kernel_part(t.kernels[i].short_name);
+    }
+    out.ns[static_cast<int>(rest)] += std::max(0.0, total - sum);
   }
   out.idle_ns = static_cast<double>(std::max<std::int64_t>(0, step_span_ns(t) - busy_ns(t)));
   for (std::size_t i = 0; i < t.memcpys.size(); ++i) add(t.memcpys[i].range_id, dt.memcpys[i], nullptr);

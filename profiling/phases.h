@@ -34,7 +34,8 @@ class PhaseIndex {
 
 // Inside ffn.decode the fused decode kernels (kernels/cuda/ffn_decode.cu) have no finer ranges: their names
 // say which part they are -- k_gate the gate GEMV (with the a:b selection in its epilogue), k_select the
-// row top-K, k_updown the up and down projections over the kept channels; k_gen_* the generic fallback.
+// row top-K, k_updown the up and down projections over the kept channels; k_gen_* the generic fallback;
+// k_prep (zeroing the next kernel's accumulators) is other.
 PaperPart decode_kernel_part(const std::string& short_name);
 
 // The paper's parts of `ns` of a stamped stage (StageRecord::stage), added into parts: gate -> gate, top-K ->
@@ -56,8 +57,10 @@ struct PaperBreakdown {
 // gate kernel, kernels are split by name (decode_kernel_part); the dense decode path has no gate kernel (its
 // k_updown computes gate, up and down together), so its ops stay "other".
 // Each op counts its device time under `mode` (exclusive: the breakdown sums to the busy time). A kernel with
-// stage stamps (the persistent decode step) is split by its stages (add_stage_parts); the part of its time
-// the stages do not cover (launch, the last block's exit) is other.
+// stage stamps (the persistent decode step; on the kernel path the decode FFN's k_gate, k_select, k_updown)
+// is split by its stages (add_stage_parts); the part of its time the stages do not cover is other (the
+// persistent step's launch and exit), or for a decode FFN kernel in ffn.decode the part its name says (its
+// stamps begin after its dependency wait).
 PaperBreakdown paper_breakdown(const ProfileTrace& t, TimeMode mode = TimeMode::exclusive);
 // The same over times already computed (device_times(t, mode)), for callers that need them too.
 PaperBreakdown paper_breakdown(const ProfileTrace& t, const DeviceTimes& dt);

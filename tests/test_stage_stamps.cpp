@@ -127,6 +127,52 @@ TEST(StageStamps, BreakdownSplitsAStampedKernelByItsStages) {
   EXPECT_DOUBLE_EQ(std::accumulate(pb.ns.begin(), pb.ns.end(), 0.0), static_cast<double>(prof::busy_ns(t)));
 }
 
+// The kernel path: the decode FFN's own kernels stamp their work after their dependency wait. Inside
+// ffn.decode each is split by its stages, and the part of its (exclusive) time before its stamps -- after its
+// predecessor ended, before its first block passed the wait -- is the part its name says, not other.
+TEST(StageStamps, KernelPathFfnKernelsSplitByStagesAndKeepTheirRestInTheirPart) {
+  ProfileTrace t;
+  t.source = "cupti";
+  t.steps = 1;
+  t.ranges.push_back({1, -1, "ffn.decode", 0, 0, 0, 2000, 0, 0, 3});
+  auto kernel = [&](const std::string& name, std::int64_t start, std::int64_t end) {
+    prof::KernelRecord k;
+    k.name = k.short_name = name;
+    k.start_ns = start;
+    k.end_ns = end;
+    k.device_id = 0;
+    k.range_id = 1;
+    t.kernels.push_back(k);
+  };
+  kernel("k_gate", 0, 600);       // exclusive 600
+  kernel("k_select", 500, 900);   // PDL: starts early; exclusive [600, 900) = 300
+  kernel("k_updown", 800, 2000);  // exclusive [900, 2000) = 1100
+  auto stage = [&](const std::string& k, const std::string& name, std::int64_t a, std::int64_t b) {
+    t.stages.push_back({0, k, 0, 1, -1, name, a, b, 0});
+  };
+  stage("k_gate", "gate", 50, 600);       // 50 ns before its stamps: gate too
+  stage("k_select", "top-K", 650, 900);   // 50 ns after its predecessor ended, before its stamps: top-K
+  stage("k_updown", "up", 1000, 1400);    // 100 ns before: up & down
+  stage("k_updown", "down", 1400, 2000);
+  const auto pb = prof::paper_breakdown(t);
+  EXPECT_TRUE(pb.from_stages);
+  EXPECT_FALSE(pb.fused_stages);
+  EXPECT_DOUBLE_EQ(pb.ns[static_cast<int>(prof::PaperPart::gate)], 600);
+  EXPECT_DOUBLE_EQ(pb.ns[static_cast<int>(prof::PaperPart::topk)], 300);
+  EXPECT_DOUBLE_EQ(pb.ns[static_cast<int>(prof::PaperPart::up_down)], 1100);
+  EXPECT_DOUBLE_EQ(pb.ns[static_cast<int>(prof::PaperPart::other)], 0);
+  // The dense kernel path's one FFN kernel: its fused gate & up pass is split evenly (marked), its down pass
+  // measured; the rest of its time is up & down.
+  ProfileTrace d = t;
+  d.kernels.erase(d.kernels.begin(), d.kernels.begin() + 2);
+  d.stages = {{0, "k_updown", 0, 1, -1, "gate & up", 1000, 1600, 0}, {0, "k_updown", 0, 1, -1, "down", 1600, 2000, 0}};
+  const auto pd = prof::paper_breakdown(d);
+  EXPECT_TRUE(pd.fused_stages);
+  EXPECT_DOUBLE_EQ(pd.ns[static_cast<int>(prof::PaperPart::gate)], 300);
+  EXPECT_DOUBLE_EQ(pd.ns[static_cast<int>(prof::PaperPart::up_down)], 300 + 400 + 200);  // 200 before its stamps
+  EXPECT_DOUBLE_EQ(pd.ns[static_cast<int>(prof::PaperPart::other)], 0);
+}
+
 TEST(StageStamps, StageSumTotalsPerStageInKernelOrder) {
   const auto tb = stats::stage_sum(stamped_trace());
   ASSERT_EQ(tb.rows.size(), 6u);

@@ -147,6 +147,31 @@ std::string fit_text(const std::string& label, float max_px) {
   return out;
 }
 
+bool begin_point_view(Store& store, UiState& ui, View v, bool with_time) {
+  if (!ImGui::Begin(view_title(v))) {
+    ImGui::End();
+    return false;
+  }
+  if (!run_a(ui).valid() && !ui.timeline.pinned) {
+    ImGui::TextDisabled("Select a run in Runs.");
+    ImGui::End();
+    return false;
+  }
+  if (with_time) {
+    time_mode_toggle(ui);
+    if (!ui.timeline.pinned) {
+      ImGui::SameLine(0, 20);
+      point_picker(store, ui, true);
+    }
+  }
+  return true;
+}
+
+void end_without_profile() {
+  ImGui::TextDisabled("This point has no profile (run it without --no-profile and with [profile] kernels = true).");
+  ImGui::End();
+}
+
 void time_mode_toggle(UiState& ui) {
   ImGui::AlignTextToFramePadding();
   ImGui::TextUnformatted("device time:");

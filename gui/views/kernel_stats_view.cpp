@@ -126,26 +126,11 @@ void over_run_table(Store& store, const RunRef& a, const KernelStatsState& ks) {
 }  // namespace
 
 void draw_kernel_stats_view(Store& store, UiState& ui) {
-  if (!ImGui::Begin(view_title(View::kernels))) {
-    ImGui::End();
-    return;
-  }
-  const RunRef a = run_a(ui);
-  if (!a.valid() && !ui.timeline.pinned) {
-    ImGui::TextDisabled("Select a run in Runs.");
-    ImGui::End();
-    return;
-  }
-  time_mode_toggle(ui);
-  if (!ui.timeline.pinned) {
-    ImGui::SameLine(0, 20);
-    point_picker(store, ui, true);
-  }
+  if (!begin_point_view(store, ui, View::kernels, true)) return;
   update_kernel_stats(store, ui);
   KernelStatsState& ks = ui.kernels;
   if (!ks.trace) {
-    ImGui::TextDisabled("This point has no profile (run it without --no-profile and with [profile] kernels = true).");
-    ImGui::End();
+    end_without_profile();
     return;
   }
   const int steps = ks.trace->steps;
@@ -171,7 +156,7 @@ void draw_kernel_stats_view(Store& store, UiState& ui) {
     ImGui::SameLine();
     if (ImGui::BeginChild("run", ImVec2(0, h))) {
       ImGui::TextDisabled("in every profiled point of the run");
-      over_run_table(store, a, ks);
+      over_run_table(store, run_a(ui), ks);
     }
     ImGui::EndChild();
   }

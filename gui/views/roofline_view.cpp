@@ -344,26 +344,11 @@ void roofline_table(UiState& ui) {
 }  // namespace
 
 void draw_roofline_view(Store& store, UiState& ui) {
-  if (!ImGui::Begin(view_title(View::roofline))) {
-    ImGui::End();
-    return;
-  }
-  const RunRef a = run_a(ui);
-  if (!a.valid() && !ui.timeline.pinned) {
-    ImGui::TextDisabled("Select a run in Runs.");
-    ImGui::End();
-    return;
-  }
-  time_mode_toggle(ui);
-  if (!ui.timeline.pinned) {
-    ImGui::SameLine(0, 20);
-    point_picker(store, ui, true);
-  }
+  if (!begin_point_view(store, ui, View::roofline, true)) return;
   update_roofline(store, ui);
   RooflineState& rs = ui.roofline;
   if (!rs.trace) {
-    ImGui::TextDisabled("This point has no profile (run it without --no-profile and with [profile] kernels = true).");
-    ImGui::End();
+    end_without_profile();
     return;
   }
   const RooflinePlot& p = rs.plot;

@@ -63,23 +63,14 @@ void stage_rows(const StageTable& tb) {
 }  // namespace
 
 void draw_stage_stats_view(Store& store, UiState& ui) {
-  if (!ImGui::Begin(view_title(View::stages))) {
-    ImGui::End();
-    return;
-  }
-  const RunRef a = run_a(ui);
-  if (!a.valid() && !ui.timeline.pinned) {
-    ImGui::TextDisabled("Select a run in Runs.");
-    ImGui::End();
-    return;
-  }
+  if (!begin_point_view(store, ui, View::stages, false)) return;
   std::shared_ptr<const prof::ProfileTrace> trace;
   if (ui.timeline.pinned) {
     trace = ui.timeline.timeline.trace;
   } else {
     point_picker(store, ui, true);
     const std::int64_t pid = current_point(store, ui, true);
-    if (pid >= 0) trace = store.profile(a, pid);
+    if (pid >= 0) trace = store.profile(run_a(ui), pid);
   }
   StageStatsState& ss = ui.stages;
   if (trace != ss.trace) {
@@ -91,7 +82,8 @@ void draw_stage_stats_view(Store& store, UiState& ui) {
   } else if (ss.table.rows.empty()) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
     ImGui::TextWrapped("No stage stamps in this point's profile: the persistent decode kernel (decode_impl = persistent) stamps "
-                       "its stages; the kernel path's kernels are timed whole (see Timeline and Kernels).");
+                       "its stages, and on the kernel path the decode FFN's kernels (k_gate, k_select, k_updown) theirs; "
+                       "other kernels are timed whole (see Timeline and Kernels).");
     ImGui::PopStyleColor();
   } else {
     const StageTable& tb = ss.table;

@@ -162,6 +162,12 @@ bool point_picker(Store& store, UiState& ui, bool want_profile);
 std::string fit_text(const std::string& label, float max_px);
 // The exclusive / inclusive toggle (one state for every view), with what it means on hover.
 void time_mode_toggle(UiState& ui);
+// The opening of a view of one point of run A (Kernels, Stages, Roofline): its window, "Select a run" when
+// there is none, then (with_time) the device-time toggle and the point picker. False: nothing more to draw
+// (the window is already ended).
+bool begin_point_view(Store& store, UiState& ui, View v, bool with_time);
+// A point without a profile: says so and ends the window.
+void end_without_profile();
 // Brings the kernel statistics up to date with the Timeline's point, the time mode and the selection.
 void update_kernel_stats(Store& store, UiState& ui);
 

@@ -18,6 +18,7 @@
 #include "kernels/cuda/decode_device.cuh"
 #include "kernels/cuda/ffn_decode.cuh"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/stage_stamps.cuh"
 #include "kernels/op_cost.h"
 
 namespace moc::cuda {
@@ -191,6 +192,7 @@ struct GateArgs {
   unsigned zero_n16;
   const void* pf_up;    // kGateGroupLocal: W_up and W_down rows of kept channels are prefetched into L2
   const void* pf_down;  // (null: no prefetch)
+  step::StampBuf* stamps;  // device-side stamps while profiling (stage_stamps.cuh)
   int R, d, F, Fp, kept, mode, ga, gb, rule, unit, nunits;
 };
 
@@ -209,6 +211,7 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
   const int nt = (a.d + kTile - 1) / kTile;
   const int t_beg = warp * nt / kWarps, t_end = (warp + 1) * nt / kWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
+  step::StampScope stamp(a.stamps);  // the gate stage: from the first block past its wait to the last block's end
   griddep_launch();
   bool waited = false;  // warp-uniform
   for (int base = c0; base < c1; base += kGroup) {
@@ -229,6 +232,7 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
       if (!waited) {
         griddep_wait();
         waited = true;
+        stamp.start(step::StampKernel::k_gate, step::StageId::gate);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -242,6 +246,7 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
     if (!waited) {
       griddep_wait();
       waited = true;
+      stamp.start(step::StampKernel::k_gate, step::StageId::gate);
     }
     __syncthreads();
     if (tid < kGroup * 8) {
@@ -289,7 +294,10 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
     }
     __syncthreads();  // red, gvs and on are reused by the next tile
   }
-  if (!waited) griddep_wait();
+  if (!waited) {
+    griddep_wait();
+    stamp.start(step::StampKernel::k_gate, step::StageId::gate);
+  }
   if (a.zero) zero_part(a.zero, a.zero_n16, blockIdx.x, gridDim.x, kThreads);
 }
 
@@ -314,6 +322,7 @@ struct SelArgs {
   const void* pf_up;    // top-K: W_up and W_down rows of the channels at or above the threshold bin are
   const void* pf_down;  // prefetched into L2 (null: no prefetch), by H clusters, each a share of them
   unsigned row_bytes;
+  step::StampBuf* stamps;
   int R, C, H, F, Fp, Wp, kept, mode, k, ga, gb, rule, cache;
 };
 
@@ -344,8 +353,10 @@ __global__ void __launch_bounds__(kSelThreads, 1) k_select(SelArgs a) {
   if (topk)
     for (int i = tid; i < kHBins / 4; i += NT) reinterpret_cast<uint4*>(hist)[i] = make_uint4(0, 0, 0, 0);
   for (int w = tid; w < Wp; w += NT) sel[w] = 0;
+  step::StampScope stamp(a.stamps);  // the top-K stage; every return below is block-uniform
   griddep_launch();
   griddep_wait();
+  stamp.start(step::StampKernel::k_select, step::StageId::topk);
   if (a.zero && h == 0) zero_part(a.zero, a.zero_n16, r, a.C, NT);
   const float* Gr = a.G + static_cast<std::size_t>(row ? r : 0) * a.Fp;
   auto key_at = [&](int j) -> unsigned { return a.cache ? keys[j] : sel_key(__ldcg(Gr + j), a.rule); };
@@ -667,6 +678,7 @@ struct UpDownArgs {
   const unsigned* ucount;
   float* acc;      // [R, d] fp32, zero on entry and on exit
   unsigned* ctrl;  // column-slice counters kLine apart, zero on entry and on exit
+  step::StampBuf* stamps;
   int R, d, F, Fp, smax, C;
   int nslots;      // list mode: entries the list can hold
   int prefetch;    // all-channels mode: the first 16 channels' W_gate and W_up rows into L2 before the wait
@@ -719,6 +731,8 @@ __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const long long nb = gridDim.x, b = blockIdx.x;
   const int per_row = d / 8;
+  // Stages: up (or gate & up) until every block has its z, then down; the last blocks' return is uniform.
+  step::StampScope stamp(a.stamps);
   auto stage_rows = [&](int n) {
     for (int s = 0; s < n; ++s) {
       const bf16* src = a.wd + static_cast<std::size_t>(sch[s]) * d;
@@ -745,9 +759,11 @@ __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
     stage_rows(n);
     griddep_launch();
     griddep_wait();
+    stamp.start(step::StampKernel::k_updown, step::StageId::down);
   } else if constexpr (MODE == kListChannels) {
     griddep_launch();
     griddep_wait();
+    stamp.start(step::StampKernel::k_updown, step::StageId::down);
     // The list length and this block's slots are loaded together (slots past the length are dropped).
     const unsigned U = __ldcg(a.ucount);
     for (int i = tid; i < smax; i += kThreads) {
@@ -763,6 +779,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
   } else {
     griddep_launch();
     griddep_wait();
+    stamp.start(step::StampKernel::k_updown, step::StageId::down);
     const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb);
     int base = 0;
     for (int i0 = 0; i0 < c1 - c0; i0 += kThreads) {
@@ -857,6 +874,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
   }
   cp_async_wait_all();
   __syncthreads();
+  stamp.mark(FG ? step::StageId::gate_up : step::StageId::up);
 
   // 4. Down projection of the staged rows: thread t owns columns [8t, 8t + 8) of each 2048-column pass.
   const int npass = (d + kDownCols - 1) / kDownCols;
@@ -1260,6 +1278,7 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
                                                "ffn_decode.gate_select")
                                       : cost::ffn_decode_gate(cost_shape(p)));
   GateArgs a{};
+  a.stamps = step::stamp_buffer_if_made();
   a.x = static_cast<const bf16*>(p.x);
   a.wg = static_cast<const bf16*>(p.w_gate_t);
   a.G = B.G;
@@ -1293,6 +1312,7 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
                    Chain& ch, bool prefetch = false) {
   MOC_OP_COST(cost::ffn_decode_select(cost_shape(p)));
   SelArgs a{};
+  a.stamps = step::stamp_buffer_if_made();
   a.G = B.G;
   a.force = p.force_idx;
   a.idx_out = mode == kSelForce ? nullptr : p.idx_out;
@@ -1376,6 +1396,7 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
                   : named(cost::plus(cost::ffn_decode_gate(cost_shape(p)), cost::ffn_decode_up_down(cost_shape(p))),
                           "ffn_decode.gate_up_down"));
   UpDownArgs a{};
+  a.stamps = step::stamp_buffer_if_made();
   a.x = static_cast<const bf16*>(p.x);
   a.wg = static_cast<const bf16*>(p.w_gate_t);
   a.wu = static_cast<const bf16*>(p.w_up_t);

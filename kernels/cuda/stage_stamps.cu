@@ -52,8 +52,18 @@ const char* stamp_kernel_name(StampKernel k) {
   switch (k) {
     case StampKernel::k_step: return "k_step";
     case StampKernel::spin: return "spin_kernel";
+    case StampKernel::k_gate: return "k_gate";
+    case StampKernel::k_select: return "k_select";
+    case StampKernel::k_updown: return "k_updown";
   }
   return "?";
+}
+
+StampBuf* stamp_buffer_if_made() {
+  std::lock_guard<std::mutex> lock(stamp_mu);
+  int dev = 0;
+  MOC_CUDA_CHECK(cudaGetDevice(&dev));
+  return dev >= 0 && dev < 64 ? stamp_bufs[dev] : nullptr;
 }
 
 StampBuf* stamp_buffer() {

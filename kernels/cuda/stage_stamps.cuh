@@ -32,11 +32,13 @@ enum class StageId : unsigned {
   work,       // a kernel stamped whole (no stage marks): its first block's start to its last block's end
 };
 // Which kernel a slot holds (its CUPTI short name: stamp_kernel_name).
-enum class StampKernel : unsigned { k_step = 0, spin = 1 };
-const char* stamp_kernel_name(StampKernel k);  // "k_step", "spin_kernel"
+enum class StampKernel : unsigned { k_step = 0, spin = 1, k_gate = 2, k_select = 3, k_updown = 4 };
+const char* stamp_kernel_name(StampKernel k);  // "k_step", "spin_kernel", "k_gate", "k_select", "k_updown"
 const char* stage_name(StageId s);  // "qkv", "attention", "o", "gate", "gate & up", "top-K", ...
 
-constexpr int kStampLaunches = 32;                 // launches one read-back holds (more are counted dropped)
+// Launches one read-back holds (more are counted dropped): a kernel-path decode step stamps its FFN kernels,
+// up to 3 per layer (72 for the 1b model's 24 layers).
+constexpr int kStampLaunches = 128;
 constexpr int kStampMarks = 8 * 96 + 4;             // marks per launch: at most 8 per layer (kMaxLayers 96)
 
 struct StampMark {
@@ -63,6 +65,8 @@ struct StampBuf {
 // The current device's stamp buffer (allocated and zeroed at the first call, which CudaOps makes when it
 // starts, before any graph capture).
 StampBuf* stamp_buffer();
+// The same, or null where none was made yet (never allocates: callable during a graph capture).
+StampBuf* stamp_buffer_if_made();
 
 #ifdef __CUDACC__
 // ---- device side. Only thread 0 of a block stamps; the other threads carry an empty Stamper.
@@ -138,6 +142,55 @@ __device__ __forceinline__ void stamp_end(StampBuf* buf, int nb, Stamper& st) {
     atomicAdd(&buf->launch, 1u);
   }
 }
+// A kernel of the kernel path (one launch per op, chained with programmatic dependent launch) stamped by
+// RAII: every block constructs one at its start; start() right after the block's dependency wait -- when the
+// previous kernel of the stream, stamped or not, has completed, so the slot it reads is its own (a kernel's
+// prologue before its wait, e.g. weights streamed early, is not its stamped work); mark() at a stage
+// boundary every block passes (all threads); the destructor at every return (all threads of the block
+// return together in the kernels that use it). Lighter than the persistent kernel's protocol, because these
+// kernels are short and many per step: the launch's start is the earliest of its first kStartBlocks blocks
+// (blocks are dispatched in index order; under PDL all of them leave the wait together), and only the last
+// block to leave stamps the end -- one same-address atomic per block instead of three, no fence (the next
+// stamped launch reads the slot index only after this launch has completed: its own dependency wait).
+constexpr unsigned kStartBlocks = 8;
+struct StampScope {
+  StampBuf* buf;
+  int nb;
+  Stamper st;
+  __device__ explicit StampScope(StampBuf* b)
+      : buf(b), nb(static_cast<int>(gridDim.x * gridDim.y * gridDim.z)) {}
+  __device__ void start(StampKernel k, StageId tail) {
+    if (threadIdx.x != 0 || !buf) return;
+    if (*reinterpret_cast<volatile unsigned*>(&buf->on) == 0) return;
+    st.on = true;
+    const unsigned l = *reinterpret_cast<volatile unsigned*>(&buf->launch);
+    if (l >= static_cast<unsigned>(kStampLaunches)) return;
+    st.slot = &buf->slot[l];
+    const unsigned bi = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (bi < kStartBlocks) atomicMax(&st.slot->start_inv, ~globaltimer());
+    if (bi == 0) {
+      st.slot->blocks = static_cast<unsigned>(nb);
+      st.slot->tail = static_cast<unsigned>(tail);
+      st.slot->kernel = static_cast<unsigned>(k);
+    }
+  }
+  __device__ void mark(StageId s) {
+    if (buf) stamp_mark(st, s, -1);
+  }
+  __device__ ~StampScope() {
+    if (!buf) return;
+    __syncthreads();
+    if (threadIdx.x != 0 || !st.on) return;
+    if (atomicAdd(&buf->exits, 1u) == static_cast<unsigned>(nb) - 1) {  // the last block of the launch
+      if (st.slot) st.slot->end = globaltimer();
+      else atomicAdd(&buf->dropped, 1u);
+      buf->exits = 0;
+      atomicAdd(&buf->launch, 1u);
+    }
+  }
+  StampScope(const StampScope&) = delete;
+  StampScope& operator=(const StampScope&) = delete;
+};
 #endif  // __CUDACC__
 
 }  // namespace moc::cuda::step
