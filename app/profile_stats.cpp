@@ -448,17 +448,19 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
                        "top-K, k_updown = up & down");
   bd.notes.push_back(time_note(time));
   if (pb.from_stages)
-    bd.notes.push_back("the persistent decode kernel is split by its device-side stage stamps (stage_sum): gate, "
-                       "top-K, up and down stages to their parts, the rest (start, qkv, attention, o, head) and the "
-                       "kernel's time outside its stages to other");
+    bd.notes.push_back("kernels with device-side stage stamps (stage_sum: the persistent decode kernel; on the kernel "
+                       "path k_gate, k_select, k_updown) are split by their stages: gate, top-K, up and down to their "
+                       "parts, the rest (start, qkv, attention, o, head) to other; a kernel's time outside its stages "
+                       "is other (the persistent kernel's launch and exit), or for the kernel path's FFN kernels, "
+                       "whose stamps begin after their dependency wait, the part their name says");
   if (pb.fused_stages)
-    bd.notes.push_back("the dense persistent FFN reads each gate row and up row together in one pass (stage "
-                       "\"gate & up\"): that stage is split evenly between gate and up & down (equal bytes), not "
-                       "measured apart");
+    bd.notes.push_back("the dense FFN (persistent kernel, or the kernel path's k_updown) reads each gate row and up "
+                       "row together in one pass (stage \"gate & up\"): that stage is split evenly between gate and "
+                       "up & down (equal bytes), not measured apart");
   if (fused_decode)
     bd.notes.push_back("ops inside ffn.decode that no part can be told for (the CPU backend's one ffn_decode op, "
-                       "the dense decode path whose k_updown computes gate, up and down in one kernel, k_prep) "
-                       "are counted as other");
+                       "an unstamped dense k_updown, which computes gate, up and down in one kernel) are counted as "
+                       "other");
   return {ph, bd};
 }
 
