@@ -191,7 +191,8 @@ OpCost ffn_decode_layers(const Tensor& x, const std::vector<DecodeFfnWeights>& l
 OpCost decode_step(const DecodeStepArgs& a) {
   const std::int64_t b = a.tokens->numel(), d = a.embed->cols(), e = es(*a.embed);
   const std::int64_t act = static_cast<std::int64_t>(dtype_bytes(a.act_dtype));
-  OpCost c{"decode_step", nb(a.tokens) + nb(a.pos) + b * d * act, 0};  // tokens, positions, embedding rows
+  // Tokens, positions, the embedding rows read and the residual stream written.
+  OpCost c{"decode_step", nb(a.tokens) + nb(a.pos) + b * d * e + b * d * act, 0};
   for (const auto& l : a.layers) {
     const std::int64_t qd = l.wq_t->rows(), kvd = l.wk_t->rows();
     // Norms, the four projections (x in, outputs out), the new K/V rows, attention, residual.

@@ -306,7 +306,9 @@ TEST(ProfiledPoint, CpuDecodeOpsCarryTheirDeclaredCostsWithAttendedPositions) {
     EXPECT_EQ(k.op, k.name) << "a CPU op is its own declaration";
     EXPECT_TRUE(calls.insert({k.step, k.op_call}).second) << "one declaration per op on the CPU";
     if (k.name == "attention_decode") attn_bytes[k.step] += k.op_bytes;
-    if (k.name == "gemm") EXPECT_GT(k.op_flops, 0);
+    if (k.name == "gemm") {
+      EXPECT_GT(k.op_flops, 0);
+    }
   }
   // The second step attends one position more: every layer's attention reads one K and one V row more per
   // sequence.
