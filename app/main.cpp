@@ -1,6 +1,7 @@
 // mocbench command line. Exit codes: 0 success, 1 runtime failure, 2 bad input (config/arguments).
 #include <CLI/CLI.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -224,23 +225,54 @@ ExportFormat parse_format(const std::string& f) {
   throw ConfigError("unknown format '" + f + "'; use csv or json");
 }
 
-// Writes text to path (or stdout for "-" / empty) through a temporary file, so a failed export leaves no
-// half-written file behind.
+// An SQLite database (a results file, or any other application's) begins with this 16-byte header.
+bool is_sqlite_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char head[16] = {};
+  return f.read(head, sizeof head) && std::memcmp(head, "SQLite format 3", 16) == 0;
+}
+
+// Writes text to path (or stdout for "-" / empty) through a temporary file made in the target's folder
+// (mkstemp: never another file's name), renamed over the target once complete; on every failure the
+// temporary file is removed, so a failed export leaves nothing behind and the target as it was. Refuses
+// (exit 2, nothing written) a target that is an SQLite database -- the results file being exported, or any
+// other: an export never writes over a database.
 void write_output(const std::string& path, const std::string& text) {
   if (path.empty() || path == "-") {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return;
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) throw std::runtime_error("cannot write " + tmp);
-    f << text;
-    if (!f.flush()) throw std::runtime_error("writing " + tmp + " failed");
+  if (is_sqlite_file(path))
+    throw ConfigError("refusing to write the export over '" + path + "': it is an SQLite database (a results "
+                      "file?), which an export never replaces; choose another -o");
+  std::string tmp = path + ".XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) throw std::runtime_error("cannot create a temporary file beside " + path + ": " + std::strerror(errno));
+  auto fail = [&](const std::string& what) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(what + ": " + why + " (nothing was written to " + path + ")");
+  };
+  for (std::size_t off = 0; off < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("writing " + tmp + " failed");
+    off += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("writing " + tmp + " failed");
+  // mkstemp makes the file 0600; an export is as readable as a file the user would write.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  if (::fchmod(fd, 0666 & ~mask) != 0) fail("cannot set the permissions of " + tmp);
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("writing " + tmp + " failed: " + std::strerror(errno) + " (nothing was written to " + path + ")");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot move " + tmp + " to " + path);
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot move " + tmp + " to " + path + ": " + why);
   }
 }
 

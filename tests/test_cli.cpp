@@ -785,6 +785,44 @@ TEST_F(Cli, ExportPerfettoWritesOneProcessPerProfiledPoint) {
   EXPECT_FALSE(fs::exists(none + ".tmp"));
 }
 
+std::string file_bytes(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// An export never writes over a database -- the one it reads, or any other SQLite file -- and leaves no
+// temporary file behind, whether it succeeds, is refused or fails.
+TEST_F(Cli, ExportNeverWritesOverADatabaseAndLeavesNothingBehind) {
+  const std::string db = write_profiled_db(path("p.db"));
+  const std::string other = write_profiled_db(path("other.db"));
+  const std::string before = file_bytes(db), other_before = file_bytes(other);
+  for (const std::string& args : {"export 1 -o " + db, "export --all --format json -o " + db, "export 1 -o " + other,
+                                  "export 1 --format perfetto -o " + db}) {
+    auto r = mocbench(args + " --db " + db);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("refusing to write the export over"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(file_bytes(db), before) << "the results file is untouched";
+  EXPECT_EQ(file_bytes(other), other_before);
+  EXPECT_EQ(mocbench("list --db " + db).code, 0);
+  // A plain file is replaced, readable as any file the user writes.
+  const std::string out = path("out.csv");
+  { std::ofstream(out) << "old"; }
+  auto ok = mocbench("export 1 -o " + out + " --db " + db);
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(file_bytes(out).find("status"), std::string::npos);
+  EXPECT_EQ(fs::status(out).permissions() & fs::perms::others_read, fs::perms::others_read);
+  // A target folder that does not exist: a runtime failure, and nothing left anywhere.
+  auto bad = mocbench("export 1 -o " + path("no-such-dir") + "/x.csv --db " + db);
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  std::set<std::string> names;  // (SQLite's own -wal / -shm beside a database a reader opened aside)
+  for (const auto& e : fs::directory_iterator(path(""))) {
+    const std::string n = e.path().filename().string();
+    if (!n.ends_with("-wal") && !n.ends_with("-shm")) names.insert(n);
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"p.db", "other.db", "out.csv"})) << "no temporary file left";
+}
+
 TEST_F(Cli, ExportCarriesTheModeRightAfterTheStatus) {
   const std::string db = write_profiled_db(path("p.db"));
   auto r = mocbench("export 1 2 3 --format csv --db " + db);
