@@ -15,6 +15,7 @@
 #include "app/report.h"
 #include "app/scenario.h"
 #include "db/results_db.h"
+#include "model/config.h"
 #include "model/memory_model.h"
 
 namespace moc {
@@ -65,9 +66,9 @@ std::string metric_text(double v) { return num(v); }
 }  // namespace
 
 std::string paper_report_data(const std::vector<std::string>& db_paths, const std::vector<std::int64_t>& run_ids) {
-  if (db_paths.empty()) throw std::invalid_argument("report: no results database given");
+  if (db_paths.empty()) throw ConfigError("report: no results database given");
   if (!run_ids.empty() && db_paths.size() > 1)
-    throw std::invalid_argument("report: --run needs exactly one --db (run ids are per database)");
+    throw ConfigError("report: --run needs exactly one --db (run ids are per database)");
   std::ostringstream o;
   o << "{\"points\": [";
   bool first = true;
@@ -80,7 +81,7 @@ std::string paper_report_data(const std::vector<std::string>& db_paths, const st
         bool found = false;
         for (const auto& r : all)
           if (r.id == id) runs.push_back(r), found = true;
-        if (!found) throw std::invalid_argument("report: " + path + " has no run " + std::to_string(id));
+        if (!found) throw ConfigError("report: " + path + " has no run " + std::to_string(id));
       }
     } else {
       std::map<std::string, bool> seen;

@@ -11,6 +11,8 @@
 #include <climits>
 #include <cmath>
 #include <filesystem>
+#include <string_view>
+#include <unordered_set>
 #include <fstream>
 #include <map>
 #include <set>
@@ -490,11 +492,13 @@ class Parser {
       } else {
         axis.values.push_back(read_value(file_, *node, k, where));  // a scalar is a one-value axis
       }
-      for (std::size_t i = 1; i < axis.values.size(); ++i)
-        for (std::size_t j = 0; j < i; ++j)
-          if (axis.values[i].text == axis.values[j].text)
-            fail(file_, axis.values[i].pos, "axis '" + k + "' in " + where + " lists " + axis.values[i].text + " twice",
-                 "remove the duplicate; each value gives one set of points");
+      // Duplicates in linear time (an axis of 10^6 values took ~45 minutes pairwise).
+      std::unordered_set<std::string_view> seen;
+      seen.reserve(axis.values.size());
+      for (const auto& v : axis.values)
+        if (!seen.insert(v.text).second)
+          fail(file_, v.pos, "axis '" + k + "' in " + where + " lists " + v.text + " twice",
+               "remove the duplicate; each value gives one set of points");
       out.push_back(std::move(axis));
     }
   }

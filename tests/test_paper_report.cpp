@@ -110,9 +110,9 @@ TEST_F(PaperReport, AnEmptyDatabaseGivesEveryTableMarkedNotMeasured) {
     ASSERT_NE(at, std::string::npos) << s;
     EXPECT_NE(md.find("**Not measured**", at), std::string::npos) << s;
   }
-  // A run id the database lacks is refused with a message.
+  // A run id the database lacks is bad input: refused with a message, exit 2 (README's exit codes).
   const auto bad = shell(std::string(MOCBENCH_BIN) + " report --db " + db + " --run 99 -o " + out.string());
-  EXPECT_NE(bad.code, 0);
+  EXPECT_EQ(bad.code, 2) << bad.out;
   EXPECT_NE(bad.out.find("no run 99"), std::string::npos) << bad.out;
 }
 
