@@ -21,6 +21,9 @@ std::string num(double v) {
   return buf;
 }
 
+// A number in JSON: JSON has no inf or nan, so a value that is not finite is null.
+std::string json_num(double v) { return std::isfinite(v) ? num(v) : "null"; }
+
 std::string iso_utc(std::int64_t unix_ms) {
   std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
   std::tm tm{};
@@ -143,7 +146,7 @@ void write_export(const db::ResultsDb& store, const std::vector<std::int64_t>& r
     out << "}, \"metrics\": {";
     for (std::size_t i = 0; i < it.point.metrics.size(); ++i) {
       const double v = it.point.metrics[i].second;
-      out << (i ? ", " : "") << json_str(it.point.metrics[i].first) << ": " << (std::isnan(v) ? "null" : num(v));
+      out << (i ? ", " : "") << json_str(it.point.metrics[i].first) << ": " << json_num(v);
     }
     out << "}}";
   }
@@ -239,8 +242,8 @@ void print_comparison(const Comparison& c, ExportFormat format, std::ostream& ou
       for (std::size_t i = 0; i < c.rows.size(); ++i) {
         const auto& r = c.rows[i];
         out << (i ? ",\n " : "\n ") << "{\"point\": " << json_str(r.key) << ", \"metric\": " << json_str(r.metric)
-            << ", \"a\": " << (r.a ? num(*r.a) : "null") << ", \"b\": " << (r.b ? num(*r.b) : "null")
-            << ", \"ratio_b_over_a\": " << (ratio(r) ? num(*ratio(r)) : "null")
+            << ", \"a\": " << (r.a ? json_num(*r.a) : "null") << ", \"b\": " << (r.b ? json_num(*r.b) : "null")
+            << ", \"ratio_b_over_a\": " << (ratio(r) ? json_num(*ratio(r)) : "null")
             << ", \"status_a\": " << json_str(r.status_a) << ", \"status_b\": " << json_str(r.status_b) << "}";
       }
       out << (c.rows.empty() ? "]\n" : "\n]\n");

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -821,6 +822,47 @@ TEST_F(Cli, ExportNeverWritesOverADatabaseAndLeavesNothingBehind) {
     if (!n.ends_with("-wal") && !n.ends_with("-shm")) names.insert(n);
   }
   EXPECT_EQ(names, (std::set<std::string>{"p.db", "other.db", "out.csv"})) << "no temporary file left";
+}
+
+// JSON has no inf or nan: a metric that is not finite exports as null, and the export parses.
+TEST_F(Cli, JsonExportsWriteNonFiniteMetricsAsNull) {
+  const std::string db = path("inf.db");
+  {
+    auto store = db::ResultsDb::open(db, db::OpenMode::read_write);
+    db::RunRecord r;
+    r.scenario_name = "inf";
+    r.scenario_text = "name = \"inf\"\n";
+    r.device_kind = "cpu";
+    r.started_unix_ms = 1'700'000'000'000;
+    const auto run = store.begin_run(r);
+    db::PointRecord p;
+    p.run_id = run;
+    p.mode = "topk";
+    p.status = "ok";
+    p.metrics = {{"median_ms", 0.5},
+                 {"up", std::numeric_limits<double>::infinity()},
+                 {"down", -std::numeric_limits<double>::infinity()}};
+    store.add_point(p, {}, {});
+    store.finish_run(run, "ok", 1'700'000'001'000);
+  }
+  auto ex = mocbench("export 1 --format json --db " + db);
+  ASSERT_EQ(ex.code, 0) << ex.out;
+  const auto doc = nlohmann::json::parse(ex.out);  // throws on a bare inf
+  ASSERT_EQ(doc.size(), 1u);
+  EXPECT_DOUBLE_EQ(doc[0]["metrics"]["median_ms"].get<double>(), 0.5);
+  EXPECT_TRUE(doc[0]["metrics"]["up"].is_null());
+  EXPECT_TRUE(doc[0]["metrics"]["down"].is_null());
+  auto cmp = mocbench("compare 1 1 --metric up --metric median_ms --format json --db " + db);
+  ASSERT_EQ(cmp.code, 0) << cmp.out;
+  const auto c = nlohmann::json::parse(cmp.out.substr(cmp.out.find('[')));
+  bool saw_up = false;
+  for (const auto& row : c)
+    if (row["metric"] == "up") {
+      saw_up = true;
+      EXPECT_TRUE(row["a"].is_null());
+      EXPECT_TRUE(row["ratio_b_over_a"].is_null());
+    }
+  EXPECT_TRUE(saw_up) << cmp.out;
 }
 
 TEST_F(Cli, ExportCarriesTheModeRightAfterTheStatus) {
