@@ -636,7 +636,9 @@ int main(int argc, char** argv) {
   auto* q = run->add_flag("--quiet", run_quiet, "No progress or summary");
   run->add_flag("--json", run_json, "One JSON object per point on stdout")->excludes(q);
   run->add_option("--only", run_opt.only, "Run only the points with axis=value (repeatable, all must match)");
-  run->add_option("--cpu-memory-limit-mib", run_mem_mib, "CPU backend memory limit (points beyond it are stored as oom; default: the memory available less a margin)");
+  // 1 MiB .. 2^40 MiB (1 EiB): a negative or larger value is refused, never wrapped into another limit.
+  run->add_option("--cpu-memory-limit-mib", run_mem_mib, "CPU backend memory limit (points beyond it are stored as oom; default: the memory available less a margin)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
   run->add_flag("--no-profile", run_opt.no_profile, "No profile pass, whatever the scenario's [profile] says");
   run->add_option("--gpus", run_opt.gpus,
                   "Run every train point data-parallel on N GPUs of this machine (one process each, NCCL; "

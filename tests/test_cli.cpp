@@ -824,6 +824,18 @@ TEST_F(Cli, ExportNeverWritesOverADatabaseAndLeavesNothingBehind) {
   EXPECT_EQ(names, (std::set<std::string>{"p.db", "other.db", "out.csv"})) << "no temporary file left";
 }
 
+// A memory limit that is negative, zero or beyond 2^40 MiB is refused before any work (it once wrapped
+// silently into another limit).
+TEST_F(Cli, CpuMemoryLimitOutOfRangeIsRefused) {
+  for (const char* v : {"-5", "0", "18446744073709551615", "1099511627777", "lots"}) {
+    auto r = mocbench("run " + kSmoke + " --db " + path("m.db") + " --cpu-memory-limit-mib " + v);
+    EXPECT_EQ(r.code, 2) << v << ": " << r.out;
+    EXPECT_NE(r.out.find("--cpu-memory-limit-mib"), std::string::npos) << r.out;
+  }
+  EXPECT_FALSE(fs::exists(path("m.db"))) << "refused before any work";
+  EXPECT_EQ(mocbench("run " + kSmoke + " --dry-run --cpu-memory-limit-mib 64").code, 0);
+}
+
 // JSON has no inf or nan: a metric that is not finite exports as null, and the export parses.
 TEST_F(Cli, JsonExportsWriteNonFiniteMetricsAsNull) {
   const std::string db = path("inf.db");
