@@ -396,10 +396,14 @@ class Parser {
     for (auto [key, node] : ordered(root)) {
       const std::string k(key->str());
       const SourcePos kp = pos_of(key->source());
-      if (k == "name") {
-        sc_.name = read_value(file_, *node, k, "at the top level").s;
-      } else if (k == "description") {
-        sc_.description = read_value(file_, *node, k, "at the top level").s;
+      if (k == "name" || k == "description") {
+        // Shown by list, show and the dashboard: no control characters (a terminal would act on them).
+        const ScenarioValue v = read_value(file_, *node, k, "at the top level");
+        for (unsigned char ch : v.s)
+          if (ch < 0x20 || ch == 0x7f)
+            fail(file_, pos_of(node->source()), k + " contains a control character (code " + std::to_string(ch) + ")",
+                 "write it as plain text on one line, without tabs, escapes or terminal sequences");
+        (k == "name" ? sc_.name : sc_.description) = v.s;
       } else if (k == "mode") {
         sc_.mode = read_value(file_, *node, k, "at the top level");
       } else if (k == "device") {

@@ -182,6 +182,11 @@ TEST(ScenarioErrors, ImpossibleValuesAreRefusedWhereTheyAreWritten) {
   expect_refused(kBase + "batch_dup = 1\n", 7, 1, "unknown key 'batch_dup'");
   expect_refused(kBase + "seq = [8, 8]\n", 7, 11, "lists 8 twice");
   expect_refused(kBase + "seq = []\n", 7, 7, "has no values");
+  // list and show print the name and description: a terminal sequence in them is refused where it is written.
+  expect_refused("name = \"t\\u001b[2J\"\nmode = \"topk\"\n[model]\npreset = \"tiny\"\n", 1, 8,
+                 "name contains a control character (code 27)", "plain text");
+  expect_refused("name = \"t\"\ndescription = \"a\\tb\"\nmode = \"topk\"\n[model]\npreset = \"tiny\"\n", 2, 15,
+                 "description contains a control character (code 9)");
 }
 
 // An axis of 10^6 values whose last one repeats the 17th is refused at that value. The check is linear: the
