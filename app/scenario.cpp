@@ -1037,9 +1037,18 @@ Scenario load_scenario(const std::string& path) {
   if (!in)
     throw ScenarioError(path, 0, 0, "cannot read the scenario file",
                         "check the path; the shipped scenarios are scenarios/*.toml");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return parse_scenario(s.str(), path);
+  // Read in chunks up to a cap: a device or a pipe that never ends (/dev/zero) is refused, not read until
+  // memory runs out. 64 MiB is far above any study (a 10^6-value axis is ~8 MB).
+  constexpr std::size_t kMaxScenarioBytes = std::size_t{64} << 20;
+  std::string text;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxScenarioBytes)
+      throw ScenarioError(path, 0, 0, "the scenario file is larger than 64 MiB (is it a scenario?)",
+                          "a scenario is a TOML text of a few lines to a few MB; check the path");
+  }
+  return parse_scenario(text, path);
 }
 
 }  // namespace moc

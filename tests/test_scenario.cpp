@@ -263,6 +263,17 @@ TEST(ScenarioErrors, AnUnreadableFileIsNamed) {
   }
 }
 
+// A file that never ends (a device) is refused once it passes the size cap, not read until memory runs out.
+TEST(ScenarioErrors, AnEndlessFileIsRefusedAtTheSizeCap) {
+  try {
+    load_scenario("/dev/zero");
+    FAIL() << "accepted";
+  } catch (const ScenarioError& e) {
+    EXPECT_EQ(e.file, "/dev/zero");
+    EXPECT_NE(std::string(e.what()).find("larger than 64 MiB"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ScenarioExpand, TheCartesianProductFollowsFileOrderFirstAxisSlowest) {
   const Scenario s = parse_scenario(
       "mode = \"ffn-train\"\n[model]\npreset = \"tiny\"\n[axes]\n"
