@@ -88,20 +88,36 @@ void Dashboard::apply_initial_selection() {
       break;
     }
   }
-  if (!a.valid()) a = store_.runs().front().ref;
+  selection_error_.clear();
+  if (!a.valid()) {
+    if (opts_.run >= 0) selection_error_ = "the first database has no run " + std::to_string(opts_.run);
+    a = store_.runs().front().ref;
+  }
   select_run(ui_, a, false);
-  if (opts_.point >= 0)
+  if (opts_.point >= 0) {
+    bool found = false;
     for (const auto& p : store_.points(a))
-      if (p.index == opts_.point) ui_.point_id = p.id;
+      if (p.index == opts_.point) {
+        ui_.point_id = p.id;
+        found = true;
+      }
+    if (!found && selection_error_.empty())
+      selection_error_ = "run " + std::to_string(a.run_id) + " has no point " + std::to_string(opts_.point);
+  }
   // B: --run-b in the second database (or the first when only one is open); by default the second
   // database's newest run when two are open.
   const int b_source = store_.sources().size() > 1 ? 1 : 0;
   if (opts_.run_b >= 0 || b_source == 1) {
+    bool found = false;
     for (const auto& r : store_.runs())
       if (r.ref.source == b_source && (opts_.run_b < 0 || r.run.id == opts_.run_b) && r.ref != a) {
         select_run(ui_, r.ref, true);
+        found = true;
         break;
       }
+    if (!found && opts_.run_b >= 0 && selection_error_.empty())
+      selection_error_ = std::string(b_source ? "the second database" : "the first database") + " has no run " +
+                         std::to_string(opts_.run_b) + " to compare";
   }
 }
 

@@ -64,6 +64,9 @@ class Dashboard {
   std::string renderer() const;  // GL_RENDERER, e.g. "llvmpipe (LLVM 15.0.6, 256 bits)"
 
   Store& store() { return store_; }
+  // What --run / --point / --run-b named that the databases do not hold ("" when all were found), once the
+  // first frame has made the selection.
+  const std::string& selection_error() const { return selection_error_; }
   UiState& ui() { return ui_; }
   GLFWwindow* window() const { return window_; }
   // Screen rectangle of a view's window after the last frame (x, y, w, h); false when not visible.
@@ -78,6 +81,7 @@ class Dashboard {
   UiState ui_;
   GLFWwindow* window_ = nullptr;
   bool imgui_ = false, layout_done_ = false, selection_done_ = false;
+  std::string selection_error_;
   int frames_ = 0;
   int focus_frames_ = 3;  // frames left that (re)focus opts_.focus
   double last_refresh_ = 0;

@@ -106,6 +106,10 @@ int main(int argc, char** argv) {
     if (!s.error.empty()) std::fprintf(stderr, "mocbench-gui: %s\n", s.error.c_str());
   if (screenshot.empty()) return d.run_until_closed();
   for (int i = 0; i < std::max(2, frames); ++i) d.frame();
+  if (!d.selection_error().empty()) {  // never a picture of another run than the one asked for
+    std::fprintf(stderr, "mocbench-gui: %s; nothing written\n", d.selection_error().c_str());
+    return 2;
+  }
   if (!d.write_png(screenshot, &error)) {
     std::fprintf(stderr, "mocbench-gui: %s\n", error.c_str());
     return 1;

@@ -808,6 +808,13 @@ TEST_F(GuiViews, ScreenshotModeWritesAPngAndRefusesBadArguments) {
                               " --view timeline --colour floor >/dev/null 2>&1"),
             0);
   EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png + " --colour rainbow 2>/dev/null"), 2);
+  // A run, point or run B the databases do not hold: refused, no picture of another run (issue #27).
+  const std::string missing = png + ".missing.png";
+  for (const char* arg : {" --run 999", " --point 999", " --run-b 999 --view compare"}) {
+    EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + missing + arg + " >/dev/null 2>&1"), 2)
+        << arg;
+    EXPECT_FALSE(std::filesystem::exists(missing)) << arg;
+  }
 }
 
 }  // namespace
