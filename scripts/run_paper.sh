@@ -10,7 +10,12 @@ shift
 bin=build/default/app/mocbench
 if [ $# -gt 0 ] && [[ "$1" != *.toml ]]; then bin=$1; shift; fi
 files=("$@")
-[ ${#files[@]} -gt 0 ] || files=(scenarios/paper/*.toml)
+if [ ${#files[@]} -eq 0 ]; then
+  # Every paper scenario; paper_numbers.toml beside them holds the paper's published numbers, not a scenario.
+  for f in scenarios/paper/*.toml; do
+    [ "$(basename "$f")" = paper_numbers.toml ] || files+=("$f")
+  done
+fi
 failed=0
 for f in "${files[@]}"; do
   echo "== $f"
