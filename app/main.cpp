@@ -232,7 +232,8 @@ bool is_sqlite_file(const std::string& path) {
   return f.read(head, sizeof head) && std::memcmp(head, "SQLite format 3", 16) == 0;
 }
 
-// Writes text to path (or stdout for "-" / empty) through a temporary file made in the target's folder
+// Writes text to path (or stdout for "-" / empty; a device or pipe directly) through a temporary file made in
+// the target's folder
 // (mkstemp: never another file's name), renamed over the target once complete; on every failure the
 // temporary file is removed, so a failed export leaves nothing behind and the target as it was. Refuses
 // (exit 2, nothing written) a target that is an SQLite database -- the results file being exported, or any
@@ -240,6 +241,13 @@ bool is_sqlite_file(const std::string& path) {
 void write_output(const std::string& path, const std::string& text) {
   if (path.empty() || path == "-") {
     std::fwrite(text.data(), 1, text.size(), stdout);
+    return;
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    // A device or a pipe (-o /dev/stdout, a FIFO): written as it is; there is nothing to replace.
+    std::ofstream f(path, std::ios::binary);
+    if (!(f << text) || !f.flush()) throw std::runtime_error("writing " + path + " failed");
     return;
   }
   if (is_sqlite_file(path))

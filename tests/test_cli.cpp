@@ -813,6 +813,11 @@ TEST_F(Cli, ExportNeverWritesOverADatabaseAndLeavesNothingBehind) {
   ASSERT_EQ(ok.code, 0) << ok.out;
   EXPECT_NE(file_bytes(out).find("status"), std::string::npos);
   EXPECT_EQ(fs::status(out).permissions() & fs::perms::others_read, fs::perms::others_read);
+  // A device (or a pipe) is written as it is: nothing is renamed over it.
+  auto dev = mocbench("export 1 -o /dev/stdout --db " + db);
+  EXPECT_EQ(dev.code, 0) << dev.out;
+  EXPECT_NE(dev.out.find("status"), std::string::npos) << dev.out;
+  EXPECT_TRUE(fs::is_symlink("/dev/stdout") || fs::is_character_file("/dev/stdout"));
   // A target folder that does not exist: a runtime failure, and nothing left anywhere.
   auto bad = mocbench("export 1 -o " + path("no-such-dir") + "/x.csv --db " + db);
   EXPECT_EQ(bad.code, 1) << bad.out;
