@@ -1,6 +1,7 @@
 #include "app/paper_report.h"
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -152,9 +153,21 @@ int write_paper_report(const PaperReportOptions& opt) {
   fs::create_directories(opt.out_dir);
   const fs::path data = fs::path(opt.out_dir) / "data.json";
   {
-    std::ofstream f(data);
-    f << paper_report_data(opt.db_paths, opt.run_ids);
-    if (!f) throw std::runtime_error("report: cannot write " + data.string());
+    // Read everything first (a bad database fails here, before any file is touched), then write through a
+    // temporary file renamed over data.json: an earlier report's data.json stays whole on every failure.
+    const std::string text = paper_report_data(opt.db_paths, opt.run_ids);
+    const fs::path tmp = data.string() + ".tmp." + std::to_string(::getpid());
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.flush();
+    const bool ok = static_cast<bool>(f);
+    f.close();
+    std::error_code ec;
+    if (ok) fs::rename(tmp, data, ec);
+    if (!ok || ec) {
+      fs::remove(tmp, ec);
+      throw std::runtime_error("report: cannot write " + data.string() + " (nothing was changed there)");
+    }
   }
   std::string py = opt.python;
   if (py.empty())

@@ -114,6 +114,16 @@ TEST_F(PaperReport, AnEmptyDatabaseGivesEveryTableMarkedNotMeasured) {
   const auto bad = shell(std::string(MOCBENCH_BIN) + " report --db " + db + " --run 99 -o " + out.string());
   EXPECT_EQ(bad.code, 2) << bad.out;
   EXPECT_NE(bad.out.find("no run 99"), std::string::npos) << bad.out;
+  // A database that cannot be read: the earlier report's data.json stays whole, and nothing else is left.
+  const std::string data_before = read(out / "data.json");
+  ASSERT_FALSE(data_before.empty());
+  const fs::path junk = dir_ / "junk.db";
+  { std::ofstream(junk) << "not a database"; }
+  const auto broken = shell(std::string(MOCBENCH_BIN) + " report --db " + junk.string() + " -o " + out.string());
+  EXPECT_NE(broken.code, 0) << broken.out;
+  EXPECT_EQ(read(out / "data.json"), data_before);
+  for (const auto& e : fs::directory_iterator(out))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
 }
 
 // scripts/run_paper.sh runs every paper scenario -- not paper_numbers.toml, the published numbers beside them,
