@@ -1062,10 +1062,18 @@ ResultsDb ResultsDb::open(const std::string& path, OpenMode mode) {
       (writing ? (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) : SQLITE_OPEN_READONLY) | SQLITE_OPEN_NOMUTEX;
   const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
   std::unique_ptr<sqlite3, Closer> db(raw);  // closed on every path out, failure included
-  if (rc != SQLITE_OK)
+  if (rc != SQLITE_OK) {
+    // SQLite's own limit on a path (SQLITE_MAX_PATHNAME, 512 bytes by default, which its "-journal" / "-wal"
+    // names must fit too): name it rather than guess at the folder.
+    const std::size_t full = std::filesystem::absolute(path).string().size();
+    const bool too_long = full >= 500;
     throw DbError(in_quotes(path) + ": cannot " + (writing ? "open or create" : "open") + " the database: " +
                   (raw != nullptr ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)) +
-                  (writing ? " (does its folder exist, and is it writable?)" : ""));
+                  (too_long ? " (its full path is " + std::to_string(full) +
+                                  " bytes, at SQLite's limit of 512 with its -journal / -wal names: use a shorter path)"
+                   : writing ? " (does its folder exist, and is it writable?)"
+                             : ""));
+  }
   if (sqlite3_extended_result_codes(raw, 1) != SQLITE_OK) fail(raw, path, "enabling extended result codes");
   // A refused open must leave the file as it was: a WAL left by another process (a writer that died) is
   // not checkpointed into it when this connection closes, until the file is known to be ours. Without

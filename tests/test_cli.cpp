@@ -829,6 +829,17 @@ TEST_F(Cli, ExportNeverWritesOverADatabaseAndLeavesNothingBehind) {
   EXPECT_EQ(names, (std::set<std::string>{"p.db", "other.db", "out.csv"})) << "no temporary file left";
 }
 
+// A results path beyond SQLite's limit gets that reason, not a guess at the folder.
+TEST_F(Cli, AResultsPathTooLongForSqliteSaysSo) {
+  std::string dir = path("");
+  while (dir.size() < 560) dir += "/" + std::string(120, 'd');
+  fs::create_directories(dir);
+  auto r = mocbench("run " + kSmoke + " --quiet --only mode=topk --db " + dir + "/x.db");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("at SQLite's limit of 512"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("does its folder exist"), std::string::npos) << r.out;
+}
+
 // A memory limit that is negative, zero or beyond 2^40 MiB is refused before any work (it once wrapped
 // silently into another limit).
 TEST_F(Cli, CpuMemoryLimitOutOfRangeIsRefused) {
