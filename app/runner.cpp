@@ -74,7 +74,8 @@ namespace {
 
 // The run's device ceilings for the roofline (DEVICE_CEILINGS): from the cache or measured now. A failure is a
 // note, never the run's end: the roofline then shows rates without % of the ceilings.
-void record_ceilings(db::ResultsDb& store, std::int64_t run_id, const std::string& backend) {
+void record_ceilings(db::ResultsDb& store, std::int64_t run_id, const std::string& backend,
+                     const std::string& device_name) {
   try {
     const std::string key = ceilings_key(backend, 0);
     std::optional<DeviceCeilings> c = cached_ceilings(key);
@@ -89,7 +90,7 @@ void record_ceilings(db::ResultsDb& store, std::int64_t run_id, const std::strin
     }
     db::CeilingsRecord r;
     r.device_id = backend == "cuda" ? 0 : -1;
-    r.device = backend == "cuda" ? key.substr(5, key.find('|', 5) - 5) : cpu_model();
+    r.device = device_name;
     r.copy_GBps = c->copy_GBps;
     r.gemm_tflops = c->gemm_tflops;
     r.gemm_dtype = c->gemm_dtype;
@@ -464,7 +465,7 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
                                   static_cast<std::int64_t>(g.l2_bytes), static_cast<std::int64_t>(g.total_mem_bytes),
                                   g.sm_clock_khz, g.mem_clock_khz, g.mem_bus_bits});
 #endif
-  record_ceilings(store, run_id, backend);
+  record_ceilings(store, run_id, backend, run.device_name);
 
   g_stop.store(false);
   auto previous = std::signal(SIGINT, on_sigint);

@@ -88,16 +88,19 @@ __device__ __forceinline__ unsigned stage_code(StageId s, int layer) {
 }
 
 // At the start of a kernel's work (after its dependency wait), every block: is this launch stamped, and
-// into which slot. Off, this is one load of the flag per block.
-__device__ __forceinline__ void stamp_start(StampBuf* buf, int nb, Stamper& st, StampKernel kernel, StageId tail) {
+// into which slot. The launch's start is the earliest stamp of its first start_blocks blocks (in linear block
+// order; all of them by default). Off, this is one load of the flag per block.
+__device__ __forceinline__ void stamp_start(StampBuf* buf, int nb, Stamper& st, StampKernel kernel, StageId tail,
+                                            unsigned start_blocks = ~0u) {
   if (threadIdx.x != 0 || !buf) return;
   if (*reinterpret_cast<volatile unsigned*>(&buf->on) == 0) return;
   st.on = true;
   const unsigned l = *reinterpret_cast<volatile unsigned*>(&buf->launch);
   if (l >= static_cast<unsigned>(kStampLaunches)) return;
   st.slot = &buf->slot[l];
-  atomicMax(&st.slot->start_inv, ~globaltimer());
-  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+  const unsigned bi = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (bi < start_blocks) atomicMax(&st.slot->start_inv, ~globaltimer());
+  if (bi == 0) {
     st.slot->blocks = static_cast<unsigned>(nb);
     st.slot->tail = static_cast<unsigned>(tail);
     st.slot->kernel = static_cast<unsigned>(kernel);
@@ -159,21 +162,7 @@ struct StampScope {
   Stamper st;
   __device__ explicit StampScope(StampBuf* b)
       : buf(b), nb(static_cast<int>(gridDim.x * gridDim.y * gridDim.z)) {}
-  __device__ void start(StampKernel k, StageId tail) {
-    if (threadIdx.x != 0 || !buf) return;
-    if (*reinterpret_cast<volatile unsigned*>(&buf->on) == 0) return;
-    st.on = true;
-    const unsigned l = *reinterpret_cast<volatile unsigned*>(&buf->launch);
-    if (l >= static_cast<unsigned>(kStampLaunches)) return;
-    st.slot = &buf->slot[l];
-    const unsigned bi = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    if (bi < kStartBlocks) atomicMax(&st.slot->start_inv, ~globaltimer());
-    if (bi == 0) {
-      st.slot->blocks = static_cast<unsigned>(nb);
-      st.slot->tail = static_cast<unsigned>(tail);
-      st.slot->kernel = static_cast<unsigned>(k);
-    }
-  }
+  __device__ void start(StampKernel k, StageId tail) { stamp_start(buf, nb, st, k, tail, kStartBlocks); }
   __device__ void mark(StageId s) {
     if (buf) stamp_mark(st, s, -1);
   }
