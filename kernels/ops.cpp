@@ -86,6 +86,25 @@ std::vector<std::int32_t> Ops::download_i32(const Tensor& src) {
   return out;
 }
 
+void Ops::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t,
+                     const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache, Tensor& v_cache) {
+  if (x.rank() != 2 || q.rank() != 3 || k_cache.rank() != 4 || q.dim(0) != x.dim(0))
+    throw std::invalid_argument("decode_qkv: x [b, d], q [b, h, hd] and caches [b, kvh, max_seq, hd] expected");
+  const std::int64_t b = x.dim(0), d = x.dim(1), h = q.dim(1), hd = q.dim(2), kvh = k_cache.dim(1);
+  auto ws = [&](const Shape& s, DType t) { return empty(s, t, workspace_tag()); };
+  Tensor xn = ws({b, d}, x.dtype()), rstd = ws({b}, DType::f32);
+  rmsnorm_forward(x, norm_w, eps, xn, rstd);
+  Tensor q2 = q.reshape({b, h * hd});
+  Tensor k = ws({b, 1, kvh, hd}, q.dtype()), v = ws({b, 1, kvh, hd}, q.dtype());
+  Tensor k2 = k.reshape({b, kvh * hd}), v2 = v.reshape({b, kvh * hd}), k3 = k.reshape({b, kvh, hd});
+  gemm(xn, false, wq_t, true, q2);
+  gemm(xn, false, wk_t, true, k2);
+  gemm(xn, false, wv_t, true, v2);
+  rope(q, pos, theta, false);
+  rope(k3, pos, theta, false);
+  kv_cache_write(k, v, pos, k_cache, v_cache);
+}
+
 void Ops::decode_step(const DecodeStepArgs& a) {
   const int b = static_cast<int>(a.tokens->numel()), d = static_cast<int>(a.embed->cols());
   const int h = a.heads, kvh = a.kv_heads, hd = d / h;

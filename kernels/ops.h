@@ -91,6 +91,11 @@ struct DecodeFfnWeights {
   const Tensor* w_gate_t;  // [d_ffn, d]  (W_gate transposed)
   const Tensor* w_up_t;    // [d_ffn, d]  (W_up transposed)
   const Tensor* w_down;    // [d_ffn, d]
+  // The layer's RMSNorm, folded into the op (null: x is already normalized). Given, x is the raw residual,
+  // normalized first exactly as rmsnorm_forward(x, *norm, norm_eps) writes it, and out may alias x
+  // (out = x + FFN(RMSNorm(x)): the decode step's residual update in one op).
+  const Tensor* norm = nullptr;
+  float norm_eps = 1e-5f;
 };
 
 // Which parts of ffn_decode run (benchmarks time them apart for the paper's breakdown).
@@ -215,6 +220,15 @@ class Ops {
   // One query per sequence: q [b, h, hd] attends to cache positions 0..pos[i] (inclusive) -> out [b, h, hd].
   virtual void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
                                 Tensor& out) = 0;
+  // The first half of a decode layer's attention as one op (the kernel path's decode step): xn = RMSNorm(x;
+  // norm_w, eps) rounded to x's dtype, q | k | v = xn [Wq; Wk; Wv]^T with the projections stored [out, in]
+  // (wq_t [h*hd, d], wk_t and wv_t [kvh*hd, d]), RoPE at pos on q and k, q -> q [b, h, hd], and k, v
+  // written to row pos[i] of the caches [b, kvh, max_seq, hd]. The default composes rmsnorm_forward, gemm,
+  // rope and kv_cache_write (the CPU twin); the CUDA backend runs one kernel (RMSNorm in its prologue, RoPE
+  // and the cache write in its epilogue).
+  virtual void decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t,
+                          const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache,
+                          Tensor& v_cache);
   // SwiGLU element-wise part: s = SiLU(g) (skipped when s is null), z = s * u.
   virtual void swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor& z) = 0;
   // dg = dz * u * SiLU'(g), du = dz * SiLU(g) (paper eq. 7); s, when given, is the stored SiLU(g).

@@ -470,7 +470,9 @@ void Transformer::prepare_decode(DecodeImpl impl) {
                                 "tokens per expert on the host, which a captured decode step cannot do)");
   if (impl == DecodeImpl::persistent && cfg_.qk_norm)
     throw std::invalid_argument("prepare_decode: the persistent decode step has no QK-norm; use DecodeImpl::kernels");
-  const bool want_proj = impl == DecodeImpl::persistent;
+  // Both decode paths read every projection as [out, in] rows (one output = one contiguous row: the
+  // persistent step and the kernel path's GEMVs, Ops::decode_qkv); prefill passes trans_b to its GEMMs.
+  const bool want_proj = true;
   if (decode_layout_ && (proj_transposed_ || !want_proj)) {
     decode_impl_ = impl;
     return;
@@ -502,8 +504,6 @@ void Transformer::prepare_decode(DecodeImpl impl) {
       transpose(*lp.w_up);
     }
   if (want_proj && !proj_transposed_) {
-    // The persistent step reads every projection as [out, in] rows; prefill and the kernel path pass
-    // trans_b to the GEMMs instead.
     for (auto& lp : layers_)
       for (Param* p : {lp.wq, lp.wk, lp.wv, lp.wo}) transpose(*p);
     transpose(*lm_head_);
@@ -543,25 +543,36 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
     rstd_q = ws({b * h}, DType::f32);
     rstd_k = ws({b * kvh}, DType::f32);
   }
+  // QK-norm (Qwen3-like) sits between the projections and RoPE: those models keep the composed ops.
+  const bool fused_qkv = proj_transposed_ && !cfg_.qk_norm;
   for (int l = 0; l < cfg_.layers; ++l) {
     ScopedRange layer_range(ranges_, "layer." + std::to_string(l));
     const auto& lp = layers_[static_cast<std::size_t>(l)];
     {
       ScopedRange sr(ranges_, "attention");
-      o.rmsnorm_forward(x, lp.attn_norm->value, cfg_.norm_eps, xn, rstd);
-      project_qk(xn, lp, q2, k2, &q_raw, &k_raw, &rstd_q, &rstd_k);
-      proj(xn, *lp.wv, v2);
-      o.rope(q, pos, cfg_.rope_theta, false);
-      o.rope(k3, pos, cfg_.rope_theta, false);
-      o.kv_cache_write(k, v, pos, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)]);
+      if (fused_qkv) {  // RMSNorm, q/k/v, RoPE and the cache write as one op (one kernel on the GPU)
+        o.decode_qkv(x, lp.attn_norm->value, cfg_.norm_eps, lp.wq->value, lp.wk->value, lp.wv->value, pos,
+                     cfg_.rope_theta, q, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)]);
+      } else {
+        o.rmsnorm_forward(x, lp.attn_norm->value, cfg_.norm_eps, xn, rstd);
+        project_qk(xn, lp, q2, k2, &q_raw, &k_raw, &rstd_q, &rstd_k);
+        proj(xn, *lp.wv, v2);
+        o.rope(q, pos, cfg_.rope_theta, false);
+        o.rope(k3, pos, cfg_.rope_theta, false);
+        o.kv_cache_write(k, v, pos, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)]);
+      }
       o.attention_decode(q, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)], pos, attn);
       proj(attn2, *lp.wo, x, 1.0f);  // residual add in place
     }
     {
       ScopedRange sr(ranges_, "ffn");
-      o.rmsnorm_forward(x, lp.ffn_norm->value, cfg_.norm_eps, xn, rstd);
-      if (decode_layout_) ffns_[static_cast<std::size_t>(l)].decode(xn, ffn_weights(l), x, nullptr, ranges_);
-      else ffns_[static_cast<std::size_t>(l)].forward(xn, ffn_weights(l), x, 1.0f, false, ranges_);
+      if (decode_layout_) {  // x += FFN(RMSNorm(x)) as one op: the norm folds into the FFN's first kernel
+        ffns_[static_cast<std::size_t>(l)].decode(x, ffn_weights(l), x, nullptr, ranges_, &lp.ffn_norm->value,
+                                                  cfg_.norm_eps);
+      } else {
+        o.rmsnorm_forward(x, lp.ffn_norm->value, cfg_.norm_eps, xn, rstd);
+        ffns_[static_cast<std::size_t>(l)].forward(xn, ffn_weights(l), x, 1.0f, false, ranges_);
+      }
     }
   }
   ScopedRange sr(ranges_, "head");

@@ -48,6 +48,23 @@ TEST(OpCost, ProjectionGemvMovesTheWeightAndBothVectors) {
   EXPECT_FALSE(c.bound);
 }
 
+// Ops::decode_qkv (one kernel for RMSNorm, q/k/v, RoPE and the cache write): x and the norm weight in, the
+// three projections once, q out and one K and one V row per sequence and KV head into the caches -- what the
+// seven composed ops move less their intermediates (xn, k and v round trips).
+TEST(OpCost, FusedQkvMovesTheProjectionsOnceAndOneCacheRowPerSequence) {
+  DecodeShapes s;
+  const std::int64_t b = 2, d = 2048, h = 32, kvh = 8, hd = 64, max_seq = 256;
+  Tensor x = s.empty({b, d}, DType::bf16), nw = s.empty({d}, DType::bf16), pos = s.empty({b}, DType::i32);
+  Tensor wq = s.empty({h * hd, d}, DType::bf16), wk = s.empty({kvh * hd, d}, DType::bf16),
+         wv = s.empty({kvh * hd, d}, DType::bf16);
+  Tensor q = s.empty({b, h, hd}, DType::bf16), kc = s.empty({b, kvh, max_seq, hd}, DType::bf16);
+  const OpCost c = cost::decode_qkv(x, nw, wq, wk, wv, pos, q, kc);
+  EXPECT_STREQ(c.op, "decode_qkv");
+  EXPECT_EQ(c.bytes, 2 * b * d + 2 * d + 2 * (h + 2 * kvh) * hd * d + 4 * b + 2 * b * h * hd + 2 * (2 * b * kvh * hd));
+  EXPECT_EQ(c.flops, 2 * b * (h + 2 * kvh) * hd * d + 4 * b * d + 6 * (b * h * hd + b * kvh * hd));
+  EXPECT_EQ(c.bytes_per_pos, 0);
+}
+
 TEST(OpCost, SmallDecodeOpsMoveTheirTensorsOnce) {
   DecodeShapes s;
   const std::int64_t b = 3, d = 2048, h = 32, kvh = 8, hd = 64, max_seq = 256;

@@ -298,6 +298,10 @@ void CudaOps::gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c
     MOC_CUDA_LAUNCHED("scale_kernel");
     return;
   }
+  if (gemv_rows_fits(a, ta, b, tb, c)) {  // decode-sized, W stored [out, in]: stream W (decode_gemv.cu)
+    gemv_rows(cur(), a, b, c, alpha, beta);
+    return;
+  }
   if (skinny_gemm_fits(a, ta, b, tb, c)) {  // decode-sized: stream W (gemv_skinny.cu)
     skinny_gemm(cur(), sm_count_, a, b, c, alpha, beta);
     return;
@@ -485,6 +489,14 @@ void CudaOps::attention_backward(const Tensor& q, const Tensor& k, const Tensor&
   MOC_OP_COST(cost::attention_backward(q, k, v, out, lse, dout));
   cuda::attention_backward(*this, q, k, v, out, lse, dout, dq, dk, dv);
 }
+void CudaOps::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t,
+                         const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache,
+                         Tensor& v_cache) {
+  MOC_OP_COST(cost::decode_qkv(x, norm_w, wq_t, wk_t, wv_t, pos, q, k_cache));
+  if (decode_qkv_fused(cur(), x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache)) return;
+  Ops::decode_qkv(x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache);
+}
+
 void CudaOps::attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
                                Tensor& out) {
   MOC_OP_COST(cost::attention_decode(q, k_cache, pos, out));

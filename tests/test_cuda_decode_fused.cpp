@@ -1,0 +1,206 @@
+// The kernel path's fused decode ops on the GPU against their CPU twins composed from the existing ops
+// (issue #26): Ops::decode_qkv (RMSNorm + q/k/v GEMV + RoPE + cache write in one kernel) and the decode GEMV
+// behind CudaOps::gemm for 1-4 rows of [out, in] weights (the o projection with its residual, the LM head).
+// Fresh random inputs, poisoned outputs, odd sizes, GQA, head_dim 64 and 128, positions at both cache ends.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu_util.h"
+#include "test_util.h"
+
+namespace moc {
+namespace {
+using namespace moc::test;
+
+struct Pair {
+  Tensor g, c;
+};
+
+Pair pair_of(Ops& gpu, Ops& cpu, const std::vector<float>& host, const Shape& shape, DType dt, MemTag tag) {
+  Pair p{gpu.empty(shape, dt, tag), cpu.empty(shape, dt, tag)};
+  gpu.upload_f32(p.g, host);
+  cpu.upload_f32(p.c, host);
+  return p;
+}
+std::size_t count(const Shape& s) {
+  std::size_t n = 1;
+  for (auto d : s) n *= static_cast<std::size_t>(d);
+  return n;
+}
+Pair random_pair(Ops& gpu, Ops& cpu, std::mt19937& rng, const Shape& shape, float std, MemTag tag = workspace_tag()) {
+  return pair_of(gpu, cpu, randn(rng, count(shape), std), shape, DType::bf16, tag);
+}
+
+// ||got - want|| <= tol ||want||, every element finite where want is.
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double d2 = 0, w2 = 0;
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(want[i])) continue;
+    if (!std::isfinite(got[i])) {
+      ++bad;
+      continue;
+    }
+    d2 += (got[i] - want[i]) * static_cast<double>(got[i] - want[i]);
+    w2 += static_cast<double>(want[i]) * want[i];
+  }
+  EXPECT_EQ(bad, 0u) << what << ": non-finite outputs";
+  EXPECT_LE(std::sqrt(d2), tol * std::sqrt(w2)) << what << ": relative error " << std::sqrt(d2 / std::max(w2, 1e-30));
+}
+
+struct QkvShape {
+  int d, h, kvh, hd;
+};
+
+// decode_qkv on both backends; the caches start with the same random rows, so rows the op must not touch are
+// compared too (bit for bit: they are copies).
+void check_qkv(Ops& gpu, Ops& cpu, std::mt19937& rng, const QkvShape& s, int b, int T, std::vector<std::int32_t> pos,
+               bool weights) {
+  std::ostringstream os;
+  os << "d " << s.d << " h " << s.h << "/" << s.kvh << " hd " << s.hd << " b " << b << " T " << T << " pos";
+  for (auto p : pos) os << " " << p;
+  SCOPED_TRACE(os.str());
+  const MemTag wt = weights ? weights_tag() : workspace_tag();
+  auto x = random_pair(gpu, cpu, rng, {b, s.d}, 1.0f);
+  std::vector<float> nw = randn(rng, static_cast<std::size_t>(s.d), 0.2f);
+  for (auto& v : nw) v += 1.0f;
+  auto norm = pair_of(gpu, cpu, nw, {s.d}, DType::bf16, wt);
+  const float wstd = 1.0f / std::sqrt(static_cast<float>(s.d));
+  auto wq = random_pair(gpu, cpu, rng, {s.h * s.hd, s.d}, wstd, wt);
+  auto wk = random_pair(gpu, cpu, rng, {s.kvh * s.hd, s.d}, wstd, wt);
+  auto wv = random_pair(gpu, cpu, rng, {s.kvh * s.hd, s.d}, wstd, wt);
+  auto kc = random_pair(gpu, cpu, rng, {b, s.kvh, T, s.hd}, 1.0f);
+  auto vc = random_pair(gpu, cpu, rng, {b, s.kvh, T, s.hd}, 1.0f);
+  Pair q{poisoned(gpu, {b, s.h, s.hd}, DType::bf16), poisoned(cpu, {b, s.h, s.hd}, DType::bf16)};
+  Tensor pg = gpu.empty({b}, DType::i32, workspace_tag()), pc = cpu.empty({b}, DType::i32, workspace_tag());
+  gpu.upload_i32(pg, pos);
+  cpu.upload_i32(pc, pos);
+  const float eps = 1e-5f, theta = 10000.0f;
+  gpu.decode_qkv(x.g, norm.g, eps, wq.g, wk.g, wv.g, pg, theta, q.g, kc.g, vc.g);
+  cpu.decode_qkv(x.c, norm.c, eps, wq.c, wk.c, wv.c, pc, theta, q.c, kc.c, vc.c);
+  gpu.synchronize();
+  expect_close("q", gpu.download_f32(q.g), cpu.download_f32(q.c), 1e-2);
+  for (const auto* c : {&kc, &vc}) {
+    const auto got = gpu.download_f32(c->g), want = cpu.download_f32(c->c);
+    ASSERT_EQ(got.size(), want.size());
+    // Written rows within bf16 rounding; every other row exactly as it was.
+    std::vector<float> gw, ww;
+    std::size_t changed = 0;
+    for (int r = 0; r < b; ++r)
+      for (int kh = 0; kh < s.kvh; ++kh)
+        for (int t = 0; t < T; ++t)
+          for (int e = 0; e < s.hd; ++e) {
+            const std::size_t i = ((static_cast<std::size_t>(r) * s.kvh + kh) * T + t) * s.hd + e;
+            if (t == pos[static_cast<std::size_t>(r)]) {
+              gw.push_back(got[i]);
+              ww.push_back(want[i]);
+            } else if (!(got[i] == want[i])) {
+              ++changed;
+            }
+          }
+    EXPECT_EQ(changed, 0u) << (c == &kc ? "k" : "v") << " cache: rows other than pos changed";
+    expect_close(c == &kc ? "k rows" : "v rows", gw, ww, 1e-2);
+  }
+}
+
+TEST(GpuDecodeFused, QkvMatchesTheComposedOps) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  // MHA 32/32 and GQA 32/8 at the 1b width, 9/3 (an odd head count), head_dim 128, and a width of 8.
+  const QkvShape shapes[] = {{2048, 32, 32, 64}, {2048, 32, 8, 64}, {576, 9, 3, 64}, {1024, 8, 2, 128}, {8, 1, 1, 8}};
+  for (const auto& s : shapes)
+    for (int b = 1; b <= 4; ++b)
+      for (int T : {37, 300}) {
+        std::vector<std::int32_t> pos(static_cast<std::size_t>(b));
+        std::uniform_int_distribution<int> pick(0, T - 1);
+        for (auto& p : pos) p = pick(rng);
+        pos[0] = T - 1;
+        if (b > 1) pos[1] = 0;
+        check_qkv(*gpu, *cpu, rng, s, b, T, pos, b % 2 == 1);
+      }
+}
+
+// CudaOps::gemm with trans_b at 1-4 rows runs the decode GEMV; odd output counts, both output dtypes, the
+// residual form (beta 1) and a poisoned output (beta 0); a width that is no multiple of 8 keeps cuBLASLt.
+TEST(GpuDecodeFused, GemvMatchesCpuGemm) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (int k : {8, 2048, 5464, 5461})
+    for (int n : {1, 37, 2048, 5461})
+      for (int m = 1; m <= 4; ++m)
+        for (DType out : {DType::bf16, DType::f32})
+          for (float beta : {0.0f, 1.0f}) {
+            std::ostringstream os;
+            os << "m " << m << " k " << k << " n " << n << " " << dtype_name(out) << " beta " << beta;
+            SCOPED_TRACE(os.str());
+            auto a = random_pair(*gpu, *cpu, rng, {m, k}, 1.0f);
+            auto w = random_pair(*gpu, *cpu, rng, {n, k}, 1.0f / std::sqrt(static_cast<float>(k)), weights_tag());
+            Pair c = beta != 0.0f ? pair_of(*gpu, *cpu, randn(rng, count({m, n}), 1.0f), {m, n}, out, workspace_tag())
+                                  : Pair{poisoned(*gpu, {m, n}, out), poisoned(*cpu, {m, n}, out)};
+            gpu->gemm(a.g, false, w.g, true, c.g, 1.0f, beta);
+            cpu->gemm(a.c, false, w.c, true, c.c, 1.0f, beta);
+            expect_close("c", gpu->download_f32(c.g), cpu->download_f32(c.c), out == DType::f32 ? 2e-3 : 1e-2);
+          }
+}
+
+// ffn_decode with the layer's RMSNorm folded in (x the raw residual, out aliasing x: x += FFN(RMSNorm(x)))
+// against the CPU twin; MoC under the GPU's selection (idx_out imposed on the CPU as force_idx), since the
+// two may pick differently at the K-th value. d_ffn 5461 and 37 (odd), rows 1-4, dense, top-K and 2:8.
+TEST(GpuDecodeFused, FfnWithFoldedNormMatchesCpu) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int d = 512;
+  for (int F : {5461, 37})
+    for (int variant = 0; variant < 3; ++variant)
+      for (int b = 1; b <= 4; ++b) {
+        SCOPED_TRACE("d_ffn " + std::to_string(F) + " variant " + std::to_string(variant) + " rows " + std::to_string(b));
+        MocSelect sel;
+        if (variant == 1) sel.k = std::min(F, 1024) / 3 + 1;
+        if (variant == 2) {
+          sel.group_a = 2;
+          sel.group_b = 8;
+        }
+        const MocSelect* sp = variant == 0 ? nullptr : &sel;
+        const float ws = 1.0f / std::sqrt(static_cast<float>(d));
+        auto wg = random_pair(*gpu, *cpu, rng, {F, d}, ws, weights_tag());
+        auto wu = random_pair(*gpu, *cpu, rng, {F, d}, ws, weights_tag());
+        auto wd = random_pair(*gpu, *cpu, rng, {F, d}, ws, weights_tag());
+        std::vector<float> nw = randn(rng, static_cast<std::size_t>(d), 0.2f);
+        for (auto& v : nw) v += 1.0f;
+        auto norm = pair_of(*gpu, *cpu, nw, {d}, DType::bf16, weights_tag());
+        auto x = random_pair(*gpu, *cpu, rng, {b, d}, 1.0f);
+        const DecodeFfnWeights wgpu{&wg.g, &wu.g, &wd.g, &norm.g, 1e-5f}, wcpu{&wg.c, &wu.c, &wd.c, &norm.c, 1e-5f};
+        Tensor idx_g, idx_c;
+        if (sp) {
+          const int kept = sp->kept(F);
+          idx_g = gpu->empty({b, kept}, DType::i16, workspace_tag());
+        }
+        gpu->ffn_decode(x.g, wgpu, sp, x.g, nullptr, sp ? &idx_g : nullptr);
+        if (sp) {
+          const auto ids = gpu->download_i32(idx_g);
+          std::vector<std::uint16_t> h(ids.begin(), ids.end());
+          idx_c = cpu->empty(idx_g.shape(), DType::i16, workspace_tag());
+          cpu->upload(idx_c, h.data());
+        }
+        cpu->ffn_decode(x.c, wcpu, sp, x.c, sp ? &idx_c : nullptr);
+        expect_close("x + FFN(RMSNorm(x))", gpu->download_f32(x.g), cpu->download_f32(x.c), 1e-2);
+      }
+}
+
+}  // namespace
+}  // namespace moc
