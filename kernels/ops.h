@@ -91,11 +91,6 @@ struct DecodeFfnWeights {
   const Tensor* w_gate_t;  // [d_ffn, d]  (W_gate transposed)
   const Tensor* w_up_t;    // [d_ffn, d]  (W_up transposed)
   const Tensor* w_down;    // [d_ffn, d]
-  // The layer's RMSNorm, folded into the op (null: x is already normalized). Given, x is the raw residual,
-  // normalized first exactly as rmsnorm_forward(x, *norm, norm_eps) writes it, and out may alias x
-  // (out = x + FFN(RMSNorm(x)): the decode step's residual update in one op).
-  const Tensor* norm = nullptr;
-  float norm_eps = 1e-5f;
 };
 
 // Which parts of ffn_decode run (benchmarks time them apart for the paper's breakdown).

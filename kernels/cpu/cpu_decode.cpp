@@ -10,15 +10,6 @@ namespace moc::cpu {
 void CpuOps::ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
                         const Tensor* force_idx, Tensor* idx_out, unsigned parts) {
   const std::int64_t n = x.rows(), d = x.cols();
-  if (w.norm) {  // the folded RMSNorm: normalize into a copy first (out may alias x)
-    require(w.norm->numel() == d, "ffn_decode", "the norm weight must be [d]");
-    Tensor xn = empty({n, d}, x.dtype(), workspace_tag()), rstd = empty({n}, DType::f32, workspace_tag());
-    rmsnorm_forward(x, *w.norm, w.norm_eps, xn, rstd);
-    DecodeFfnWeights plain = w;
-    plain.norm = nullptr;
-    ffn_decode(xn, plain, sel, out, force_idx, idx_out, parts);
-    return;
-  }
   require(w.w_gate_t && w.w_up_t && w.w_down, "ffn_decode", "all three weights are needed");
   const std::int64_t F = w.w_gate_t->rows();
   require(w.w_gate_t->cols() == d && w.w_up_t->rows() == F && w.w_up_t->cols() == d && w.w_down->rows() == F &&

@@ -167,109 +167,13 @@ __device__ void group_threshold(KeyAt key_at, int j0, int len, int take, unsigne
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// RMSNorm folded into the dense call's prep kernel (DecodeFfnWeights::norm): one block normalizes the R <= 8
-// rows, xn = bf16(x * rs * w) as rmsnorm_forward rounds it.
-
-__device__ __forceinline__ uint4 norm_word(const uint4& xv, const uint4& wv, float rs) {
-  const bf16* xe = reinterpret_cast<const bf16*>(&xv);
-  const bf16* we = reinterpret_cast<const bf16*>(&wv);
-  uint4 o;
-  bf16* oe = reinterpret_cast<bf16*>(&o);
-#pragma unroll
-  for (int k = 0; k < 8; ++k) oe[k] = __float2bfloat16_rn(__bfloat162float(xe[k]) * rs * __bfloat162float(we[k]));
-  return o;
-}
-// One block: the norm weight's words are loaded before the wait for the previous kernel (a weight), x's after
-// it and kept in registers (R * d / 8 <= kW * NT words: one round trip each); wider calls reload x.
-template <int NT>
-struct NormRows {
-  static constexpr int kW = 8;  // words per thread
-  uint4 w[kW];
-  __device__ void load_weight(const bf16* norm, int R, int d) {
-    const int nv = d / 8, total = R * nv;
-#pragma unroll
-    for (int t = 0; t < kW; ++t) {
-      const int e = t * NT + static_cast<int>(threadIdx.x);
-      w[t] = e < total ? ld_x(norm + 8 * (e % nv)) : make_uint4(0, 0, 0, 0);
-    }
-  }
-  __device__ void run(const bf16* x, const bf16* norm, float eps, bf16* xn, int R, int d) {
-    __shared__ float red[NT / 32][kMaxRows];
-    const int nv = d / 8, total = R * nv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const uint4* xw = reinterpret_cast<const uint4*>(x);
-    const bool fits = total <= kW * NT;
-    float ss[kMaxRows];
-#pragma unroll
-    for (int r = 0; r < kMaxRows; ++r) ss[r] = 0.0f;
-    uint4 v[kW];
-    for (int e0 = 0; e0 < total; e0 += kW * NT) {
-#pragma unroll
-      for (int t = 0; t < kW; ++t) {
-        const int e = e0 + t * NT + static_cast<int>(threadIdx.x);
-        v[t] = e < total ? __ldg(xw + e) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int t = 0; t < kW; ++t) {
-        const int e = e0 + t * NT + static_cast<int>(threadIdx.x), r = e < total ? e / nv : 0;
-        const unsigned u[4] = {v[t].x, v[t].y, v[t].z, v[t].w};
-        float sq = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) sq += bf_lo(u[k]) * bf_lo(u[k]) + bf_hi(u[k]) * bf_hi(u[k]);
-#pragma unroll
-        for (int k = 0; k < kMaxRows; ++k) ss[k] += k == r ? sq : 0.0f;
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < kMaxRows; ++r) {
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) ss[r] += __shfl_xor_sync(0xffffffffu, ss[r], o);
-      if (lane == 0) red[warp][r] = ss[r];
-    }
-    __syncthreads();
-    float rs[kMaxRows];
-#pragma unroll
-    for (int r = 0; r < kMaxRows; ++r) {
-      float t = 0.0f;
-#pragma unroll
-      for (int k = 0; k < NT / 32; ++k) t += red[k][r];
-      rs[r] = r < R ? static_cast<float>(1.0 / sqrt(static_cast<double>(t) / static_cast<double>(d) + eps)) : 0.0f;
-    }
-    if (fits) {
-#pragma unroll
-      for (int t = 0; t < kW; ++t) {
-        const int e = t * NT + static_cast<int>(threadIdx.x);
-        if (e >= total) break;
-        const int r = e / nv;
-        float rr = rs[0];
-#pragma unroll
-        for (int k = 1; k < kMaxRows; ++k) rr = k == r ? rs[k] : rr;
-        reinterpret_cast<uint4*>(xn)[e] = norm_word(v[t], w[t], rr);
-      }
-      return;
-    }
-    for (int e = threadIdx.x; e < total; e += NT) {
-      const int r = e / nv;
-      float rr = rs[0];
-#pragma unroll
-      for (int k = 1; k < kMaxRows; ++k) rr = k == r ? rs[k] : rr;
-      reinterpret_cast<uint4*>(xn)[e] = norm_word(__ldg(xw + e), ld_x(norm + 8 * (e % nv)), rr);
-    }
-  }
-};
-
-// ---------------------------------------------------------------------------------------------------------
 // Prep kernel (dense path): zeroes the up/down kernel's accumulator and counters after the previous kernel
 // in the stream is done, and lets the up/down kernel start streaming its weights at once.
 
-// With a norm weight (one block) it also writes xn, the up/down kernel's x.
-__global__ void __launch_bounds__(kThreads) k_prep(uint4* p, unsigned n16, const bf16* x, const bf16* norm,
-                                                   float eps, bf16* xn, int R, int d) {
-  NormRows<kThreads> nr;
-  if (norm) nr.load_weight(norm, R, d);
+__global__ void __launch_bounds__(kThreads) k_prep(uint4* p, unsigned n16) {
   griddep_launch();
   griddep_wait();
   zero_part(p, n16, blockIdx.x, gridDim.x, kThreads);
-  if (norm) nr.run(x, norm, eps, xn, R, d);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1184,7 +1088,7 @@ __global__ void __launch_bounds__(kThreads) k_gen_down(const T* wd, T* out, cons
 
 struct Layout {
   int R = 1, Fp = 128, Wp = 4, umax = 1;
-  std::size_t ctrl = 0, acc = 0, zero = 0, g = 0, mask = 0, list = 0, info = 0, z = 0, xn = 0, total = 0;
+  std::size_t ctrl = 0, acc = 0, zero = 0, g = 0, mask = 0, list = 0, info = 0, z = 0, total = 0;
 };
 
 int rows_pad(int R) { return R <= 1 ? 1 : R <= 2 ? 2 : R <= 4 ? 4 : 8; }
@@ -1213,8 +1117,6 @@ Layout make_layout(const Problem& p) {
   off += 256;  // [0] union length
   L.z = off;
   off += align256(static_cast<std::size_t>(L.umax) * kMaxRows * 4);
-  L.xn = off;  // the normalized x when the call folds its RMSNorm in (bf16)
-  off += p.norm ? align256(R * static_cast<std::size_t>(p.d) * 2) : 0;
   L.total = off;
   return L;
 }
@@ -1324,7 +1226,6 @@ struct Buffers {
   float* z;
   uint4* zero;
   unsigned zero_n16;
-  bf16* xn;
 };
 Buffers buffers(const Layout& L, void* ws) {
   auto* b = static_cast<unsigned char*>(ws);
@@ -1332,7 +1233,7 @@ Buffers buffers(const Layout& L, void* ws) {
           reinterpret_cast<float*>(b + L.g),       b + L.mask,
           reinterpret_cast<unsigned*>(b + L.list), reinterpret_cast<unsigned*>(b + L.info),
           reinterpret_cast<float*>(b + L.z),       reinterpret_cast<uint4*>(b),
-          static_cast<unsigned>(L.zero / 16),      reinterpret_cast<bf16*>(b + L.xn)};
+          static_cast<unsigned>(L.zero / 16)};
 }
 
 // Sequential launches of one call: the first may overlap the stream's previous kernel (entry_pdl), the
@@ -1363,14 +1264,9 @@ OpCost named(OpCost c, const char* op) {
   return c;
 }
 
-void launch_prep(const Problem& p, const Buffers& B, Chain& ch) {
-  // With the RMSNorm folded in: x and the norm weight read, xn written as well.
-  const std::int64_t xb = static_cast<std::int64_t>(p.rows) * p.d * 2;
-  MOC_OP_COST((OpCost{"ffn_decode.prep",
-                      static_cast<std::int64_t>(B.zero_n16) * 16 + (p.norm ? 2 * xb + 2 * std::int64_t(p.d) : 0),
-                      p.norm ? 4 * static_cast<std::int64_t>(p.rows) * p.d : 0}));
-  launch_ex(k_prep, 1, kThreads, 0, ch.st, 1, ch.next(), B.zero, B.zero_n16, static_cast<const bf16*>(p.x),
-            static_cast<const bf16*>(p.norm), p.norm_eps, B.xn, p.rows, p.d);
+void launch_prep(const Buffers& B, Chain& ch) {
+  MOC_OP_COST((OpCost{"ffn_decode.prep", static_cast<std::int64_t>(B.zero_n16) * 16, 0}));
+  launch_ex(k_prep, 1, kThreads, 0, ch.st, 1, ch.next(), B.zero, B.zero_n16);
   MOC_CUDA_LAUNCHED("k_prep");
 }
 
@@ -1608,16 +1504,10 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
   Chain ch{st, opt.pdl, opt.pdl && opt.pdl_entry && entry_pdl};
   const bool moc = p.kind != SelKind::dense;
   const bool gate = p.parts & kFfnGate, select = p.parts & kFfnSelect, updown = p.parts & kFfnUpDown;
-  // A folded RMSNorm (fold_norm() held): the first kernel writes xn, which the up/down kernel reads as x.
-  Problem pu = p;
-  if (p.norm) {
-    pu.x = B.xn;
-    pu.norm = nullptr;
-  }
   if (!moc) {
     if (updown) {
-      launch_prep(p, B, ch);
-      launch_updown(pu, L, B, true, kAllChannels, ch, opt);
+      launch_prep(B, ch);
+      launch_updown(p, L, B, true, kAllChannels, ch, opt);
     } else if (gate) {
       launch_gate(p, L, B, kGateOnly, false, ch, opt);
     }
@@ -1638,13 +1528,13 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
   }
   if (p.kind == SelKind::grouped && kGroup % p.group_b == 0) {
     launch_gate(p, L, B, kGateGroupLocal, updown, ch, opt);
-    if (updown) launch_updown(pu, L, B, false, kMaskChannels, ch, opt);
+    if (updown) launch_updown(p, L, B, false, kMaskChannels, ch, opt);
     return;
   }
   launch_gate(p, L, B, kGateOnly, false, ch, opt);
   launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch,
                 updown && (opt.prefetch & 1));
-  if (updown) launch_updown(pu, L, B, false, kListChannels, ch, opt);
+  if (updown) launch_updown(p, L, B, false, kListChannels, ch, opt);
 }
 
 void validate(const Problem& p, const void* ws, std::size_t ws_size) {
@@ -1682,16 +1572,8 @@ bool fast_path(const Problem& p, const Options& opt) {
   return fast_chunk(c, opt);
 }
 
-bool can_fold_norm(const Problem& p, const Options& opt) {
-  // Dense only: its prep kernel takes the norm for free. The MoC gate kernel would need one more dependent
-  // round trip for 1/rms after its wait, which cost more than the separate norm kernel it saves (H200).
-  return p.kind == SelKind::dense && p.rows >= 1 && p.rows <= kMaxRows && p.parts == kFfnAll && !p.force_idx && fast_chunk(p, opt) &&
-         aligned16(p.norm);
-}
-
 void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaStream_t stream, const Options& opt) {
   validate(p, workspace, workspace_size);
-  require(!p.norm || can_fold_norm(p, opt), "ffn_decode", "a folded RMSNorm needs can_fold_norm()");
   const std::size_t es = dtype_bytes(p.dtype);
   const int kept = p.kept();
   for (int r0 = 0; r0 < p.rows; r0 += kMaxRows) {
@@ -1782,20 +1664,6 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   p.force_idx = force_idx ? force_idx->data<std::uint16_t>() : nullptr;
   p.idx_out = idx_out ? idx_out->data<std::uint16_t>() : nullptr;
   p.parts = parts;
-  Tensor xn;  // an RMSNorm the kernels cannot fold in runs first
-  if (w.norm) {
-    require(w.norm->numel() == d && w.norm->dtype() == dt && w.norm->device() == DeviceKind::cuda, op,
-            "the norm weight must be [d] of x's dtype on the GPU");
-    p.norm = w.norm->raw();
-    p.norm_eps = w.norm_eps;
-    if (!ffn::can_fold_norm(p)) {
-      p.norm = nullptr;
-      xn = ops.empty({n, d}, dt, workspace_tag());
-      Tensor rstd = ops.empty({n}, DType::f32, workspace_tag());
-      ops.rmsnorm_forward(x, *w.norm, w.norm_eps, xn, rstd);
-      p.x = xn.raw();
-    }
-  }
   const std::size_t bytes = ffn::workspace_bytes(p);
   Tensor ws = ops.empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
   ffn::launch(p, ws.raw(), bytes, stream_of(ops));

@@ -44,11 +44,6 @@ struct Problem {
   const std::uint16_t* force_idx = nullptr;  // [rows, kept] or null
   std::uint16_t* idx_out = nullptr;          // [rows, kept] or null
   unsigned parts = kFfnAll;
-  // RMSNorm folded into the call's first kernel (DecodeFfnWeights::norm): x is then the raw residual (out may
-  // alias it) and the dense prep kernel writes xn = RMSNorm(x) to the workspace for the up/down kernel.
-  // Only where can_fold_norm() holds; otherwise the caller normalizes x first.
-  const void* norm = nullptr;  // [d] bf16
-  float norm_eps = 1e-5f;
   int kept() const;  // channels kept per row (d_ffn when dense)
 };
 
@@ -73,8 +68,6 @@ void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaS
             const Options& opt = {});
 // True when launch() takes the fast path for this problem (bf16, aligned, d % 8 == 0, fits shared memory).
 bool fast_path(const Problem& p, const Options& opt = {});
-// True when the kernels can fold an RMSNorm in: the fast path, one chunk of rows, every part, no forced selection.
-bool can_fold_norm(const Problem& p, const Options& opt = {});
 
 // Benchmark helper (fast path, MoC top-K or a:b, rows <= 8): re-issues only the up/down kernel on a workspace
 // left by a previous full launch of the same problem (gate values and selection still there, accumulator and
