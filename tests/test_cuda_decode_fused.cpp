@@ -114,7 +114,8 @@ TEST(GpuDecodeFused, QkvMatchesTheComposedOps) {
   const auto seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  // MHA 32/32 and GQA 32/8 at the 1b width, 9/3 (an odd head count), head_dim 128, and a width of 8.
+  // MHA 32/32 and GQA 32/8 at the 1b width, 9/3 (an odd head count), head_dim 128, and head_dim 8 (the
+  // composed ops: the fused kernel pairs 8 rows with their RoPE partners, so it takes head_dim % 16 == 0).
   const QkvShape shapes[] = {{2048, 32, 32, 64}, {2048, 32, 8, 64}, {576, 9, 3, 64}, {1024, 8, 2, 128}, {8, 1, 1, 8}};
   for (const auto& s : shapes)
     for (int b = 1; b <= 4; ++b)
@@ -128,7 +129,7 @@ TEST(GpuDecodeFused, QkvMatchesTheComposedOps) {
       }
 }
 
-// CudaOps::gemm with trans_b at 1-4 rows runs the decode GEMV; odd output counts, both output dtypes, the
+// CudaOps::gemm with trans_b at 1-8 rows runs the decode GEMV; odd output counts, both output dtypes, the
 // residual form (beta 1) and a poisoned output (beta 0); a width that is no multiple of 8 keeps cuBLASLt.
 TEST(GpuDecodeFused, GemvMatchesCpuGemm) {
   MOC_GPU_OR_SKIP(gpu);
@@ -138,7 +139,7 @@ TEST(GpuDecodeFused, GemvMatchesCpuGemm) {
   std::mt19937 rng(seed);
   for (int k : {8, 2048, 5464, 5461})
     for (int n : {1, 37, 2048, 5461})
-      for (int m = 1; m <= 4; ++m)
+      for (int m : {1, 2, 3, 4, 8})
         for (DType out : {DType::bf16, DType::f32})
           for (float beta : {0.0f, 1.0f}) {
             std::ostringstream os;

@@ -250,7 +250,7 @@ bool skinny_gemm_fits(const Tensor& a, bool ta, const Tensor& b, bool tb, const 
 void skinny_gemm(cudaStream_t stream, int sm_count, const Tensor& a, const Tensor& b, Tensor& c, float alpha,
                  float beta);
 
-// ---- decode GEMVs over [out, in] weights (decode_gemv.cu): C[m, n] = alpha A W^T + beta C for 1-4 bf16 rows
+// ---- decode GEMVs over [out, in] weights (decode_gemv.cu): C[m, n] = alpha A W^T + beta C for 1-8 bf16 rows
 // (gemv_rows; CudaOps::gemm's decode-sized calls with trans_b), and the fused RMSNorm + QKV + RoPE + cache
 // write of Ops::decode_qkv (false: a dtype, alignment or size that kernel does not take; the caller composes).
 bool gemv_rows_fits(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c);

@@ -49,4 +49,26 @@ __device__ __forceinline__ unsigned key_of(float v) {
 }
 __device__ __forceinline__ unsigned sel_key(float g, int rule) { return key_of(rank_value(g, rule)); }
 
+// ---- tensor-core GEMV tiles (the decode FFN's gate and up/down kernels, the decode GEMVs): 16 weight rows x up
+// to 8 rows of x per mma.sync step.
+// D = A(16x16, row) * B(16x8, col) + D, bf16 inputs, fp32 accumulation.
+__device__ __forceinline__ void mma16816(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                         unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// One 32-column tile: lane (g = lane/4, q = lane%4) holds 8 consecutive columns [8q, 8q+8) of channel g (a),
+// of channel g+8 (b) and of x row g (x). The reduction order over k does not matter, so the same
+// column-to-k assignment in A and B makes two m16n8k16 steps compute the 16 x 8 block of dot products:
+// c[0], c[1] = (channel g, rows 2q, 2q+1), c[2], c[3] = (channel g+8, rows 2q, 2q+1).
+__device__ __forceinline__ void mma_tile(float (&c)[4], const uint4& a, const uint4& b, const uint4& x) {
+  mma16816(c, a.x, b.x, a.y, b.y, x.x, x.y);
+  mma16816(c, a.z, b.z, a.w, b.w, x.z, x.w);
+}
+// Where the dot product of (slot s, row r) sits after mma_tile: lane and register.
+__device__ __forceinline__ int c_lane(int s, int r) { return (s & 7) * 4 + (r >> 1); }
+__device__ __forceinline__ int c_reg(int s, int r) { return ((s >> 3) << 1) | (r & 1); }
+
 }  // namespace moc::cuda::dev

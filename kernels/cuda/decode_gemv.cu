@@ -1,23 +1,26 @@
-// Decode-time GEMVs over weights stored [out, in] (one output = one contiguous row of d values) for 1-4 rows
+// Decode-time GEMVs over weights stored [out, in] (one output = one contiguous row of d values) for 1-8 rows
 // of bf16 activations: the projections of the kernel path's decode step (issue #26).
 //
-// - gemv_rows: C[m, n] = alpha x[m, :] W^T + beta C (C bf16 or f32): the o projection with its residual add
+// - gemv_rows: C[m, n] = alpha x[m, :] W^T + beta C for m <= 8 (C bf16 or f32): the o projection with its residual add
 //   (beta 1) and the LM head (f32 logits). CudaOps::gemm sends decode-sized calls here instead of cuBLASLt.
 // - decode_qkv: RMSNorm in the prologue, q | k | v = xn [Wq; Wk; Wv]^T as one GEMV over the three matrices,
 //   RoPE and the K/V-cache write in the epilogue (Ops::decode_qkv): one kernel where the composed ops take
 //   seven (a norm, three GEMVs, two RoPEs, a cache write).
 //
 // Floor: the weight rows, read once (a 2048 x 6144 QKV: 25.2 MB, 8.4 us at 3 TB/s); everything else is a few
-// KB. Layout of the work: a warp owns one output row (in QKV two neighbouring warps own the pair RoPE rotates
-// together, i and i + hd/2 of one head, and meet in shared memory), each lane streams kU 16-byte words of
-// it in flight (a 1b row in one round trip; ~60 registers, so the whole QKV grid is resident at once);
-// a block of kThreads stages x (normalized, rounded to bf16 as rmsnorm_forward writes it) in shared memory.
-// PDL: a weights-tagged W is streamed before the wait for the previous kernel (its first batch), x after.
-// Sums are fp32, reduced across the warp by shuffles; each output is rounded once, as the CPU twin's GEMM
-// output is, and RoPE rotates the rounded q and k (as rope() does after the GEMM) in double-precision angles
-// from the host's frequency table, without fused multiply-adds.
+// KB. At one row of x (batch 1) a warp owns one output row (FMAs, 8 words per lane in flight); at 2-8 rows
+// the layout is the decode FFN's gate kernel's: tiles of 16 weight rows on the tensor cores
+// (mma.sync m16n8k16, x's 1-8 rows as the N dimension, so the cost per weight byte does not grow with the
+// rows), a block of 8 warps splitting d per tile and a balanced range of tiles per block (3 blocks per SM);
+// in QKV a tile is 8 rows of a head and their RoPE partners hd/2 further, so one lane's registers hold both.
+// PDL: a weights-tagged W is streamed before the wait for the previous kernel (the first tile's loads), x
+// after it; QKV stages x normalized (rounded to bf16 as rmsnorm_forward writes it) in shared memory.
+// Sums are fp32; each output is rounded once, as the CPU twin's GEMM output is, and RoPE rotates the rounded
+// q and k (as rope() does after the GEMM) in double-precision angles from the host's frequency table,
+// without fused multiply-adds. Measured history: bench/RESULTS.md (issue #26).
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -33,10 +36,13 @@ using namespace moc::cuda::dev;  // bf16, ld_stream, bf_lo / bf_hi
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kU = 8;                      // 16-byte words per lane and row in one batch of loads
-constexpr int kBatchCols = kU * 32 * 8;    // columns of one batch (2048: a 1b row in one round trip)
-constexpr int kMaxRows = 4;                // rows of x
-constexpr int kRopeTable = 64;             // head_dim <= 128
+constexpr int kGroup = 16;       // weight rows of one mma tile (its M)
+constexpr int kTile = 32;        // columns one warp covers per mma step (4 lanes x 8 bf16)
+constexpr int kU = 4;            // 32-column steps in flight per warp (two 16-byte loads per lane each)
+constexpr int kWU = 8;           // one-row kernels: 16-byte words per lane in flight (a 2048-wide row at once)
+constexpr int kMaxRows = 8;      // rows of x (the N of one mma tile)
+constexpr int kBlocksPerSm = 3;
+constexpr int kRopeTable = 64;   // head_dim <= 128
 constexpr std::size_t kMaxSmem = 200 * 1024;
 
 enum Epi : int { kStore = 0, kQkv = 1 };
@@ -46,24 +52,25 @@ struct RopeTable {
 };
 
 struct Args {
-  const bf16* x;     // [M, d]
-  const bf16* norm;  // [d] RMSNorm weight (kQkv), else null
+  const bf16* x;     // [R, d]
+  const bf16* norm;  // [d] RMSNorm weight (kQkv)
   float eps;
   const bf16* w0;  // rows [0, n0)
   const bf16* w1;  // rows [n0, n0 + n1)
   const bf16* w2;  // the rest
   int n0, n1, n;   // n: all rows
-  int d, units;    // units: rows (kStore) or RoPE row pairs (kQkv)
-  int early;       // W may be streamed before the wait (a weights tensor)
+  int R, d, tiles;  // tiles of kGroup rows (the mma kernels)
+  int units;        // the one-row kernels: rows (kStore) or RoPE row pairs (kQkv)
+  int early;        // W may be streamed before the wait (a weights tensor)
   // kStore
-  void* out;  // [M, n]
+  void* out;  // [R, n]
   int out_f32;
   float alpha, beta;
   // kQkv
-  bf16* q;   // [M, h, hd]
-  bf16* kc;  // [M, kvh, max_seq, hd]
+  bf16* q;   // [R, h, hd]
+  bf16* kc;  // [R, kvh, max_seq, hd]
   bf16* vc;
-  const std::int32_t* pos;  // [M]
+  const std::int32_t* pos;  // [R]
   int h, kvh, hd, max_seq;
   RopeTable rope;
 };
@@ -80,61 +87,108 @@ __device__ __forceinline__ const bf16* row_ptr(const Args& a, int r) {
   return a.w2 + static_cast<std::size_t>(r - a.n0 - a.n1) * a.d;
 }
 
+// The weight row of slot s (0..15) of tile t, or -1 past the end. kStore: rows 16t .. 16t + 15. kQkv: slots
+// s and s + 8 are rows i and i + hd/2 of one head (the pair RoPE rotates; one lane's mma registers hold both).
+template <int EPI>
+__device__ __forceinline__ int slot_row(const Args& a, int t, int s) {
+  if constexpr (EPI == kQkv) {
+    const int half = a.hd / 2, tph = half / 8, head = t / tph, i0 = (t - head * tph) * 8;
+    return head * a.hd + i0 + (s & 7) + (s >> 3) * half;
+  } else {
+    const int r = t * kGroup + s;
+    return r < a.n ? r : -1;
+  }
+}
+
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
-// x [M, d] into shared memory; with a norm weight, RMSNorm'd and rounded to bf16 exactly as
-// rmsnorm_vec_kernel writes it. Every thread calls it (it ends with a barrier).
-template <int M>
-__device__ void stage_x(const Args& a, bf16* xs, float* red) {
-  const int nv = a.d / 8;
+// x [R, d] RMSNorm'd into shared memory, rounded to bf16 exactly as rmsnorm_vec_kernel writes it (R <= MR).
+// Every thread calls it (two barriers).
+template <int MR>
+__device__ void stage_x_norm(const Args& a, bf16* xs, float* red) {
+  const int nv = a.d / 8, total = a.R * nv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint4* xg = reinterpret_cast<const uint4*>(a.x);
   uint4* xw = reinterpret_cast<uint4*>(xs);
-  if (!a.norm) {
-    for (int e = threadIdx.x; e < M * nv; e += kThreads) xw[e] = __ldg(xg + e);
-    __syncthreads();
-    return;
+  float ss[MR];
+#pragma unroll
+  for (int r = 0; r < MR; ++r) ss[r] = 0.0f;
+#pragma unroll 4
+  for (int e = threadIdx.x; e < total; e += kThreads) {
+    const uint4 v = __ldg(xg + e);
+    xw[e] = v;
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+    float sq = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) sq += bf_lo(u[k]) * bf_lo(u[k]) + bf_hi(u[k]) * bf_hi(u[k]);
+    const int r = e / nv;
+#pragma unroll
+    for (int k = 0; k < MR; ++k) ss[k] += k == r ? sq : 0.0f;
   }
-  float ss[M];
 #pragma unroll
-  for (int m = 0; m < M; ++m) {
-    ss[m] = 0.0f;
-    for (int j = threadIdx.x; j < nv; j += kThreads) {
-      const uint4 v = __ldg(xg + m * nv + j);
-      xw[m * nv + j] = v;
-      const unsigned u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        const float lo = bf_lo(u[t]), hi = bf_hi(u[t]);
-        ss[m] += lo * lo + hi * hi;
-      }
-    }
-    ss[m] = warp_sum(ss[m]);
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) {
-#pragma unroll
-    for (int m = 0; m < M; ++m) red[warp * M + m] = ss[m];
+  for (int r = 0; r < MR; ++r) {
+    ss[r] = warp_sum(ss[r]);
+    if (lane == 0) red[warp * MR + r] = ss[r];
   }
   __syncthreads();
-  const uint4* wg = reinterpret_cast<const uint4*>(a.norm);
+  float rs[MR];
 #pragma unroll
-  for (int m = 0; m < M; ++m) {
+  for (int r = 0; r < MR; ++r) {
     float t = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) t += red[w * M + m];
-    const float rs = static_cast<float>(1.0 / sqrt(static_cast<double>(t) / static_cast<double>(a.d) + a.eps));
-    for (int j = threadIdx.x; j < nv; j += kThreads) {  // the words this thread staged
-      const uint4 v = xw[m * nv + j], w = __ldg(wg + j);
-      const bf16* xe = reinterpret_cast<const bf16*>(&v);
-      const bf16* we = reinterpret_cast<const bf16*>(&w);
-      uint4 o;
-      bf16* oe = reinterpret_cast<bf16*>(&o);
+    for (int w = 0; w < kWarps; ++w) t += red[w * MR + r];
+    rs[r] = static_cast<float>(1.0 / sqrt(static_cast<double>(t) / static_cast<double>(a.d) + a.eps));
+  }
+  const uint4* wg = reinterpret_cast<const uint4*>(a.norm);
+#pragma unroll 4
+  for (int e = threadIdx.x; e < total; e += kThreads) {  // the words this thread staged
+    const int r = e / nv;
+    float rr = rs[0];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) oe[k] = __float2bfloat16_rn(__bfloat162float(xe[k]) * rs * __bfloat162float(we[k]));
-      xw[m * nv + j] = o;
-    }
+    for (int k = 1; k < MR; ++k) rr = k == r ? rs[k] : rr;
+    const uint4 v = xw[e], w = __ldg(wg + (e - r * nv));
+    const bf16* xe = reinterpret_cast<const bf16*>(&v);
+    const bf16* we = reinterpret_cast<const bf16*>(&w);
+    uint4 o;
+    bf16* oe = reinterpret_cast<bf16*>(&o);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) oe[k] = __float2bfloat16_rn(__bfloat162float(xe[k]) * rr * __bfloat162float(we[k]));
+    xw[e] = o;
   }
   __syncthreads();
+}
+
+// RoPE of the pair (x0, x1) = (row i, row i + hd/2) of one head at position p, as rope_kernel computes it.
+__device__ __forceinline__ void rotate(const Args& a, int i, int p, float& x0, float& x1) {
+  const double ang = static_cast<double>(p) * a.rope.f[i];
+  double sd, cd;
+  sincos(ang, &sd, &cd);
+  const float c = static_cast<float>(cd), s = static_cast<float>(sd);
+  const float r0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+  const float r1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+  x0 = r0;
+  x1 = r1;
+}
+
+// Sequence r's rows i and i + hd/2 of head `head` (of q | k | v), rounded: RoPE on q and k, q stored, k and v
+// written to cache row pos[r].
+__device__ __forceinline__ void qkv_store(const Args& a, int r, int head, int i, float x0, float x1) {
+  const int half = a.hd / 2, p = a.pos[r];
+  if (head < a.h) {
+    rotate(a, i, p, x0, x1);
+    bf16* qo = a.q + (static_cast<std::size_t>(r) * a.h + head) * a.hd;
+    qo[i] = __float2bfloat16_rn(x0);
+    qo[i + half] = __float2bfloat16_rn(x1);
+    return;
+  }
+  const bool is_k = head < a.h + a.kvh;
+  const int kh = head - a.h - (is_k ? 0 : a.kvh);
+  if (is_k) rotate(a, i, p, x0, x1);
+  if (p >= 0 && p < a.max_seq) {  // rows past the cache are not written (as kv_cache_write)
+    bf16* cp = (is_k ? a.kc : a.vc) +
+               ((static_cast<std::size_t>(r) * a.kvh + kh) * a.max_seq + p) * static_cast<std::size_t>(a.hd);
+    cp[i] = __float2bfloat16_rn(x0);
+    cp[i + half] = __float2bfloat16_rn(x1);
+  }
 }
 
 __device__ __forceinline__ void fma8(float& acc, const uint4& w, const uint4& x) {
@@ -148,27 +202,16 @@ __device__ __forceinline__ void fma8(float& acc, const uint4& w, const uint4& x)
   acc = fmaf(bf_hi(w.w), bf_hi(x.w), acc);
 }
 
-// RoPE of the pair (a, b) = (row i, row i + hd/2) of one head at position p, as rope_kernel computes it.
-__device__ __forceinline__ void rotate(const Args& a, int i, int p, float& x0, float& x1) {
-  const double ang = static_cast<double>(p) * a.rope.f[i];
-  double sd, cd;
-  sincos(ang, &sd, &cd);
-  const float c = static_cast<float>(cd), s = static_cast<float>(sd);
-  const float r0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-  const float r1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
-  x0 = r0;
-  x1 = r1;
-}
-
-template <int M, int EPI>
-__device__ __forceinline__ void gemv_body(const Args& a) {
+// One row of x (batch 1): one output row per warp, kWU words per lane in flight, FMAs on the CUDA cores -- at
+// one row this reaches the floor sooner than the mma tiles, whose 16-row tiles leave too few warps (H100).
+// kQkv: warps 2w and 2w + 1 own rows i and i + hd/2 of one head and meet in shared memory.
+template <int EPI>
+__device__ __forceinline__ void row_body(const Args& a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [M, d]
-  __shared__ float red[kWarps * M];
-  __shared__ float res[kWarps][M];  // kQkv: each warp's rounded dot products, for its RoPE partner
+  bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [1, d] (kQkv: normalized)
+  __shared__ float nred[kWarps * kMaxRows];
+  __shared__ float res[kWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  // One output row per warp. kQkv: warps 2w and 2w + 1 take rows i and i + hd/2 of one head (the pair
-  // RoPE rotates together); unit = that pair.
   int row = 0, unit = 0;
   if constexpr (EPI == kQkv) {
     unit = blockIdx.x * (kWarps / 2) + warp / 2;
@@ -181,11 +224,12 @@ __device__ __forceinline__ void gemv_body(const Args& a) {
   const bool active = unit < a.units;
   const bf16* pw = row_ptr(a, active ? row : 0);
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  uint4 A[kU];
+  constexpr int kCols = kWU * 32 * 8;
+  uint4 A[kWU];
   auto load = [&](int bt) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int col = bt * kBatchCols + (u * 32 + lane) * 8;
+    for (int u = 0; u < kWU; ++u) {
+      const int col = bt * kCols + (u * 32 + lane) * 8;
       A[u] = col < a.d && active ? ld_stream(pw + col) : zero;
     }
   };
@@ -193,108 +237,166 @@ __device__ __forceinline__ void gemv_body(const Args& a) {
   if (a.early) load(0);
   pdl_wait();
   if (!a.early) load(0);
-  stage_x<M>(a, xs, red);
-  float acc[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-  const int nbatch = (a.d + kBatchCols - 1) / kBatchCols;
+  if constexpr (EPI == kQkv) {
+    stage_x_norm<1>(a, xs, nred);
+  } else {  // x staged in shared memory as well: one 16-byte read per word in the loop (measured faster than L1)
+    const uint4* xg = reinterpret_cast<const uint4*>(a.x);
+    for (int e = threadIdx.x; e < a.d / 8; e += kThreads) reinterpret_cast<uint4*>(xs)[e] = __ldg(xg + e);
+    __syncthreads();
+  }
+  float acc = 0.0f;
+  const int nbatch = (a.d + kCols - 1) / kCols;
   for (int bt = 0; bt < nbatch; ++bt) {
     if (bt > 0) load(bt);
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int col = bt * kBatchCols + (u * 32 + lane) * 8;
+    for (int u = 0; u < kWU; ++u) {
+      const int col = bt * kCols + (u * 32 + lane) * 8;
       if (col < a.d) {
-#pragma unroll
-        for (int m = 0; m < M; ++m)
-          fma8(acc[m], A[u], *reinterpret_cast<const uint4*>(xs + static_cast<std::size_t>(m) * a.d + col));
+        fma8(acc, A[u], *reinterpret_cast<const uint4*>(xs + col));
       }
     }
   }
-#pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = warp_sum(acc[m]);
+  acc = warp_sum(acc);
   if constexpr (EPI == kStore) {
-    if (!active) return;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      if (lane != m) continue;  // lane m writes row m
-      const std::size_t o = static_cast<std::size_t>(m) * a.n + row;
-      if (a.out_f32) {
-        float* out = static_cast<float*>(a.out);
-        out[o] = a.beta != 0.0f ? a.alpha * acc[m] + a.beta * out[o] : a.alpha * acc[m];
-      } else {
-        bf16* out = static_cast<bf16*>(a.out);
-        out[o] = __float2bfloat16_rn(a.beta != 0.0f ? a.alpha * acc[m] + a.beta * __bfloat162float(out[o])
-                                                    : a.alpha * acc[m]);
-      }
+    if (!active || lane != 0) return;
+    if (a.out_f32) {
+      float* out = static_cast<float*>(a.out);
+      out[row] = a.beta != 0.0f ? a.alpha * acc + a.beta * out[row] : a.alpha * acc;
+    } else {
+      bf16* out = static_cast<bf16*>(a.out);
+      out[row] = __float2bfloat16_rn(a.beta != 0.0f ? a.alpha * acc + a.beta * __bfloat162float(out[row]) : a.alpha * acc);
     }
   } else {
-    if (lane == 0) {
-#pragma unroll
-      for (int m = 0; m < M; ++m) res[warp][m] = round_bf16(acc[m]);
-    }
+    if (lane == 0) res[warp] = round_bf16(acc);
     __syncthreads();
-    if (!active || (warp & 1)) return;  // the pair's first warp finishes it
-    const int half = a.hd / 2, head = unit / half, i = unit - head * half;
+    if (!active || (warp & 1) || lane != 0) return;  // the pair's first warp finishes it
+    const int half = a.hd / 2, head = unit / half;
+    qkv_store(a, 0, head, unit - head * half, res[warp], res[warp + 1]);
+  }
+}
+
+// Block b takes a balanced range of tiles; in a tile, lane (g, q) streams 8 columns of rows g and g + 8 per
+// 32-column step, the 8 warps split d, and the partial 16 x 8 blocks of dot products meet in shared memory.
+template <int EPI>
+__device__ __forceinline__ void gemv_body(const Args& a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // kQkv: [R, d], normalized
+  __shared__ float4 red[kWarps * 32];
+  __shared__ float nred[kWarps * kMaxRows];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+  const long long nb = gridDim.x, b = blockIdx.x;
+  const int t_first = static_cast<int>(b * a.tiles / nb), t_last = static_cast<int>((b + 1) * a.tiles / nb);
+  const int nt = (a.d + kTile - 1) / kTile;
+  const int s_beg = warp * nt / kWarps, s_end = (warp + 1) * nt / kWarps;
+  const bool xrow = g < a.R;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  uint4 A[kU], B[kU];
+  auto load = [&](int t, int s0) {
+    const int ra = slot_row<EPI>(a, t, g), rb = slot_row<EPI>(a, t, g + 8);
+    const bf16* pa = row_ptr(a, ra < 0 ? 0 : ra);
+    const bf16* pb = row_ptr(a, rb < 0 ? 0 : rb);
 #pragma unroll
-    for (int m = 0; m < M; ++m) {
-      if (lane != m) continue;  // lane m: sequence m
-      float x0 = res[warp][m], x1 = res[warp + 1][m];
-      const int p = a.pos[m];
-      if (head < a.h) {
-        rotate(a, i, p, x0, x1);
-        bf16* qo = a.q + (static_cast<std::size_t>(m) * a.h + head) * a.hd;
-        qo[i] = __float2bfloat16_rn(x0);
-        qo[i + half] = __float2bfloat16_rn(x1);
-      } else {
-        const bool is_k = head < a.h + a.kvh;
-        const int kh = head - a.h - (is_k ? 0 : a.kvh);
-        if (is_k) rotate(a, i, p, x0, x1);
-        if (p >= 0 && p < a.max_seq) {  // rows past the cache are not written (as kv_cache_write)
-          bf16* c = (is_k ? a.kc : a.vc) +
-                    ((static_cast<std::size_t>(m) * a.kvh + kh) * a.max_seq + p) * static_cast<std::size_t>(a.hd);
-          c[i] = __float2bfloat16_rn(x0);
-          c[i + half] = __float2bfloat16_rn(x1);
+    for (int u = 0; u < kU; ++u) {
+      const int col = (s0 + u) * kTile + q * 8;
+      const bool ok = s0 + u < s_end && col < a.d;
+      A[u] = ok && ra >= 0 ? ld_stream(pa + col) : zero;
+      B[u] = ok && rb >= 0 ? ld_stream(pb + col) : zero;
+    }
+  };
+  pdl_trigger();
+  if (a.early && t_first < t_last) load(t_first, s_beg);
+  pdl_wait();
+  if (!a.early && t_first < t_last) load(t_first, s_beg);
+  if constexpr (EPI == kQkv) stage_x_norm<kMaxRows>(a, xs, nred);
+  const bf16* px = EPI == kQkv ? xs + static_cast<std::size_t>(xrow ? g : 0) * a.d
+                               : a.x + static_cast<std::size_t>(xrow ? g : 0) * a.d;
+  for (int t = t_first; t < t_last; ++t) {
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s0 = s_beg; s0 < s_end; s0 += kU) {
+      if (t != t_first || s0 != s_beg) load(t, s0);
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int col = (s0 + u) * kTile + q * 8;
+        const bool ok = s0 + u < s_end && col < a.d && xrow;
+        uint4 X = zero;
+        if (ok) {
+          if constexpr (EPI == kQkv) X = *reinterpret_cast<const uint4*>(px + col);
+          else X = __ldg(reinterpret_cast<const uint4*>(px + col));
+        }
+        mma_tile(c, A[u], B[u], X);
+      }
+    }
+    red[warp * 32 + lane] = make_float4(c[0], c[1], c[2], c[3]);
+    __syncthreads();
+    const float* rf = reinterpret_cast<const float*>(red);
+    auto slot_sum = [&](int s, int r) {
+      const int ln = c_lane(s, r), rg = c_reg(s, r);
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += rf[(w * 32 + ln) * 4 + rg];
+      return v;
+    };
+    if constexpr (EPI == kStore) {
+      if (tid < kGroup * 8) {
+        const int s = tid >> 3, r = tid & 7, row = slot_row<EPI>(a, t, s);
+        if (r < a.R && row >= 0) {
+          const float v = slot_sum(s, r);
+          const std::size_t o = static_cast<std::size_t>(r) * a.n + row;
+          if (a.out_f32) {
+            float* out = static_cast<float*>(a.out);
+            out[o] = a.beta != 0.0f ? a.alpha * v + a.beta * out[o] : a.alpha * v;
+          } else {
+            bf16* out = static_cast<bf16*>(a.out);
+            out[o] = __float2bfloat16_rn(a.beta != 0.0f ? a.alpha * v + a.beta * __bfloat162float(out[o]) : a.alpha * v);
+          }
+        }
+      }
+    } else {
+      if (tid < 8 * 8) {  // (slot s < 8, row r): the pair (s, s + 8) of sequence r
+        const int s = tid >> 3, r = tid & 7;
+        if (r < a.R) {
+          const int row = slot_row<EPI>(a, t, s), head = row / a.hd;
+          qkv_store(a, r, head, row - head * a.hd, round_bf16(slot_sum(s, r)), round_bf16(slot_sum(s + 8, r)));
         }
       }
     }
+    __syncthreads();  // red is reused by the next tile
   }
 }
 
-// Two kernels (two names in a profile): the plain GEMV and the fused QKV.
-template <int M>
-__global__ void __launch_bounds__(kThreads) k_gemv(const Args a) {
-  gemv_body<M, kStore>(a);
-}
-template <int M>
-__global__ void __launch_bounds__(kThreads) k_qkv(const Args a) {
-  gemv_body<M, kQkv>(a);
-}
+// Four kernels (four names in a profile): the plain GEMV and the fused QKV, each for one row and on mma tiles.
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_gemv_mma(const Args a) { gemv_body<kStore>(a); }
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_qkv_mma(const Args a) { gemv_body<kQkv>(a); }
+__global__ void __launch_bounds__(kThreads) k_gemv_row(const Args a) { row_body<kStore>(a); }
+__global__ void __launch_bounds__(kThreads) k_qkv_row(const Args a) { row_body<kQkv>(a); }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-template <int EPI>
-void launch(cudaStream_t st, int M, const Args& a) {
-  const std::size_t smem = static_cast<std::size_t>(M) * a.d * sizeof(bf16);
-  const dim3 grid(static_cast<unsigned>(ceil_div(a.units, EPI == kQkv ? kWarps / 2 : kWarps)));
-  auto go = [&](auto kernel) {
-    allow_smem(kernel, smem);
-    launch_pdl(EPI == kQkv ? "k_qkv" : "k_gemv", kernel, grid, dim3(kThreads), smem, st, a);
-  };
-  if constexpr (EPI == kQkv) {
-    switch (M) {
-      case 1: go(k_qkv<1>); break;
-      case 2: go(k_qkv<2>); break;
-      case 3: go(k_qkv<3>); break;
-      default: go(k_qkv<4>); break;
-    }
-  } else {
-    switch (M) {
-      case 1: go(k_gemv<1>); break;
-      case 2: go(k_gemv<2>); break;
-      case 3: go(k_gemv<3>); break;
-      default: go(k_gemv<4>); break;
-    }
+int sm_count() {
+  static thread_local int dev = -1, sms = 0;
+  int cur = 0;
+  MOC_CUDA_CHECK(cudaGetDevice(&cur));
+  if (cur != dev) {
+    MOC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cur));
+    dev = cur;
   }
+  return sms;
+}
+
+template <int EPI>
+void launch(cudaStream_t st, const Args& a) {
+  const std::size_t smem = EPI == kQkv || a.R == 1 ? static_cast<std::size_t>(a.R) * a.d * sizeof(bf16) : 0;
+  if (a.R == 1) {
+    const dim3 grid(static_cast<unsigned>(ceil_div(a.units, EPI == kQkv ? kWarps / 2 : kWarps)));
+    auto kernel = EPI == kQkv ? k_qkv_row : k_gemv_row;
+    allow_smem(kernel, smem);
+    launch_pdl(EPI == kQkv ? "k_qkv_row" : "k_gemv_row", kernel, grid, dim3(kThreads), smem, st, a);
+    return;
+  }
+  const dim3 grid(static_cast<unsigned>(std::max(1, std::min(a.tiles, kBlocksPerSm * sm_count()))));
+  auto kernel = EPI == kQkv ? k_qkv_mma : k_gemv_mma;
+  allow_smem(kernel, smem);
+  launch_pdl(EPI == kQkv ? "k_qkv_mma" : "k_gemv_mma", kernel, grid, dim3(kThreads), smem, st, a);
 }
 
 }  // namespace
@@ -318,14 +420,16 @@ void gemv_rows(cudaStream_t st, const Tensor& a, const Tensor& b, Tensor& c, flo
   g.w0 = g.w1 = g.w2 = b.data<__nv_bfloat16>();
   g.n = g.n0 = static_cast<int>(b.rows());
   g.n1 = 0;
+  g.R = static_cast<int>(a.rows());
   g.d = static_cast<int>(a.cols());
+  g.tiles = (g.n + gemv::kGroup - 1) / gemv::kGroup;
   g.units = g.n;
   g.early = b.tag().category == MemCategory::weights ? 1 : 0;
   g.out = c.raw();
   g.out_f32 = c.dtype() == DType::f32 ? 1 : 0;
   g.alpha = alpha;
   g.beta = beta;
-  gemv::launch<gemv::kStore>(st, static_cast<int>(a.rows()), g);
+  gemv::launch<gemv::kStore>(st, g);
 }
 
 bool decode_qkv_fused(cudaStream_t st, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t,
@@ -344,7 +448,8 @@ bool decode_qkv_fused(cudaStream_t st, const Tensor& x, const Tensor& norm_w, fl
                           static_cast<const Tensor*>(&k_cache), static_cast<const Tensor*>(&v_cache)})
     if (t->dtype() != bf || !gemv::aligned16(t->raw())) return false;
   const std::int64_t b = x.rows(), d = x.cols(), h = q.dim(1), hd = q.dim(2), kvh = k_cache.dim(1);
-  if (b < 1 || b > gemv::kMaxRows || d % 8 != 0 || hd % 2 != 0 || hd / 2 > gemv::kRopeTable) return false;
+  // hd % 16: a tile pairs 8 rows of a head with their RoPE partners hd/2 further.
+  if (b < 1 || b > gemv::kMaxRows || d % 8 != 0 || hd % 16 != 0 || hd / 2 > gemv::kRopeTable) return false;
   if (static_cast<std::size_t>(b * d) * sizeof(__nv_bfloat16) > gemv::kMaxSmem) return false;
   gemv::Args g{};
   g.x = x.data<__nv_bfloat16>();
@@ -356,7 +461,9 @@ bool decode_qkv_fused(cudaStream_t st, const Tensor& x, const Tensor& norm_w, fl
   g.n0 = static_cast<int>(h * hd);
   g.n1 = static_cast<int>(kvh * hd);
   g.n = static_cast<int>((h + 2 * kvh) * hd);
+  g.R = static_cast<int>(b);
   g.d = static_cast<int>(d);
+  g.tiles = g.n / gemv::kGroup;
   g.units = g.n / 2;
   g.early = wq_t.tag().category == MemCategory::weights && wk_t.tag().category == MemCategory::weights &&
                     wv_t.tag().category == MemCategory::weights
@@ -372,7 +479,7 @@ bool decode_qkv_fused(cudaStream_t st, const Tensor& x, const Tensor& norm_w, fl
   g.max_seq = static_cast<int>(k_cache.dim(2));
   for (std::int64_t i = 0; i < hd / 2; ++i)  // exactly as CpuOps::rope
     g.rope.f[i] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(hd));
-  gemv::launch<gemv::kQkv>(st, static_cast<int>(b), g);
+  gemv::launch<gemv::kQkv>(st, g);
   return true;
 }
 
