@@ -1,8 +1,8 @@
 // Decode-time GEMVs over weights stored [out, in] (one output = one contiguous row of d values) for 1-8 rows
 // of bf16 activations: the projections of the kernel path's decode step (issue #26).
 //
-// - gemv_rows: C[m, n] = alpha x[m, :] W^T + beta C for m <= 8 (C bf16 or f32): the o projection with its residual add
-//   (beta 1) and the LM head (f32 logits). CudaOps::gemm sends decode-sized calls here instead of cuBLASLt.
+// - gemv_rows: C[m, n] = alpha x[m, :] W^T + beta C for m <= 8 (C bf16 or f32): the o projection with its
+//   residual add (beta 1) and the LM head (f32 logits). CudaOps::gemm sends such calls here, not to cuBLASLt.
 // - decode_qkv: RMSNorm in the prologue, q | k | v = xn [Wq; Wk; Wv]^T as one GEMV over the three matrices,
 //   RoPE and the K/V-cache write in the epilogue (Ops::decode_qkv): one kernel where the composed ops take
 //   seven (a norm, three GEMVs, two RoPEs, a cache write).
@@ -10,7 +10,7 @@
 // Floor: the weight rows, read once (a 2048 x 6144 QKV: 25.2 MB, 8.4 us at 3 TB/s); everything else is a few
 // KB. At one row of x (batch 1) a warp owns one output row (FMAs, 8 words per lane in flight); at 2-8 rows
 // the layout is the decode FFN's gate kernel's: tiles of 16 weight rows on the tensor cores
-// (mma.sync m16n8k16, x's 1-8 rows as the N dimension, so the cost per weight byte does not grow with the
+// (mma.sync m16n8k16, x's 2-8 rows as the N dimension, so the cost per weight byte does not grow with the
 // rows), a block of 8 warps splitting d per tile and a balanced range of tiles per block (3 blocks per SM);
 // in QKV a tile is 8 rows of a head and their RoPE partners hd/2 further, so one lane's registers hold both.
 // PDL: a weights-tagged W is streamed before the wait for the previous kernel (the first tile's loads), x
