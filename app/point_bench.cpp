@@ -681,6 +681,9 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
   m.push_back({"stddev_ms", out.stats.stddev_s * 1e3});
   m.push_back({"reps", out.stats.reps});
   m.push_back({"noise", out.stats.noise});
+  // 0: the repetitions stopped at max_reps or time_bound_s with the noise still above target_noise (`show`
+  // marks such a median as not final); 1: the noise met the target.
+  m.push_back({"noise_met", out.stats.converged ? 1.0 : 0.0});
   out.peak = ops.memory().at_peak();
   out.peak_bytes = ops.memory().peak_total();
   for (std::size_t c = 0; c < kMemCategories; ++c)

@@ -174,6 +174,13 @@ SummaryTable table_of(const std::string& mode, const std::vector<const db::Point
     values.push_back(value("comm_ms", "comm (ms)", "ms", scaled("comm_ms", 1)));
     values.push_back(value("comm_exposed_ms", "exposed (ms)", "ms", scaled("comm_exposed_ms", 1)));
   }
+  // A median that never met the noise target: the flag as a column too, for the CSV and JSON printers (the
+  // table and Markdown also mark the noise with "!").
+  if (std::any_of(pts.begin(), pts.end(), [](const auto* p) {
+        const auto met = metric(p->metrics, "noise_met");
+        return p->status == "ok" && met && *met == 0.0;
+      }))
+    values.push_back(value("noise_met", "noise met", "", scaled("noise_met", 1), 0));
   if (mode == "decode" && any_has("union_channels"))
     values.push_back(value("channels_read", "channels read", "", scaled("union_channels", 1), 0));
   for (const auto& v : values) t.columns.push_back(v.column);
@@ -191,14 +198,20 @@ SummaryTable table_of(const std::string& mode, const std::vector<const db::Point
   }
   // Per FFN variant: speedups and the points they were seen at, for the headline.
   std::map<std::string, std::vector<std::pair<double, std::string>>> by_ffn;
+  int noisy = 0;  // points whose repetitions hit a bound before the noise met the scenario's target
   for (const auto* p : pts) {
     std::vector<SummaryCell> row;
     for (const auto& a : axes) row.push_back({axis_value(*p, a), std::nullopt});
     row.push_back({p->status, std::nullopt});
     const bool ok = p->status == "ok";
+    const auto met = metric(p->metrics, "noise_met");  // absent in runs stored before it was recorded
+    const bool not_final = ok && met && *met == 0.0;
+    noisy += not_final ? 1 : 0;
     for (const auto& v : values) {
       const auto x = ok ? v.get(p->metrics) : std::nullopt;
-      row.push_back({x ? number(*x, v.column.decimals) : "-", x});
+      std::string text = x ? number(*x, v.column.decimals) : "-";
+      if (not_final && v.column.key == "noise_pct") text += "!";
+      row.push_back({std::move(text), x});
     }
     if (speedups) {
       std::optional<double> s, mem;
@@ -223,6 +236,11 @@ SummaryTable table_of(const std::string& mode, const std::vector<const db::Point
     }
     t.rows.push_back(std::move(row));
   }
+  if (noisy > 0)
+    t.headlines.push_back("! " + std::to_string(noisy) + (noisy == 1 ? " point" : " points") +
+                          " stopped at the repetition or time bound with the noise above the scenario's "
+                          "target_noise: those medians are not final (a quieter machine, or more max_reps / "
+                          "time_bound_s)");
   for (auto& [ffn, v] : by_ffn) {
     const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
     auto at = [](const std::pair<double, std::string>& e) {
@@ -249,6 +267,7 @@ std::string pad(const std::string& s, std::size_t w, bool right) {
 
 const char* colour_of(const SummaryColumn& c, const SummaryCell& cell) {
   if (c.key == "status") return cell.text == "ok" ? nullptr : "\033[33m";
+  if (c.key == "noise_pct" && !cell.text.empty() && cell.text.back() == '!') return "\033[33m";
   if (c.key == "speedup_vs_dense" && cell.value) return *cell.value >= 1.0 ? "\033[32m" : "\033[31m";
   if (c.key == "memory_vs_dense" && cell.value) return *cell.value <= 1.0 ? "\033[32m" : "\033[31m";
   return nullptr;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "app/summary.h"
 #include "db/results_db.h"
@@ -147,6 +148,65 @@ TEST_F(Summary, SpeedupAndNoiseAreAgainstTheDenseTwinWithTheSameOtherAxes) {
   column(tr, "peak_GiB", &peak);
   EXPECT_DOUBLE_EQ(*tr.rows[1][mem].value, 0.75);
   EXPECT_EQ(tr.rows[1][peak].text, "30.00");
+}
+
+// A median whose noise never met the scenario's target (the repetitions stopped at a bound) is marked, in
+// every printer, and the table says what that means; points stored without the flag are not marked.
+TEST_F(Summary, AMedianThatNeverMetTheNoiseTargetIsMarkedNotFinal) {
+  std::int64_t run = 0;
+  {
+    auto store = ResultsDb::open(path_, db::OpenMode::read_write);
+    RunRecord r;
+    r.scenario_name = "noisy";
+    r.scenario_path = "noisy.toml";
+    r.scenario_hash = "sha256:1";
+    r.config_json = r.overrides_json = r.machine_json = "{}";
+    r.device_kind = "cpu";
+    r.device_name = "cpu";
+    r.mocbench_version = "test";
+    r.started_unix_ms = 1'700'000'000'000;
+    run = store.begin_run(r);
+    int index = 0;
+    for (const auto& [batch, noise, met] : {std::tuple{1, 0.011, 1.0}, std::tuple{2, 0.87, 0.0}, std::tuple{3, 0.5, -1.0}}) {
+      PointRecord p;
+      p.run_id = run;
+      p.index = index++;
+      p.mode = "decode";
+      p.status = "ok";
+      p.axes = {{"mode", "decode"}, {"ffn", "dense"}, {"batch", std::to_string(batch)}};
+      p.metrics = {{"ms_per_token", 20.0}, {"noise", noise}};
+      if (met >= 0) p.metrics.push_back({"noise_met", met});
+      store.add_point(p, {}, {}, nullptr);
+    }
+    store.finish_run(run, "ok", 1'700'000'100'000);
+  }
+  auto store = ResultsDb::open(path_, db::OpenMode::read_only);
+  const auto s = summarize_run(store, run);
+  ASSERT_EQ(s.tables.size(), 1u);
+  const auto& t = s.tables[0];
+  std::size_t noise = 0;
+  column(t, "noise_pct", &noise);
+  EXPECT_EQ(t.rows[0][noise].text, "1.1");
+  EXPECT_EQ(t.rows[1][noise].text, "87.0!");
+  EXPECT_DOUBLE_EQ(*t.rows[1][noise].value, 87.0);
+  EXPECT_EQ(t.rows[2][noise].text, "50.0");  // stored before the flag existed: unknown, not marked
+  bool said = false;
+  for (const auto& h : t.headlines) said = said || (h.find("1 point stopped") != std::string::npos &&
+                                                    h.find("not final") != std::string::npos);
+  EXPECT_TRUE(said);
+  std::size_t met = 0;
+  column(t, "noise_met", &met);  // the machine-readable printers carry the flag itself
+  EXPECT_DOUBLE_EQ(*t.rows[1][met].value, 0.0);
+  EXPECT_DOUBLE_EQ(*t.rows[0][met].value, 1.0);
+  EXPECT_FALSE(t.rows[2][met].value);
+  for (auto f : {SummaryFormat::table, SummaryFormat::markdown}) {
+    std::ostringstream o;
+    print_summary(s, f, o, false);
+    EXPECT_NE(o.str().find("87.0!"), std::string::npos) << o.str();
+  }
+  std::ostringstream csv;
+  print_summary(s, SummaryFormat::csv, csv, false);
+  EXPECT_NE(csv.str().find("noise_met"), std::string::npos) << csv.str();
 }
 
 TEST_F(Summary, MarkdownCsvAndJsonCarryTheSameTable) {
