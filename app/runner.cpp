@@ -40,6 +40,9 @@ namespace {
 std::atomic<bool> g_stop{false};
 extern "C" void on_sigint(int) { g_stop.store(true); }
 
+// How long `run` waits for a results file another process keeps locked before it gives the point up.
+constexpr double kLockWaitS = 600.0;
+
 
 std::int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -539,7 +542,26 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
         rec.metrics.push_back({"scaling_efficiency_pct", 100.0 * tps / (p.gpus * twin->second)});
     }
     try {
-      store.add_point(rec, stored.ranges, stored.memory, stored.profile ? &*stored.profile : nullptr, stored.series);
+      // Another process holding the results file's write lock past the busy timeout (a long transaction, a
+      // `sqlite3` shell in BEGIN) does not cost the measured point: it is kept and stored once the lock is free.
+      const auto wait_from = std::chrono::steady_clock::now();
+      for (int attempt = 0;; ++attempt) {
+        try {
+          store.add_point(rec, stored.ranges, stored.memory, stored.profile ? &*stored.profile : nullptr,
+                          stored.series);
+          if (attempt > 0) std::fprintf(stderr, "mocbench: the lock is free again: point #%d stored\n", p.index);
+          break;
+        } catch (const db::DbError& e) {
+          const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_from).count();
+          if (!e.busy() || waited > kLockWaitS || g_stop.load()) throw;
+          if (attempt == 0)
+            std::fprintf(stderr,
+                         "\nmocbench: %s is locked by another process; point #%d is measured and kept in memory, "
+                         "waiting up to %.0f min for the lock (the process holding it: `fuser %s`)\n",
+                         opt.db_path.c_str(), p.index, kLockWaitS / 60.0, opt.db_path.c_str());
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+      }
     } catch (const std::exception& e) {
       // The run stops on a database error (disk full, I/O error): close it as failed where the file can still
       // be written, so it does not stay "running"; the caller reports the error either way.

@@ -403,7 +403,8 @@ std::string in_quotes(const std::string& path) { return "'" + path + "'"; }
 // A failed SQLite call, with its result code so open() can tell a corrupt file from other failures.
 class SqliteError : public DbError {
  public:
-  SqliteError(const std::string& message, int code) : DbError(message), code_(code) {}
+  SqliteError(const std::string& message, int code)
+      : DbError(message, (code & 0xff) == SQLITE_BUSY || (code & 0xff) == SQLITE_LOCKED), code_(code) {}
   int primary_code() const { return code_ & 0xff; }
 
  private:

@@ -27,7 +27,13 @@ namespace moc::db {
 
 class DbError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit DbError(const std::string& what, bool busy = false) : std::runtime_error(what), busy_(busy) {}
+  // Another connection kept the file's write lock past the busy timeout: nothing of this call was written,
+  // and the call may be retried (run keeps a measured point and waits for the lock).
+  bool busy() const { return busy_; }
+
+ private:
+  bool busy_ = false;
 };
 
 // The schema this build writes and reads. Older files are migrated forward when opened for writing;

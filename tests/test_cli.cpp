@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <set>
@@ -24,6 +25,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <sqlite3.h>
 
 #include "db/results_db.h"
 #include "shell_util.h"
@@ -359,6 +362,70 @@ TEST_F(Cli, PointBeyondTheAvailableHostMemoryIsStoredAsOomByDefault) {
   const auto pts2 = db::ResultsDb::open(db2, db::OpenMode::read_only).points(1);
   ASSERT_EQ(pts2.size(), 3u);
   EXPECT_EQ(pts2[1].status, "ok") << pts2[1].error;
+}
+
+// Issue 27: another process holding the results file's write lock longer than the busy timeout (10 s) made
+// `run` drop the point it had just measured, stop, and leave the run "running". The point is now kept, the
+// run waits for the lock and goes on: every point stored, the run ok.
+TEST_F(Cli, AMeasuredPointWaitsForALockedResultsFileInsteadOfBeingLost) {
+  const std::string sc = write("locked.toml", R"(name = "locked"
+device = "cpu"
+[model]
+preset = "tiny"
+[measure]
+warmup = 0
+min_reps = 2
+max_reps = 1000000
+time_bound_s = 1.0
+target_noise = 1e-9
+[axes]
+mode = ["ffn-train"]
+batch = [1, 2, 3]
+seq = [8]
+)");
+  const std::string db = path("l.db"), err = path("stderr.txt");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int devnull = open("/dev/null", O_WRONLY);
+    const int errfd = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(devnull, STDOUT_FILENO);
+    dup2(errfd, STDERR_FILENO);
+    execl(MOCBENCH_BIN, MOCBENCH_BIN, "run", sc.c_str(), "--db", db.c_str(), "--quiet", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Once the first point is committed, another connection takes the write lock for 12 s.
+  std::size_t committed = 0;
+  for (int i = 0; i < 600 && committed < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!fs::exists(db)) continue;
+    try {
+      auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
+      if (store.run(1)) committed = store.points(1).size();
+    } catch (const db::DbError&) {
+    }
+  }
+  ASSERT_GE(committed, 1u);
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &other), SQLITE_OK);
+  sqlite3_busy_timeout(other, 10'000);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(other);
+  std::this_thread::sleep_for(std::chrono::seconds(12));
+  EXPECT_EQ(sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  std::ifstream ef(err);
+  const std::string said((std::istreambuf_iterator<char>(ef)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0) << said;
+  EXPECT_NE(said.find("is locked by another process"), std::string::npos) << said;
+  EXPECT_NE(said.find("stored"), std::string::npos) << said;
+  auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
+  const auto pts = store.points(1);
+  ASSERT_EQ(pts.size(), 3u);
+  for (const auto& p : pts) EXPECT_EQ(p.status, "ok") << p.index;
+  EXPECT_EQ(store.run(1)->status, "ok");
 }
 
 TEST_F(Cli, SigintStoresTheCurrentPointAsInterrupted) {
