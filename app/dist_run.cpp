@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,6 +45,14 @@ std::unique_ptr<Communicator> make_rank_communicator(const DistEnv& d, const std
 #endif
 }
 
+void bind_worker_to_launcher() {
+  const char* launcher = std::getenv("MOCBENCH_LAUNCHER_PID");
+  if (launcher == nullptr || *launcher == 0) return;
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The launcher may have died before the line above: this process was then handed to another parent.
+  if (std::to_string(::getppid()) != launcher) _exit(137);
+}
+
 void report_worker_failure(const DistEnv& d, const std::string& status, const std::string& message) {
   const char* dir = std::getenv("MOCBENCH_WORKER_DIR");
   if (dir == nullptr || *dir == 0) return;
@@ -80,13 +89,40 @@ std::string exit_text(int status) {
   return "status " + std::to_string(status);
 }
 
+// The launcher that made a point directory, in the directory: a later launch removes the directories of
+// launchers that are gone (a SIGKILLed run cannot clean up after itself; its workers die with it).
+constexpr const char* kOwnerFile = "launcher";
+
+void write_owner(const fs::path& dir) {
+  const db::RunWriter me = db::this_process();
+  std::ofstream f(dir / kOwnerFile, std::ios::trunc);
+  f << me.host << "\n" << me.boot_id << "\n" << me.pid_namespace << "\n" << me.pid << "\n" << me.start_ticks << "\n";
+}
+
+void remove_abandoned_point_dirs() {
+  std::error_code ec;
+  const db::RunWriter here = db::this_process();
+  for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("mocbench-point-", 0) != 0 || !e.is_directory(ec)) continue;
+    std::ifstream f(e.path() / kOwnerFile);
+    db::RunWriter w;
+    if (!(std::getline(f, w.host) && std::getline(f, w.boot_id) && std::getline(f, w.pid_namespace) &&
+          (f >> w.pid >> w.start_ticks)))
+      continue;  // not ours, or still being created: left alone
+    if (db::writer_state(w, here) == db::WriterState::gone) fs::remove_all(e.path(), ec);
+  }
+}
+
 }  // namespace
 
 StoredPoint run_point_workers(const WorkerLaunch& w) {
   const int n = w.gpus;
+  remove_abandoned_point_dirs();
   std::string tmpl = (fs::temp_directory_path() / "mocbench-point-XXXXXX").string();
   if (mkdtemp(tmpl.data()) == nullptr) throw ConfigError("cannot create a directory for the workers in " + fs::temp_directory_path().string());
   const fs::path dir(tmpl);
+  write_owner(dir);
   struct Cleanup {
     fs::path d;
     ~Cleanup() {
@@ -95,7 +131,8 @@ StoredPoint run_point_workers(const WorkerLaunch& w) {
     }
   } cleanup{dir};
 
-  std::vector<std::string> devices, common = {"MOCBENCH_WORKER_DIR=" + dir.string()};
+  std::vector<std::string> devices, common = {"MOCBENCH_WORKER_DIR=" + dir.string(),
+                                              "MOCBENCH_LAUNCHER_PID=" + std::to_string(::getpid())};
   std::string id_setting = "MOCBENCH_NCCL_ID_FILE=" + (dir / "nccl.id").string();
   if (w.backend == "cpu") {
     create_shm_comm_file((dir / "comm.shm").string(), n);

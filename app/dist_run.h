@@ -50,6 +50,10 @@ struct WorkerLaunch {
 // oom / failed / interrupted and the rank's message. Throws ConfigError when the workers cannot be started.
 StoredPoint run_point_workers(const WorkerLaunch& w);
 
+// In a worker started by run_point_workers (MOCBENCH_LAUNCHER_PID set): the worker dies with its launcher
+// (PR_SET_PDEATHSIG), and ends at once when the launcher is already gone. No-op elsewhere.
+void bind_worker_to_launcher();
+
 // In a worker: where the launcher wants a failed rank's status and message (MOCBENCH_WORKER_DIR), written as
 // "status\nmessage". No-op outside the launcher.
 void report_worker_failure(const DistEnv& d, const std::string& status, const std::string& message);

@@ -267,6 +267,7 @@ StoredPoint stored_from(PointOutcome& out) {
 }  // namespace
 
 int run_scenario_file(const std::string& path, const RunOptions& opt) {
+  bind_worker_to_launcher();  // a worker of a multi-rank point dies with its launcher
   Scenario sc;
   try {
     sc = load_scenario(path);

@@ -296,6 +296,95 @@ TEST_F(Cli, DataParallelPointsRunAsWorkerProcessesAndStoreEveryRank) {
   EXPECT_NE(o[1].error.find("rank "), std::string::npos) << o[1].error;
 }
 
+// Issue 27: workers outlived a killed launcher, and every killed launch left its scratch directory (16 MiB of
+// shared memory for the CPU ranks) in the temp folder. Workers now die with their launcher, and the next
+// launch removes the directories of launchers that are gone.
+TEST_F(Cli, WorkersDieWithTheirLauncherAndTheNextLaunchRemovesItsScratch) {
+  const std::string sc = write("dp_slow.toml", R"(name = "dp_slow"
+mode = "train"
+device = "cpu"
+[model]
+preset = "tiny"
+[measure]
+warmup = 0
+min_reps = 2
+max_reps = 1000000
+time_bound_s = 60.0
+target_noise = 1e-9
+[axes]
+gpus = [2]
+)");
+  const std::string db = path("k.db");
+  const pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    const int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, STDOUT_FILENO);
+    dup2(devnull, STDERR_FILENO);
+    execl(MOCBENCH_BIN, MOCBENCH_BIN, "run", sc.c_str(), "--db", db.c_str(), "--quiet", "--no-profile",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // The launcher's children: its two workers.
+  auto children_of = [](pid_t parent) {
+    std::vector<pid_t> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream f(e.path() / "stat");
+      std::string line;
+      if (!std::getline(f, line)) continue;
+      std::istringstream rest(line.substr(line.rfind(')') + 1));
+      char state = 0;
+      pid_t ppid = 0;
+      rest >> state >> ppid;
+      if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(name)));
+    }
+    return out;
+  };
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 600 && workers.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    workers = children_of(launcher);
+  }
+  ASSERT_EQ(workers.size(), 2u) << "the launcher started its workers";
+  // Its scratch directory, named by the launcher file in it.
+  fs::path scratch;
+  for (const auto& e : fs::directory_iterator(fs::temp_directory_path())) {
+    std::ifstream f(e.path() / "launcher");
+    std::string host, boot, ns;
+    long long pid = 0;
+    if (std::getline(f, host) && std::getline(f, boot) && std::getline(f, ns) && (f >> pid) && pid == launcher)
+      scratch = e.path();
+  }
+  ASSERT_FALSE(scratch.empty()) << "the point directory names its launcher";
+  ::kill(launcher, SIGKILL);
+  ASSERT_EQ(waitpid(launcher, nullptr, 0), launcher);
+  // Gone (or a zombie waiting for a reaper) within 10 s.
+  auto dead = [](pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(f, line)) return true;
+    const char state = line.substr(line.rfind(')') + 2, 1)[0];
+    return state == 'Z' || state == 'X';
+  };
+  bool all_dead = false;
+  for (int i = 0; i < 200 && !all_dead; ++i) {
+    all_dead = dead(workers[0]) && dead(workers[1]);
+    if (!all_dead) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(all_dead) << "the workers outlived their launcher";
+  EXPECT_TRUE(fs::exists(scratch)) << "a SIGKILLed launcher cannot clean up itself";
+  // The next multi-rank launch removes it.
+  std::string quick = kDataParallelScenario;
+  quick.replace(quick.find("[axes]\n"), 7, "[axes]\nbatch = [1]\n");
+  const std::string sc_quick = write("dp_quick.toml", quick);
+  auto r = mocbench("run " + sc_quick + " --db " + path("q.db") + " --only ffn=dense --only zero1=false --only gpus=2 --no-profile");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(fs::exists(scratch)) << scratch;
+}
+
 TEST_F(Cli, LaunchContractMistakesAreRefusedBeforeAnyWork) {
   const std::string sc = write("dp.toml", kDataParallelScenario);
   const std::string db = path("c.db");
