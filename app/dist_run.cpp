@@ -148,8 +148,16 @@ StoredPoint run_point_workers(const WorkerLaunch& w) {
 #endif
     devices = visible_devices(std::getenv("CUDA_VISIBLE_DEVICES"), count);
   }
+  std::string scenario = w.scenario_path;
+  if (!w.scenario_text.empty()) {
+    scenario = (dir / "scenario.toml").string();
+    std::ofstream f(scenario, std::ios::binary | std::ios::trunc);
+    f << w.scenario_text;
+    f.close();
+    if (!f) throw ConfigError("cannot write the scenario for the workers to " + scenario);
+  }
   const std::string exe = self_exe(), db = (dir / "point.db").string();
-  std::vector<std::string> args = {exe, "run", w.scenario_path, "--point", std::to_string(w.point_index), "--db", db,
+  std::vector<std::string> args = {exe, "run", scenario, "--point", std::to_string(w.point_index), "--db", db,
                                    "--quiet", "--device", w.backend};
   args.insert(args.end(), w.extra_args.begin(), w.extra_args.end());
   std::vector<char*> argv;

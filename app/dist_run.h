@@ -39,6 +39,9 @@ struct StoredPoint {
 
 struct WorkerLaunch {
   std::string scenario_path;
+  // The text the launcher read and validated (stored with its run): the workers run a copy of it in their
+  // scratch folder, not the file, which may have been edited since or been a pipe (`<(...)`). Empty: the file.
+  std::string scenario_text;
   int point_index = 0;
   int gpus = 2;
   std::string backend;              // cuda | cpu

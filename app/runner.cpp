@@ -239,9 +239,11 @@ PointOutcome run_here(const ScenarioPoint& p, const RunOptions& opt, const std::
 }
 
 // A data-parallel point on this machine's GPUs: one worker process per GPU (app/dist_run.h).
-StoredPoint run_on_workers(const std::string& path, const ScenarioPoint& p, const RunOptions& opt, const std::string& backend) {
+StoredPoint run_on_workers(const std::string& path, const std::string& text, const ScenarioPoint& p,
+                           const RunOptions& opt, const std::string& backend) {
   WorkerLaunch w;
   w.scenario_path = path;
+  w.scenario_text = text;
   w.point_index = p.index;
   w.gpus = p.gpus;
   w.backend = backend;
@@ -504,7 +506,7 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     StoredPoint stored;
     try {
       if (!dist.distributed() && p.gpus > 1) {
-        stored = run_on_workers(path, p, opt, backend);
+        stored = run_on_workers(path, sc.text, p, opt, backend);
         rec.status = stored.rec.status;
         rec.error = stored.rec.error;
         rec.metrics = stored.rec.metrics;
