@@ -1095,6 +1095,23 @@ ResultsDb ResultsDb::open(const std::string& path, OpenMode mode) {
     throw;
   }
   check_ours(path, state, mode);
+  // Damage inside a file whose header and schema are intact (a bad sector, a copy cut and patched, bytes
+  // overwritten) is found only where SQLite reads it: a writer would measure for hours and then add a run on
+  // top of it. Before writing, SQLite's quick check reads every page (its cost: about a second per GB).
+  // Readers skip it: a damaged file stays readable where it still can be.
+  if (writing && !state.blank()) {
+    std::string verdict;
+    try {
+      Stmt qc(raw, path, "PRAGMA quick_check(3)", "checking the file for damage");
+      while (qc.step()) verdict += (verdict.empty() ? "" : "; ") + qc.text(0);
+    } catch (const SqliteError& e) {
+      verdict = e.what();
+    }
+    if (verdict != "ok")
+      throw DbError(in_quotes(path) + " is damaged (SQLite's quick_check: " + verdict +
+                    "); nothing was changed, and nothing will be written to it. Its runs may still be read "
+                    "(`mocbench list` / `show` open it read-only); record new runs in another file.");
+  }
 
   // From here on the file is blank or ours: changing it is allowed.
   if (writing) {

@@ -1443,6 +1443,37 @@ TEST_F(ResultsDbRefusal, GarbageBytesAreRefusedAndUntouched) {
   expect_refused(path, "not a mocbench results database");
 }
 
+// Issue 27: damage in the middle of a file whose header and schema are intact. A writer measured and then
+// wrote a new run into it; now opening it for writing is refused (quick_check), the file untouched, while a
+// reader still opens it.
+TEST_F(ResultsDbRefusal, DamageInTheMiddleIsRefusedForWritingAndTheFileStaysReadable) {
+  const auto path = file("damaged.db");
+  {
+    auto db = ResultsDb::open(path, OpenMode::read_write);
+    const auto run = db.begin_run(sample_run());
+    const auto trace = sample_trace(2000);
+    db.add_point(sample_point(run, 0), sample_ranges(), sample_mem(), &trace);
+  }
+  std::string bytes = read_bytes(path);
+  const std::size_t page = 4096;
+  ASSERT_GT(bytes.size(), 8 * page);
+  // A page in the middle overwritten with noise: the header (page 1) and the schema stay intact.
+  const std::size_t at = (bytes.size() / page / 2) * page;
+  std::uint32_t x = 777;
+  for (std::size_t i = at; i < at + page; ++i) bytes[i] = static_cast<char>((x = x * 1103515245u + 12345u) >> 24);
+  write_bytes(path, bytes);
+  try {
+    ResultsDb::open(path, OpenMode::read_write);
+    ADD_FAILURE() << "opened a damaged file for writing";
+  } catch (const DbError& e) {
+    EXPECT_NE(std::string(e.what()).find("is damaged"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_bytes(path), bytes) << "a refused open changed the file";
+  EXPECT_NO_THROW(ResultsDb::open(path, OpenMode::read_only));
+  EXPECT_EQ(read_bytes(path), bytes);
+}
+
 TEST_F(ResultsDbRefusal, TruncatedFileIsRefusedAndUntouched) {
   const auto path = file("results.db");
   {
