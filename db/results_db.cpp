@@ -1054,6 +1054,14 @@ ResultsDb ResultsDb::open(const std::string& path, OpenMode mode) {
     const auto size = fs::file_size(path, ec);
     if (ec) throw DbError(in_quotes(path) + ": cannot be inspected: " + ec.message());
     check_file_header(path, size);
+    // SQLite keeps a -wal and -shm beside each *name* of a file: two writers reaching one file through two
+    // hard links do not see each other's locks or log, and one run is lost with the file reading as whole.
+    const auto links = fs::hard_link_count(path, ec);
+    if (writing && !ec && links > 1)
+      throw DbError(in_quotes(path) + " has " + std::to_string(links) +
+                    " names (hard links): SQLite locks each name apart, so writers through two names would lose "
+                    "runs; nothing was changed. Write through one name (replace the others by symbolic links), "
+                    "or give the run another file; reading through any name works.");
   }
 
   sqlite3* raw = nullptr;

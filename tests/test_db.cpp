@@ -1474,6 +1474,32 @@ TEST_F(ResultsDbRefusal, DamageInTheMiddleIsRefusedForWritingAndTheFileStaysRead
   EXPECT_EQ(read_bytes(path), bytes);
 }
 
+// Issue 27: two writers through two hard links of one file both "stored run 2" and one run was lost (each
+// name gets its own -wal). A file with several names is refused for writing, untouched; readers open it.
+TEST_F(ResultsDbRefusal, AFileWithSeveralNamesIsRefusedForWritingAndReadThroughAny) {
+  const auto path = file("one.db"), second = file("two.db");
+  {
+    auto db = ResultsDb::open(path, OpenMode::read_write);
+    db.begin_run(sample_run());
+  }
+  std::filesystem::create_hard_link(path, second);
+  const std::string before = read_bytes(path);
+  for (const auto& name : {path, second}) {
+    SCOPED_TRACE(name);
+    try {
+      ResultsDb::open(name, OpenMode::read_write);
+      ADD_FAILURE() << "opened a file with two names for writing";
+    } catch (const DbError& e) {
+      EXPECT_NE(std::string(e.what()).find("2 names (hard links)"), std::string::npos) << e.what();
+    }
+    auto r = ResultsDb::open(name, OpenMode::read_only);
+    EXPECT_EQ(r.runs().size(), 1u);
+  }
+  EXPECT_EQ(read_bytes(path), before);
+  std::filesystem::remove(second);
+  EXPECT_NO_THROW(ResultsDb::open(path, OpenMode::read_write)) << "one name again: writable";
+}
+
 TEST_F(ResultsDbRefusal, TruncatedFileIsRefusedAndUntouched) {
   const auto path = file("results.db");
   {
