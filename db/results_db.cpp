@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -1067,9 +1068,31 @@ ResultsDb ResultsDb::open(const std::string& path, OpenMode mode) {
   sqlite3* raw = nullptr;
   // NOMUTEX: a ResultsDb is used from one thread at a time (results_db.h), so SQLite need not lock the
   // connection around every call (a million-kernel profile makes tens of millions of them).
-  const int flags =
-      (writing ? (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) : SQLITE_OPEN_READONLY) | SQLITE_OPEN_NOMUTEX;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  int flags = (writing ? (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) : SQLITE_OPEN_READONLY) | SQLITE_OPEN_NOMUTEX;
+  // A reader of a WAL file needs its -shm (and -wal) beside it, created if missing: in a folder this process
+  // cannot write (a read-only share or mount, another user's folder) that fails with "unable to open
+  // database file". Without those files no writer is at work, so the file is opened as immutable (read as it
+  // is, no lock files). Where they exist, SQLite reads them as they are.
+  std::string target = path;
+  if (!writing && exists) {
+    const fs::path dir = fs::absolute(path, ec).parent_path();
+    const bool dir_writable = !ec && ::access(dir.c_str(), W_OK) == 0;
+    if (!dir_writable && (!fs::exists(path + "-shm", ec) || !fs::exists(path + "-wal", ec))) {
+      std::string uri = "file:";
+      for (const unsigned char c : fs::absolute(path, ec).string()) {
+        if (std::isalnum(c) || std::strchr("/-_.~", c) != nullptr) {
+          uri += static_cast<char>(c);
+        } else {
+          char hex[4];
+          std::snprintf(hex, sizeof hex, "%%%02X", c);
+          uri += hex;
+        }
+      }
+      target = uri + "?immutable=1";
+      flags |= SQLITE_OPEN_URI;
+    }
+  }
+  const int rc = sqlite3_open_v2(target.c_str(), &raw, flags, nullptr);
   std::unique_ptr<sqlite3, Closer> db(raw);  // closed on every path out, failure included
   if (rc != SQLITE_OK) {
     // SQLite's own limit on a path (SQLITE_MAX_PATHNAME, 512 bytes by default, which its "-journal" / "-wal"

@@ -2,6 +2,7 @@
 // a writer killed mid-run, stale runs (a writer whose process is gone reads as abandoned), migration of
 // hand-made version 1, 2 and 3 files, and refusal (file untouched) of what is not ours.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -1498,6 +1499,54 @@ TEST_F(ResultsDbRefusal, AFileWithSeveralNamesIsRefusedForWritingAndReadThroughA
   EXPECT_EQ(read_bytes(path), before);
   std::filesystem::remove(second);
   EXPECT_NO_THROW(ResultsDb::open(path, OpenMode::read_write)) << "one name again: writable";
+}
+
+// Issue 27: a results file in a folder the reader cannot write (a read-only share or mount, another user's
+// folder) could not be listed, shown or opened by the dashboard: SQLite could not create the -shm a WAL
+// reader needs. It now opens read-only as it is. Checked as another user when the tests run as root (root
+// writes everywhere), else with the folder made read-only.
+TEST_F(ResultsDbRefusal, AFileInAFolderTheReaderCannotWriteOpensReadOnly) {
+  const std::filesystem::path dir = file("shared");
+  std::filesystem::create_directory(dir);
+  const std::string path = (dir / "results.db").string();
+  {
+    auto db = ResultsDb::open(path, OpenMode::read_write);
+    db.begin_run(sample_run());
+  }
+  ASSERT_FALSE(std::filesystem::exists(path + "-shm")) << "a closed writer leaves no -shm";
+  auto read_as_reader = [&]() -> int {
+    try {
+      auto r = ResultsDb::open(path, OpenMode::read_only);
+      return r.runs().size() == 1 ? 0 : 3;
+    } catch (const DbError& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 4;
+    }
+  };
+  const std::string before = read_bytes(path);
+  if (::geteuid() == 0) {
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                                          std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                                          std::filesystem::perms::others_exec);
+    ::chmod(path.c_str(), 0644);
+    // The temp folder's parents must be searchable by that user too (they are: /tmp is world-searchable).
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(5);
+      _exit(read_as_reader());
+    }
+    int st = 0;
+    ASSERT_EQ(waitpid(child, &st, 0), child);
+    ASSERT_TRUE(WIFEXITED(st));
+    EXPECT_EQ(WEXITSTATUS(st), 0) << "the reader (uid 65534) could not open the file";
+  } else {
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    EXPECT_EQ(read_as_reader(), 0);
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+  }
+  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_FALSE(std::filesystem::exists(path + "-shm")) << "nothing was created beside it";
 }
 
 TEST_F(ResultsDbRefusal, TruncatedFileIsRefusedAndUntouched) {
