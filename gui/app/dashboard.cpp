@@ -7,8 +7,14 @@
 #include <imgui_internal.h>
 #include <implot.h>
 #include <stb/stb_image_write.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <vector>
+#include <filesystem>
+#include <cstring>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 
@@ -239,8 +245,51 @@ std::vector<unsigned char> Dashboard::pixels(int* width, int* height) const {
 bool Dashboard::write_png(const std::string& path, std::string* error) const {
   int w = 0, h = 0;
   const auto px = pixels(&w, &h);
-  if (!stbi_write_png(path.c_str(), w, h, 4, px.data(), w * 4)) {
-    *error = "cannot write " + path;
+  // Encoded in memory, then written with every error checked: stb's own file writer ignores a failed write
+  // (a full disk left a 0-byte PNG behind a "wrote" message).
+  std::vector<unsigned char> png;
+  auto append = [](void* ctx, void* data, int size) {
+    auto* v = static_cast<std::vector<unsigned char>*>(ctx);
+    v->insert(v->end(), static_cast<unsigned char*>(data), static_cast<unsigned char*>(data) + size);
+  };
+  if (!stbi_write_png_to_func(append, &png, w, h, 4, px.data(), w * 4) || png.empty()) {
+    *error = "cannot encode the PNG for " + path;
+    return false;
+  }
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  const bool special = !ec && fs::exists(st) && !fs::is_regular_file(st);  // a device or pipe: written in place
+  auto write_all = [&](std::FILE* f) {
+    const bool ok = std::fwrite(png.data(), 1, png.size(), f) == png.size() && std::fflush(f) == 0;
+    return std::fclose(f) == 0 && ok;
+  };
+  if (special) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f || !write_all(f)) {
+      *error = "cannot write " + path + ": " + std::strerror(errno);
+      return false;
+    }
+    return true;
+  }
+  // A regular file: through a temporary file beside it, renamed over it once whole; a failure leaves nothing
+  // new behind and an earlier picture as it was.
+  const fs::path target(path);
+  std::string tmpl = (target.parent_path().empty() ? fs::path(".") : target.parent_path()).string() + "/." +
+                     target.filename().string() + ".XXXXXX";
+  const int fd = ::mkstemp(tmpl.data());
+  if (fd < 0) {
+    *error = "cannot write " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::FILE* f = ::fdopen(fd, "wb");
+  const bool ok = f != nullptr && write_all(f);
+  const int err = errno;
+  if (!f) ::close(fd);
+  if (!ok || ::chmod(tmpl.c_str(), 0644) != 0 || std::rename(tmpl.c_str(), path.c_str()) != 0) {
+    const int e = ok ? errno : err;
+    ::unlink(tmpl.c_str());
+    *error = "cannot write " + path + ": " + std::strerror(e);
     return false;
   }
   return true;

@@ -808,6 +808,11 @@ TEST_F(GuiViews, ScreenshotModeWritesAPngAndRefusesBadArguments) {
                               " --view timeline --colour floor >/dev/null 2>&1"),
             0);
   EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png + " --colour rainbow 2>/dev/null"), 2);
+  // A full disk (/dev/full refuses every write): an error and exit 1, never "wrote" (issue #27: a 0-byte PNG
+  // was written and reported).
+  EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot /dev/full --view roofline >/dev/null 2>&1"), 1);
+  // A regular file that cannot be written (its folder is missing): exit 1, nothing left behind.
+  EXPECT_EQ(test::run_command(gui + " " + test::fixture_db() + " --screenshot " + png + ".missing/x.png 2>/dev/null"), 1);
   // A run, point or run B the databases do not hold: refused, no picture of another run (issue #27).
   const std::string missing = png + ".missing.png";
   for (const char* arg : {" --run 999", " --point 999", " --run-b 999 --view compare"}) {
