@@ -5,6 +5,9 @@ set -euo pipefail
 
 debian_packages=(
   cmake ninja-build g++ pkg-config git
+  # the pinned PyPI wheels below: pip, and the CA certificates its HTTPS needs (not pulled in: apt runs with
+  # --no-install-recommends, so a plain Debian 12 had neither)
+  python3-pip ca-certificates
   libopenblas-dev      # CPU backend GEMMs (cblas)
   libgtest-dev         # tests
   libcli11-dev         # command line
