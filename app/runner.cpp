@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstdlib>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -40,8 +42,45 @@ namespace {
 std::atomic<bool> g_stop{false};
 extern "C" void on_sigint(int) { g_stop.store(true); }
 
-// How long `run` waits for a results file another process keeps locked before it gives the point up.
-constexpr double kLockWaitS = 600.0;
+// How long `run` waits for a results file another process keeps locked before it saves the point to a side
+// file instead: 10 minutes, or MOCBENCH_LOCK_WAIT_S seconds.
+double lock_wait_s() {
+  const char* v = std::getenv("MOCBENCH_LOCK_WAIT_S");
+  char* end = nullptr;
+  const double s = v ? std::strtod(v, &end) : 0.0;
+  return v && end != v && *end == 0 && s >= 0 && s <= 86400 ? s : 600.0;
+}
+
+// A measured point the results file would not take: saved as JSON beside it (else in the working folder) so
+// that nothing measured is silently lost. Returns the file's name, or "" when even that failed.
+std::string save_unstored_point(const std::string& db_path, std::int64_t run_id, const db::PointRecord& rec,
+                                const std::string& why) {
+  std::ostringstream j;
+  j << "{\"results_file\":" << json_quote(db_path) << ",\"run\":" << run_id << ",\"point\":" << rec.index
+    << ",\"mode\":" << json_quote(rec.mode) << ",\"status\":" << json_quote(rec.status)
+    << ",\"error\":" << json_quote(rec.error) << ",\"not_stored_because\":" << json_quote(why) << ",\"axes\":{";
+  for (std::size_t i = 0; i < rec.axes.size(); ++i)
+    j << (i ? "," : "") << json_quote(rec.axes[i].first) << ":" << json_quote(rec.axes[i].second);
+  j << "},\"metrics\":{";
+  for (std::size_t i = 0; i < rec.metrics.size(); ++i) {
+    char num[32];
+    std::snprintf(num, sizeof num, "%.9g", rec.metrics[i].second);
+    j << (i ? "," : "") << json_quote(rec.metrics[i].first) << ":"
+      << (std::isfinite(rec.metrics[i].second) ? std::string(num) : std::string("null"));
+  }
+  j << "}}\n";
+  const std::string name = std::filesystem::path(db_path).filename().string() + ".unstored-run" +
+                           std::to_string(run_id) + "-point" + std::to_string(rec.index) + ".json";
+  const std::filesystem::path dir = std::filesystem::path(db_path).parent_path();
+  for (const auto& where : {dir.empty() ? std::filesystem::path(".") : dir, std::filesystem::path(".")}) {
+    const std::string out = (where / name).string();
+    std::ofstream f(out, std::ios::trunc);
+    f << j.str();
+    f.close();
+    if (f) return out;
+  }
+  return "";
+}
 
 
 std::int64_t unix_ms() {
@@ -548,6 +587,7 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
       // Another process holding the results file's write lock past the busy timeout (a long transaction, a
       // `sqlite3` shell in BEGIN) does not cost the measured point: it is kept and stored once the lock is free.
       const auto wait_from = std::chrono::steady_clock::now();
+      const double kLockWaitS = lock_wait_s();
       for (int attempt = 0;; ++attempt) {
         try {
           store.add_point(rec, stored.ranges, stored.memory, stored.profile ? &*stored.profile : nullptr,
@@ -566,8 +606,12 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
         }
       }
     } catch (const std::exception& e) {
-      // The run stops on a database error (disk full, I/O error): close it as failed where the file can still
-      // be written, so it does not stay "running"; the caller reports the error either way.
+      // The run stops on a database error (disk full, I/O error, a lock that never freed): the measured point
+      // goes to a side file named here, and the run is closed as failed where the file can still be written,
+      // so it does not stay "running"; the caller reports the error either way.
+      const std::string side = save_unstored_point(opt.db_path, run_id, rec, e.what());
+      if (!side.empty())
+        std::fprintf(stderr, "\nmocbench: point #%d could not be stored; it is saved in %s\n", p.index, side.c_str());
       std::signal(SIGINT, previous);
       mark_failed(store, run_id, e.what());
       throw;

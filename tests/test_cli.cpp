@@ -532,6 +532,71 @@ seq = [8]
   EXPECT_EQ(store.run(1)->status, "ok");
 }
 
+// ... and when the lock does not free within the wait (MOCBENCH_LOCK_WAIT_S, 10 minutes by default), the
+// measured point is saved to a side file named on stderr -- never silently dropped -- and the run ends failed.
+TEST_F(Cli, APointTheLockedFileNeverTakesIsSavedToASideFile) {
+  const std::string sc = write("locked2.toml", R"(name = "locked2"
+device = "cpu"
+[model]
+preset = "tiny"
+[measure]
+warmup = 0
+min_reps = 2
+max_reps = 3
+[axes]
+mode = ["ffn-train"]
+batch = [1]
+seq = [8]
+)");
+  const std::string db = path("l2.db");
+  ASSERT_EQ(mocbench("run " + sc + " --db " + db + " --quiet").code, 0) << "the file exists, with one run";
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(other);
+  // The lock is held from before the run: begin_run itself waits out SQLite's busy timeout and fails -- so
+  // the lock is taken once the second run has begun instead.
+  EXPECT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+  const std::string err = path("stderr2.txt");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int devnull = open("/dev/null", O_WRONLY);
+    const int errfd = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(devnull, STDOUT_FILENO);
+    dup2(errfd, STDERR_FILENO);
+    setenv("MOCBENCH_LOCK_WAIT_S", "1", 1);
+    execl(MOCBENCH_BIN, MOCBENCH_BIN, "run", sc.c_str(), "--db", db.c_str(), "--quiet", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool begun = false;
+  for (int i = 0; i < 600 && !begun; ++i) {
+    try {
+      auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
+      begun = store.run(2).has_value();
+    } catch (const db::DbError&) {
+    }
+    if (!begun) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(begun);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(other);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(other);
+  std::ifstream ef(err);
+  const std::string said((std::istreambuf_iterator<char>(ef)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_NE(WEXITSTATUS(st), 0) << said;
+  const std::string side = db + ".unstored-run2-point0.json";
+  EXPECT_NE(said.find("saved in " + side), std::string::npos) << said;
+  std::ifstream sf(side);
+  ASSERT_TRUE(sf.good()) << side;
+  const auto j = nlohmann::json::parse(sf);
+  EXPECT_EQ(j["run"], 2);
+  EXPECT_EQ(j["status"], "ok");
+  EXPECT_GT(j["metrics"]["fwd_bwd_ms"].get<double>(), 0.0) << j.dump();
+}
+
 TEST_F(Cli, SigintStoresTheCurrentPointAsInterrupted) {
   // Twenty points that take about a second each: the signal lands in the middle of the sweep.
   const std::string sc = write("slow.toml", R"(name = "slow"
