@@ -130,6 +130,7 @@ SweepPlot build_sweep(const std::vector<db::PointRecord>& points, const std::str
     s.y.push_back(y);
     s.err.push_back(timed && !std::isnan(noise) ? std::fabs(y) * noise : 0.0);
     s.point_ids.push_back(p.id);
+    s.not_final.push_back(metric_of(p, "noise_met") == 0.0 ? 1 : 0);
     if (with_floor) {
       const double f = metric_of(p, "floor_us");
       if (!std::isnan(f)) {

@@ -14,6 +14,9 @@ struct SweepSeries {
   std::vector<double> x, y;    // x: the axis value, or the category's index when the axis is not numeric
   std::vector<double> err;     // absolute noise of each y (0 when unknown)
   std::vector<std::int64_t> point_ids;
+  // 1 where the point's repetitions stopped at a bound before its noise met the target (noise_met = 0): the
+  // median is not final, and the view marks it.
+  std::vector<char> not_final;
   bool floor = false;          // a floor series (drawn dashed), paired with the series before it
 };
 

@@ -125,6 +125,22 @@ void draw_sweep_view(Store& store, UiState& ui) {
       ImPlotSpec err;
       err.LineColor = last_color;
       ImPlot::PlotErrorBars(label.c_str(), s.x.data(), s.y.data(), s.err.data(), n, err);
+      // Medians that never met the noise target: ringed in yellow, one legend entry for all of them.
+      std::vector<double> nx, ny;
+      for (std::size_t i = 0; i < s.not_final.size(); ++i)
+        if (s.not_final[i]) {
+          nx.push_back(s.x[i]);
+          ny.push_back(s.y[i]);
+        }
+      if (!nx.empty()) {
+        ImPlotSpec ring;
+        ring.Marker = ImPlotMarker_Circle;
+        ring.MarkerSize = 8;
+        ring.LineColor = ImVec4(1.0f, 0.85f, 0.2f, 1);
+        ring.MarkerLineColor = ring.LineColor;
+        ring.MarkerFillColor = ImVec4(0, 0, 0, 0);
+        ImPlot::PlotScatter("noise above target (not final)", nx.data(), ny.data(), static_cast<int>(nx.size()), ring);
+      }
     }
     // Hover: the nearest point in screen space.
     if (ImPlot::IsPlotHovered()) {
@@ -157,6 +173,9 @@ void draw_sweep_view(Store& store, UiState& ui) {
         if (const auto* p = store.point(a, bs->point_ids[bi])) {
           ImGui::Separator();
           ImGui::Text("point #%d %s", p->index, p->mode.c_str());
+          if (metric_of(*p, "noise_met") == 0.0)
+            ImGui::TextColored(ImVec4(1.0f, 0.85f, 0.2f, 1),
+                               "noise above the target: the repetitions hit a bound; the median is not final");
           for (const char* m : {"pct_of_floor", "floor_us", "noise", "reps", "peak_bytes"}) {
             const double v = metric_of(*p, m);
             if (!std::isnan(v))

@@ -255,6 +255,23 @@ TEST(GuiSweep, OneSeriesPerCombinationOfTheOtherAxesSortedByTheChosenAxis) {
   EXPECT_FALSE(lat.series[0].floor);
   EXPECT_TRUE(lat.series[1].floor);
   EXPECT_NE(lat.series[1].label.find("byte floor"), std::string::npos);
+  // A point whose noise never met the target (issue #27) is flagged for the view; unflagged points are not.
+  auto flagged = pts;  // (the fixture's own points carry the flag their measurement set: set it here)
+  for (auto& p : flagged) {
+    std::erase_if(p.metrics, [](const auto& m) { return m.first == "noise_met"; });
+    p.metrics.push_back({"noise_met", &p == &flagged[0] ? 0.0 : 1.0});
+  }
+  std::size_t marked = 0, total = 0;
+  for (const auto& series : build_sweep(flagged, "median_ms", "batch").series)
+    for (std::size_t i = 0; i < series.not_final.size(); ++i) {
+      ++total;
+      if (series.not_final[i]) {
+        ++marked;
+        EXPECT_EQ(series.point_ids[i], flagged[0].id);
+      }
+    }
+  EXPECT_EQ(marked, 1u);
+  EXPECT_GT(total, 1u);
 }
 
 TEST(GuiBreakdown, PartsFromKernelRecordsOrTimedPhasesAndPhaseTimesOfSteps) {
