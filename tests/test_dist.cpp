@@ -3,6 +3,8 @@
 // machine does not have, and the gradient bucketing plan.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <atomic>
 #include <map>
 #include <numeric>
 #include <set>
@@ -404,7 +406,7 @@ TEST(DistMetrics, RankZeroGetsTheAggregateAndEveryRanksValues) {
   EXPECT_EQ(out[1].size(), 6u) << "the other ranks keep their own";
   // Ranks that measured different things are refused rather than mixed.
   LocalCommGroup g2(2);
-  std::vector<bool> threw(2);
+  std::array<std::atomic<bool>, 2> threw{};  // set from two threads (a std::vector<bool> shares its bits: a race)
   auto bad = [&](int rank) {
     auto ops = make_cpu_ops();
     LocalCommunicator comm(g2, rank, *ops);
@@ -412,13 +414,13 @@ TEST(DistMetrics, RankZeroGetsTheAggregateAndEveryRanksValues) {
     try {
       join_rank_metrics(comm, m);
     } catch (const std::runtime_error&) {
-      threw[static_cast<std::size_t>(rank)] = true;
+      threw[static_cast<std::size_t>(rank)].store(true);
     }
   };
   std::thread b1(bad, 1);
   bad(0);
   b1.join();
-  EXPECT_TRUE(threw[0] && threw[1]);
+  EXPECT_TRUE(threw[0].load() && threw[1].load());
 }
 
 }  // namespace
