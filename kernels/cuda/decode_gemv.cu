@@ -169,6 +169,17 @@ __device__ __forceinline__ void rotate(const Args& a, int i, int p, float& x0, f
   x1 = r1;
 }
 
+// out[o] = alpha v + beta out[o] (out not read when beta is 0: it may be poisoned), rounded once to out's dtype.
+__device__ __forceinline__ void store_out(const Args& a, std::size_t o, float v) {
+  if (a.out_f32) {
+    float* out = static_cast<float*>(a.out);
+    out[o] = a.beta != 0.0f ? a.alpha * v + a.beta * out[o] : a.alpha * v;
+  } else {
+    bf16* out = static_cast<bf16*>(a.out);
+    out[o] = __float2bfloat16_rn(a.beta != 0.0f ? a.alpha * v + a.beta * __bfloat162float(out[o]) : a.alpha * v);
+  }
+}
+
 // Sequence r's rows i and i + hd/2 of head `head` (of q | k | v), rounded: RoPE on q and k, q stored, k and v
 // written to cache row pos[r].
 __device__ __forceinline__ void qkv_store(const Args& a, int r, int head, int i, float x0, float x1) {
@@ -259,13 +270,7 @@ __device__ __forceinline__ void row_body(const Args& a) {
   acc = warp_sum(acc);
   if constexpr (EPI == kStore) {
     if (!active || lane != 0) return;
-    if (a.out_f32) {
-      float* out = static_cast<float*>(a.out);
-      out[row] = a.beta != 0.0f ? a.alpha * acc + a.beta * out[row] : a.alpha * acc;
-    } else {
-      bf16* out = static_cast<bf16*>(a.out);
-      out[row] = __float2bfloat16_rn(a.beta != 0.0f ? a.alpha * acc + a.beta * __bfloat162float(out[row]) : a.alpha * acc);
-    }
+    store_out(a, static_cast<std::size_t>(row), acc);
   } else {
     if (lane == 0) res[warp] = round_bf16(acc);
     __syncthreads();
@@ -340,15 +345,7 @@ __device__ __forceinline__ void gemv_body(const Args& a) {
       if (tid < kGroup * 8) {
         const int s = tid >> 3, r = tid & 7, row = slot_row<EPI>(a, t, s);
         if (r < a.R && row >= 0) {
-          const float v = slot_sum(s, r);
-          const std::size_t o = static_cast<std::size_t>(r) * a.n + row;
-          if (a.out_f32) {
-            float* out = static_cast<float*>(a.out);
-            out[o] = a.beta != 0.0f ? a.alpha * v + a.beta * out[o] : a.alpha * v;
-          } else {
-            bf16* out = static_cast<bf16*>(a.out);
-            out[o] = __float2bfloat16_rn(a.beta != 0.0f ? a.alpha * v + a.beta * __bfloat162float(out[o]) : a.alpha * v);
-          }
+          store_out(a, static_cast<std::size_t>(r) * a.n + row, slot_sum(s, r));
         }
       }
     } else {
