@@ -468,6 +468,22 @@ TEST_F(Cli, PointBeyondTheAvailableHostMemoryIsStoredAsOomByDefault) {
   EXPECT_EQ(pts2[1].status, "ok") << pts2[1].error;
 }
 
+// Starts `mocbench run SC --db DB --quiet` as a child (stdout discarded, stderr into ERR), with
+// MOCBENCH_LOCK_WAIT_S set when lock_wait is given; returns its pid.
+pid_t spawn_run(const std::string& sc, const std::string& db, const std::string& err, const char* lock_wait = nullptr) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int devnull = open("/dev/null", O_WRONLY);
+    const int errfd = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(devnull, STDOUT_FILENO);
+    dup2(errfd, STDERR_FILENO);
+    if (lock_wait) setenv("MOCBENCH_LOCK_WAIT_S", lock_wait, 1);
+    execl(MOCBENCH_BIN, MOCBENCH_BIN, "run", sc.c_str(), "--db", db.c_str(), "--quiet", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
 // Issue 27: another process holding the results file's write lock longer than the busy timeout (10 s) made
 // `run` drop the point it had just measured, stop, and leave the run "running". The point is now kept, the
 // run waits for the lock and goes on: every point stored, the run ok.
@@ -488,16 +504,8 @@ batch = [1, 2, 3]
 seq = [8]
 )");
   const std::string db = path("l.db"), err = path("stderr.txt");
-  const pid_t pid = fork();
+  const pid_t pid = spawn_run(sc, db, err);
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const int devnull = open("/dev/null", O_WRONLY);
-    const int errfd = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(devnull, STDOUT_FILENO);
-    dup2(errfd, STDERR_FILENO);
-    execl(MOCBENCH_BIN, MOCBENCH_BIN, "run", sc.c_str(), "--db", db.c_str(), "--quiet", static_cast<char*>(nullptr));
-    _exit(127);
-  }
   // Once the first point is committed, another connection takes the write lock for 12 s.
   std::size_t committed = 0;
   for (int i = 0; i < 600 && committed < 1; ++i) {
@@ -558,17 +566,8 @@ seq = [8]
   ASSERT_EQ(sqlite3_open(db.c_str(), &other), SQLITE_OK);
   sqlite3_busy_timeout(other, 10'000);  // the run may be committing its own record at that moment
   const std::string err = path("stderr2.txt");
-  const pid_t pid = fork();
+  const pid_t pid = spawn_run(sc, db, err, "1");
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const int devnull = open("/dev/null", O_WRONLY);
-    const int errfd = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(devnull, STDOUT_FILENO);
-    dup2(errfd, STDERR_FILENO);
-    setenv("MOCBENCH_LOCK_WAIT_S", "1", 1);
-    execl(MOCBENCH_BIN, MOCBENCH_BIN, "run", sc.c_str(), "--db", db.c_str(), "--quiet", static_cast<char*>(nullptr));
-    _exit(127);
-  }
   bool begun = false;
   for (int i = 0; i < 600 && !begun; ++i) {
     try {
