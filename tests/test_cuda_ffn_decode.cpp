@@ -361,24 +361,26 @@ TEST(GpuFfnDecode, TiesNaNAndOverflowingThresholdBin) {
   const auto seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  for (int F : {301, 5461}) {
-    Layer L = make_layer(rng, 2, 64, F, DType::bf16);
-    for (int j = 1; j < F; ++j) std::copy_n(L.wg.begin(), L.d, L.wg.begin() + static_cast<std::ptrdiff_t>(j) * L.d);
-    upload_layer(*gpu, *cpu, L);
-    for (const MocSelect& sel : {MocSelect{17, 0, 0, SelectRule::gate}, MocSelect{0, 2, 8, SelectRule::silu}}) {
-      const auto idx = check_call(*gpu, *cpu, L, &sel);
-      const int kept = sel.kept(F);
-      for (int r = 0; r < L.R; ++r)
-        for (int i = 0; i < kept; ++i) {
-          const int want = sel.grouped() ? (i / 2) * 8 + i % 2 : i;
-          ASSERT_EQ(idx[static_cast<std::size_t>(r) * kept + i], want) << "ties go to the lower channel";
-        }
+  // Batch 1 (one selection block) and 2 (a cluster of two, merged into one union list).
+  for (int F : {301, 5461})
+    for (int R : {1, 2}) {
+      Layer L = make_layer(rng, R, 64, F, DType::bf16);
+      for (int j = 1; j < F; ++j) std::copy_n(L.wg.begin(), L.d, L.wg.begin() + static_cast<std::ptrdiff_t>(j) * L.d);
+      upload_layer(*gpu, *cpu, L);
+      for (const MocSelect& sel : {MocSelect{17, 0, 0, SelectRule::gate}, MocSelect{0, 2, 8, SelectRule::silu}}) {
+        const auto idx = check_call(*gpu, *cpu, L, &sel);
+        const int kept = sel.kept(F);
+        for (int r = 0; r < L.R; ++r)
+          for (int i = 0; i < kept; ++i) {
+            const int want = sel.grouped() ? (i / 2) * 8 + i % 2 : i;
+            ASSERT_EQ(idx[static_cast<std::size_t>(r) * kept + i], want) << "ties go to the lower channel";
+          }
+      }
     }
-  }
-  {
+  for (int R : {1, 2}) {
     // Row 0 of the gate values concentrated near one value (every channel in one histogram bin, distinct
     // values), row 1 ordinary.
-    Layer C = make_layer(rng, 2, 64, 5461, DType::bf16);
+    Layer C = make_layer(rng, R, 64, 5461, DType::bf16);
     std::normal_distribution<float> nd(0.f, 0.01f);
     for (int j = 0; j < C.F; ++j)
       for (int c = 0; c < C.d; ++c)
@@ -389,14 +391,16 @@ TEST(GpuFfnDecode, TiesNaNAndOverflowingThresholdBin) {
       check_call(*gpu, *cpu, C, &sel);
     }
   }
-  Layer L = make_layer(rng, 3, 136, 301, DType::bf16);
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (int j : {0, 5, 100, 300}) std::fill_n(L.wg.begin() + static_cast<std::ptrdiff_t>(j) * L.d, L.d, nan);
-  upload_layer(*gpu, *cpu, L);
-  for (const MocSelect& sel : {MocSelect{17, 0, 0, SelectRule::gate}, MocSelect{0, 2, 8, SelectRule::gate},
-                               MocSelect{40, 0, 0, SelectRule::abs_silu}}) {
-    const auto idx = check_call(*gpu, *cpu, L, &sel);
-    for (std::int32_t j : idx) EXPECT_TRUE(j != 0 && j != 5 && j != 100 && j != 300) << sel_str(&sel) << ": NaN kept";
+  for (int R : {1, 3}) {
+    Layer L = make_layer(rng, R, 136, 301, DType::bf16);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (int j : {0, 5, 100, 300}) std::fill_n(L.wg.begin() + static_cast<std::ptrdiff_t>(j) * L.d, L.d, nan);
+    upload_layer(*gpu, *cpu, L);
+    for (const MocSelect& sel : {MocSelect{17, 0, 0, SelectRule::gate}, MocSelect{0, 2, 8, SelectRule::gate},
+                                 MocSelect{40, 0, 0, SelectRule::abs_silu}}) {
+      const auto idx = check_call(*gpu, *cpu, L, &sel);
+      for (std::int32_t j : idx) EXPECT_TRUE(j != 0 && j != 5 && j != 100 && j != 300) << sel_str(&sel) << ": NaN kept";
+    }
   }
 }
 
@@ -407,39 +411,40 @@ TEST(GpuFfnDecode, GraphReplayMatchesEager) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   const MocSelect sels[] = {{1024, 0, 0, SelectRule::gate}, {0, 2, 8, SelectRule::gate}};
-  for (const MocSelect* sel : {static_cast<const MocSelect*>(nullptr), &sels[0], &sels[1]}) {
-    Layer L = make_layer(rng, 3, kPaper.d, kPaper.F, DType::bf16);
-    upload_layer(*gpu, *cpu, L);
-    SCOPED_TRACE(sel_str(sel));
-    Tensor eager = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
-    gpu->upload_f32(eager, L.out0);
-    gpu->ffn_decode(L.xg, L.gw(), sel, eager);
-    const auto want = gpu->download_f32(eager);
-    Tensor o = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
-    auto graph = gpu->capture([&] { gpu->ffn_decode(L.xg, L.gw(), sel, o); });
-    // Equal up to the order of the fp32 atomics that reduce the down projection across blocks.
-    for (int rep = 0; rep < 2; ++rep) {
-      gpu->upload_f32(o, L.out0);
-      graph->replay();
-      expect_same_out("replay " + std::to_string(rep), gpu->download_f32(o), want, L.out0, L.dt);
+  for (const MocSelect* sel : {static_cast<const MocSelect*>(nullptr), &sels[0], &sels[1]})
+    for (int R : {1, 3}) {
+      Layer L = make_layer(rng, R, kPaper.d, kPaper.F, DType::bf16);
+      upload_layer(*gpu, *cpu, L);
+      SCOPED_TRACE(sel_str(sel) + " rows " + std::to_string(R));
+      Tensor eager = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
+      gpu->upload_f32(eager, L.out0);
+      gpu->ffn_decode(L.xg, L.gw(), sel, eager);
+      const auto want = gpu->download_f32(eager);
+      Tensor o = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
+      auto graph = gpu->capture([&] { gpu->ffn_decode(L.xg, L.gw(), sel, o); });
+      // Equal up to the order of the fp32 atomics that reduce the down projection across blocks.
+      for (int rep = 0; rep < 2; ++rep) {
+        gpu->upload_f32(o, L.out0);
+        graph->replay();
+        expect_same_out("replay " + std::to_string(rep), gpu->download_f32(o), want, L.out0, L.dt);
+      }
+      // A copy node before the call and two calls back to back (the second call's kernels overlap the first's
+      // and reuse its workspace) equal two eager calls.
+      gpu->ffn_decode(L.xg, L.gw(), sel, eager);
+      const auto want2 = gpu->download_f32(eager);
+      Tensor init = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
+      gpu->upload_f32(init, L.out0);
+      auto graph2 = gpu->capture([&] {
+        gpu->copy(o, init);
+        gpu->ffn_decode(L.xg, L.gw(), sel, o);
+        gpu->ffn_decode(L.xg, L.gw(), sel, o);
+      });
+      for (int rep = 0; rep < 2; ++rep) {
+        gpu->upload_f32(o, std::vector<float>(L.out0.size(), 7.0f));  // overwritten by the copy node
+        graph2->replay();
+        expect_same_out("two calls, replay " + std::to_string(rep), gpu->download_f32(o), want2, L.out0, L.dt);
+      }
     }
-    // A copy node before the call and two calls back to back (the second call's kernels overlap the first's
-    // and reuse its workspace) equal two eager calls.
-    gpu->ffn_decode(L.xg, L.gw(), sel, eager);
-    const auto want2 = gpu->download_f32(eager);
-    Tensor init = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
-    gpu->upload_f32(init, L.out0);
-    auto graph2 = gpu->capture([&] {
-      gpu->copy(o, init);
-      gpu->ffn_decode(L.xg, L.gw(), sel, o);
-      gpu->ffn_decode(L.xg, L.gw(), sel, o);
-    });
-    for (int rep = 0; rep < 2; ++rep) {
-      gpu->upload_f32(o, std::vector<float>(L.out0.size(), 7.0f));  // overwritten by the copy node
-      graph2->replay();
-      expect_same_out("two calls, replay " + std::to_string(rep), gpu->download_f32(o), want2, L.out0, L.dt);
-    }
-  }
 }
 
 TEST(GpuFfnDecode, RejectsBadArguments) {

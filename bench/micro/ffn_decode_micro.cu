@@ -424,6 +424,9 @@ int run_checks() {
     for (int k : {17, 1024}) {
       p.k = k;
       check_config(L, p, fast, "concentrated");
+      Options wide{};
+      wide.select_threads = 1024;
+      check_config(L, p, wide, "concentrated select 1024");
     }
   }
   {
@@ -448,6 +451,11 @@ int run_checks() {
     p.group_a = 2;
     p.group_b = 8;
     check_config(L, p, fast, "1b");
+    {
+      Options wide{};
+      wide.select_threads = 1024;
+      check_config(L, p, wide, "1b select 1024");
+    }
     Options alt{};  // the benchmark's other variants
     alt.pdl = false;
     alt.gate_unroll = 8;
@@ -641,6 +649,8 @@ int run_bench(int reps, int copies) {
   add("up/down stage", SelKind::topk, moc::kFfnAll)->updown_stage = true;
   add("2:8 gate+select", SelKind::grouped, moc::kFfnGate | moc::kFfnSelect);
   add("2:8 up/down stage", SelKind::grouped, moc::kFfnAll)->updown_stage = true;
+  add("moc select 1024", SelKind::topk, moc::kFfnAll)->opt.select_threads = 1024;
+  add("gate+topK select 1024", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.select_threads = 1024;
   add("dense no-PDL", SelKind::dense, moc::kFfnAll)->opt.pdl = false;
   add("moc no-PDL", SelKind::topk, moc::kFfnAll)->opt.pdl = false;
   add("moc 2:8 no-PDL", SelKind::grouped, moc::kFfnAll)->opt.pdl = false;

@@ -17,6 +17,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/decode_device.cuh"
 #include "kernels/cuda/ffn_decode.cuh"
+#include "kernels/cuda/ffn_topk.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/stage_stamps.cuh"
 #include "kernels/op_cost.h"
@@ -40,11 +41,9 @@ constexpr int kDefaultUpdownCluster = 2;  // Options::updown_cluster 0
 
 // Selection kernel: one block of kSelThreads per row (a cluster over the rows of a chunk).
 constexpr int kSelThreads = 512;
-constexpr int kSelWarps = kSelThreads / 32;
-constexpr int kHistBits = 13;  // first-level histogram: the top 13 bits of the order-preserving key
-constexpr int kHBins = 1 << kHistBits;
-constexpr int kHShift = 32 - kHistBits;
-constexpr int kRankMax = kSelThreads;  // threshold-bin candidates ranked pairwise; more: radix passes
+using topk::kHBins;  // ffn_topk.cuh: the row top-K inside one block
+using topk::kHShift;
+using topk::kRankMax;
 constexpr int kKeyCache = 8192;        // rows of at most this many channels keep their keys in shared memory
 
 // Workspace counters: one 128-byte line per column slice of the up/down reduction.
@@ -84,35 +83,6 @@ __device__ __forceinline__ void prefetch_rows(const void* wu, const void* wd, un
 }
 
 
-
-__device__ __forceinline__ unsigned warp_incl_scan(unsigned v, int lane) {
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const unsigned t = __shfl_up_sync(0xffffffffu, v, o);
-    if (lane >= o) v += t;
-  }
-  return v;
-}
-
-// Exclusive prefix sum of v over the block's NT threads in thread order, and the block total. Every thread
-// of the block calls it; it contains two barriers (scratch: NT/32 words, reusable afterwards).
-template <int NT>
-__device__ __forceinline__ unsigned block_excl_scan(unsigned v, unsigned* scratch, unsigned& total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const unsigned incl = warp_incl_scan(v, lane);
-  if (lane == 31) scratch[warp] = incl;
-  __syncthreads();
-  unsigned off = 0, tot = 0;
-#pragma unroll
-  for (int w = 0; w < NT / 32; ++w) {
-    const unsigned s = scratch[w];
-    off += w < warp ? s : 0u;
-    tot += s;
-  }
-  __syncthreads();
-  total = tot;
-  return off + incl - v;
-}
 
 // Zeroes part `part` of `nparts` of the n16 16-byte words at p.
 __device__ __forceinline__ void zero_part(uint4* p, unsigned n16, unsigned part, unsigned nparts, int nthreads) {
@@ -312,25 +282,26 @@ __host__ __device__ inline std::size_t sel_smem_bytes(int mode, int Fp, int Wp, 
          2 * kRankMax;
 }
 
-__global__ void __launch_bounds__(kSelThreads, 1) k_select(SelArgs a) {
-  constexpr int NT = kSelThreads, NW = kSelWarps;
+// NT threads per block; CACHE: the row's keys are kept in shared memory (a.cache), else re-read from G.
+template <int NT, bool CACHE>
+__global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const bool topk = a.mode == kSelTopK;
+  const bool is_topk = a.mode == kSelTopK;
   unsigned* hist = reinterpret_cast<unsigned*>(smem);      // [kHBins] (top-K)
-  unsigned* keys = hist + (topk ? kHBins : 0);              // [Fp] when cached
-  unsigned* sel = keys + (a.cache ? a.Fp : 0);              // [Wp] kept bits of this block's row
+  unsigned* keys = hist + (is_topk ? kHBins : 0);              // [Fp] when cached
+  unsigned* sel = keys + (CACHE ? a.Fp : 0);              // [Wp] kept bits of this block's row
   unsigned* aux = sel + a.Wp;                               // [Wp] threshold-bin candidates, then ties
   unsigned* ck = aux + a.Wp;                                // [kRankMax] candidate keys (ascending channel)
   unsigned* scratch = ck + kRankMax;                        // [32]
   unsigned* info = scratch + 32;                            // [32]
   unsigned short* ci = reinterpret_cast<unsigned short*>(info + 32);  // [kRankMax] candidate channels
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x;
   const int r = static_cast<int>(blockIdx.x) % a.C;  // row (rank in the cluster)
   const int h = static_cast<int>(blockIdx.x) / a.C;  // cluster 0 selects; clusters 1..H-1 only prefetch
   const bool row = r < a.R;  // block-uniform
   const int F = a.F, Wp = a.Wp;
-  if (topk)
+  if (is_topk)
     for (int i = tid; i < kHBins / 4; i += NT) reinterpret_cast<uint4*>(hist)[i] = make_uint4(0, 0, 0, 0);
   for (int w = tid; w < Wp; w += NT) sel[w] = 0;
   step::StampScope stamp(a.stamps);  // the top-K stage; every return below is block-uniform
@@ -339,13 +310,16 @@ __global__ void __launch_bounds__(kSelThreads, 1) k_select(SelArgs a) {
   stamp.start(step::StampKernel::k_select, step::StageId::topk);
   if (a.zero && h == 0) zero_part(a.zero, a.zero_n16, r, a.C, NT);
   const float* Gr = a.G + static_cast<std::size_t>(row ? r : 0) * a.Fp;
-  auto key_at = [&](int j) -> unsigned { return a.cache ? keys[j] : sel_key(__ldcg(Gr + j), a.rule); };
+  auto key_at = [&](int j) -> unsigned {
+    if constexpr (CACHE) return keys[j];
+    else return sel_key(__ldcg(Gr + j), a.rule);
+  };
   // Words of the kept bits owned by this thread (consecutive, so that thread order is channel order).
   const int wpt = (Wp + NT - 1) / NT;
   const int w0 = min(Wp, tid * wpt), w1 = min(Wp, w0 + wpt);
 
   // 1. Keys into shared memory and the histogram.
-  if (row && a.mode != kSelForce && (a.cache || topk)) {
+  if (row && a.mode != kSelForce && (CACHE || is_topk)) {
     const int n4 = a.Fp / 4;
     for (int i0 = tid; i0 < n4; i0 += 4 * NT) {
       float4 v[4];
@@ -364,52 +338,22 @@ __global__ void __launch_bounds__(kSelThreads, 1) k_select(SelArgs a) {
           for (int e = 0; e < 4; ++e) {
             const int j = 4 * i + e;
             kk[e] = j < F ? sel_key(gv[e], a.rule) : 0u;
-            if (topk && j < F) atomicAdd(&hist[kk[e] >> kHShift], 1u);
+            if (is_topk && j < F) atomicAdd(&hist[kk[e] >> kHShift], 1u);
           }
-          if (a.cache) reinterpret_cast<uint4*>(keys)[i] = make_uint4(kk[0], kk[1], kk[2], kk[3]);
+          if (CACHE) reinterpret_cast<uint4*>(keys)[i] = make_uint4(kk[0], kk[1], kk[2], kk[3]);
         }
       }
     }
   }
   __syncthreads();
-  if (h > 0 && !(row && topk)) return;
+  if (h > 0 && !(row && is_topk)) return;
 
-  if (row && topk) {
+  if (row && is_topk) {
     const unsigned K = static_cast<unsigned>(a.k);
-    // 2. Threshold bin: thread t holds bins [16t, 16t + 16); suffix sums from the top.
-    {
-      unsigned hb[16], s = 0;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint4 v = reinterpret_cast<const uint4*>(hist + tid * 16)[i];
-        hb[4 * i] = v.x;
-        hb[4 * i + 1] = v.y;
-        hb[4 * i + 2] = v.z;
-        hb[4 * i + 3] = v.w;
-        s += v.x + v.y + v.z + v.w;
-      }
-      unsigned tot;
-      const unsigned excl = block_excl_scan<NT>(s, scratch, tot);
-      const unsigned above = tot - excl - s;  // keys in the bins of higher threads
-      if (above < K && above + s >= K) {
-        unsigned run = above;
-        bool found = false;
-#pragma unroll
-        for (int e = 15; e >= 0; --e)
-          if (!found) {
-            if (run + hb[e] >= K) {
-              found = true;
-              info[0] = static_cast<unsigned>(tid * 16 + e);
-              info[1] = K - run;  // channels to take from the bin
-              info[2] = hb[e];    // channels in the bin
-            } else {
-              run += hb[e];
-            }
-          }
-      }
-      __syncthreads();
-    }
-    const unsigned tb = info[0], need = info[1], cnt = info[2];
+    // 2-4. The threshold bin, then the kept bits (ffn_topk.cuh).
+    const topk::Smem tm{hist, sel, aux, ck, ci, scratch, info};
+    unsigned tb, need, cnt;
+    topk::threshold_bin<NT>(tm, K, tb, need, cnt);
     if (a.pf_up) {
       // This cluster's share of the channels at or above the threshold bin: their rows into L2 while the
       // selection finishes (a superset of the kept channels by the bin's candidates).
@@ -419,119 +363,7 @@ __global__ void __launch_bounds__(kSelThreads, 1) k_select(SelArgs a) {
         if ((key_at(j) >> kHShift) >= tb) prefetch_rows(a.pf_up, a.pf_down, a.row_bytes, j);
     }
     if (h > 0) return;
-    const bool all = need == cnt;
-    // 3. Channels above the bin are kept; those in it are candidates (one warp per 32-channel word).
-    for (int w = warp; w < Wp; w += NW) {
-      const int j = 32 * w + lane;
-      const unsigned key = j < F ? key_at(j) : 0u;
-      const unsigned bin = key >> kHShift;
-      const unsigned above = __ballot_sync(0xffffffffu, j < F && bin > tb);
-      const unsigned cb = __ballot_sync(0xffffffffu, j < F && bin == tb);
-      if (lane == 0) {
-        sel[w] = above | (all ? cb : 0u);
-        aux[w] = cb;
-      }
-    }
-    __syncthreads();
-    if (!all && cnt <= static_cast<unsigned>(kRankMax)) {
-      // 4a. Candidates in channel order, ranked pairwise.
-      unsigned c = 0;
-      for (int w = w0; w < w1; ++w) c += __popc(aux[w]);
-      unsigned tot;
-      unsigned pos = block_excl_scan<NT>(c, scratch, tot);
-      for (int w = w0; w < w1; ++w) {
-        unsigned m = aux[w];
-        while (m) {
-          const int bit = __ffs(m) - 1;
-          m &= m - 1;
-          const int j = 32 * w + bit;
-          if (pos < static_cast<unsigned>(kRankMax)) {
-            ck[pos] = key_at(j);
-            ci[pos] = static_cast<unsigned short>(j);
-          }
-          ++pos;
-        }
-      }
-      __syncthreads();
-      if (tid < static_cast<int>(cnt)) {
-        const unsigned key = ck[tid];
-        unsigned rank = 0;
-        for (int m = 0; m < static_cast<int>(cnt); ++m) {
-          const unsigned km = ck[m];
-          rank += (km > key || (km == key && m < tid)) ? 1u : 0u;
-        }
-        if (rank < need) atomicOr(&sel[ci[tid] >> 5], 1u << (ci[tid] & 31));
-      }
-      __syncthreads();
-    } else if (!all) {
-      // 4b. Radix passes over bits [11, 19), [3, 11), [0, 3) of the candidates' keys.
-      unsigned P = tb << kHShift, known = ~0u << kHShift, rem = need, cntT = cnt;
-      unsigned* rh = hist;  // 256 bins
-#pragma unroll 1
-      for (int pass = 0; pass < 3; ++pass) {
-        const int shift = pass == 0 ? 11 : pass == 1 ? 3 : 0;
-        const unsigned dmask = pass == 2 ? 7u : 255u;
-        if (tid < 256) rh[tid] = 0;
-        __syncthreads();
-        for (int w = warp; w < Wp; w += NW) {
-          const int j = 32 * w + lane;
-          const bool in = (aux[w] >> lane) & 1u;
-          const unsigned key = in ? key_at(j) : 0u;
-          const bool match = in && (key & known) == P;
-          const unsigned dig = match ? (key >> shift) & dmask : 256u + static_cast<unsigned>(lane);
-          const unsigned peers = __match_any_sync(0xffffffffu, dig);
-          if (match && lane == __ffs(peers) - 1) atomicAdd(&rh[dig], static_cast<unsigned>(__popc(peers)));
-        }
-        __syncthreads();
-        const unsigned v = tid < 256 ? rh[tid] : 0u;
-        unsigned tot;
-        const unsigned excl = block_excl_scan<NT>(v, scratch, tot);
-        const unsigned above = tot - excl - v;
-        if (tid < 256 && above < rem && above + v >= rem) {
-          info[3] = static_cast<unsigned>(tid);
-          info[4] = rem - above;
-          info[5] = v;
-        }
-        __syncthreads();
-        P |= info[3] << shift;
-        known |= dmask << shift;
-        rem = info[4];
-        cntT = info[5];
-      }
-      // Candidates above the K-th key are kept; those equal to it are ties, the lowest channels first.
-      for (int w = warp; w < Wp; w += NW) {
-        const int j = 32 * w + lane;
-        const bool in = (aux[w] >> lane) & 1u;
-        const unsigned key = in ? key_at(j) : 0u;
-        const unsigned gt = __ballot_sync(0xffffffffu, in && key > P);
-        const unsigned eq = __ballot_sync(0xffffffffu, in && key == P);
-        if (lane == 0) {
-          sel[w] |= gt;
-          aux[w] = eq;
-        }
-      }
-      __syncthreads();
-      if (rem == cntT) {
-        for (int w = w0; w < w1; ++w) sel[w] |= aux[w];
-      } else {
-        unsigned c = 0;
-        for (int w = w0; w < w1; ++w) c += __popc(aux[w]);
-        unsigned tot;
-        unsigned before = block_excl_scan<NT>(c, scratch, tot);
-        for (int w = w0; w < w1; ++w) {
-          unsigned t = aux[w], keep = 0;
-          while (t && before < rem) {
-            const unsigned low = t & (0u - t);
-            keep |= low;
-            t ^= low;
-            ++before;
-          }
-          before += __popc(t);
-          sel[w] |= keep;
-        }
-      }
-      __syncthreads();
-    }
+    topk::keep_bits<NT>(tm, key_at, F, Wp, tb, need, cnt);
   } else if (row && a.mode == kSelGroup) {
     const int ngroups = (F + a.gb - 1) / a.gb;
     for (int gi = tid; gi < ngroups; gi += NT) {
@@ -1288,8 +1120,10 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
 }
 
 // prefetch: top-K followed by the up/down kernel on the fast path (16-byte aligned bf16 rows).
+int sel_threads(const Options& opt) { return opt.select_threads == 1024 ? 1024 : kSelThreads; }
+
 void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode, bool want_list, bool zero_next,
-                   Chain& ch, bool prefetch = false) {
+                   Chain& ch, const Options& opt, bool prefetch = false) {
   MOC_OP_COST(cost::ffn_decode_select(cost_shape(p)));
   SelArgs a{};
   a.stamps = step::stamp_buffer_if_made();
@@ -1320,7 +1154,15 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
   a.rule = static_cast<int>(p.rule);
   a.cache = mode != kSelForce && L.Fp <= kKeyCache ? 1 : 0;
   const std::size_t smem = sel_smem_bytes(mode, L.Fp, L.Wp, a.cache != 0);
-  launch_ex(k_select, static_cast<unsigned>(a.C * a.H), kSelThreads, smem, ch.st, a.C, ch.next(), a);
+  const unsigned grid = static_cast<unsigned>(a.C * a.H);
+  const bool pdl = ch.next();
+  if (sel_threads(opt) == 1024) {
+    if (a.cache) launch_ex(k_select<1024, true>, grid, 1024, smem, ch.st, a.C, pdl, a);
+    else launch_ex(k_select<1024, false>, grid, 1024, smem, ch.st, a.C, pdl, a);
+  } else {
+    if (a.cache) launch_ex(k_select<kSelThreads, true>, grid, kSelThreads, smem, ch.st, a.C, pdl, a);
+    else launch_ex(k_select<kSelThreads, false>, grid, kSelThreads, smem, ch.st, a.C, pdl, a);
+  }
   MOC_CUDA_LAUNCHED("k_select");
 }
 
@@ -1446,7 +1288,7 @@ void run_generic(const Problem& p, const Layout& L, const Buffers& B, cudaStream
   }
   if (p.force_idx) {
     if (updown) {
-      launch_select(p, L, B, kSelForce, true, false, ch);
+      launch_select(p, L, B, kSelForce, true, false, ch, Options{});
       z_and_down(1);
     } else if (gate) {
       gate_only();
@@ -1458,7 +1300,7 @@ void run_generic(const Problem& p, const Layout& L, const Buffers& B, cudaStream
     return;
   }
   gate_only();
-  launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, false, ch);
+  launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, false, ch, Options{});
   if (updown) z_and_down(2);
 }
 
@@ -1495,7 +1337,7 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
   }
   if (p.force_idx) {
     if (updown) {
-      launch_select(p, L, B, kSelForce, true, true, ch);
+      launch_select(p, L, B, kSelForce, true, true, ch, opt);
       launch_updown(p, L, B, true, kListChannels, ch, opt);
     } else if (gate) {
       launch_gate(p, L, B, kGateOnly, false, ch, opt);
@@ -1512,7 +1354,7 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
     return;
   }
   launch_gate(p, L, B, kGateOnly, false, ch, opt);
-  launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch,
+  launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch, opt,
                 updown && (opt.prefetch & 1));
   if (updown) launch_updown(p, L, B, false, kListChannels, ch, opt);
 }

@@ -59,6 +59,7 @@ struct Options {
   // W_gate/W_up rows before it waits for the previous kernel. Measured 0.4-1.8 us slower on the H100 (probably
   // the issuing kernel completes only when its prefetches have landed), so off by default (bench/micro/NOTES.md).
   int prefetch = 0;
+  int select_threads = 0;  // threads of one selection block: 512 or 1024 (0: the default, 512)
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).

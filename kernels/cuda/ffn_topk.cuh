@@ -1,0 +1,222 @@
+// Exact row top-K of the decode FFN's gate values inside one thread block (ffn_decode.cu: the selection
+// kernel, and the up/down kernel that selects its own row at batch 1). The caller has built a shared-memory
+// histogram of the top kHistBits bits of every channel's order-preserving key (decode_device.cuh sel_key);
+// then:
+//   threshold_bin  the bin that holds the K-th largest key (block scan of the bins from the top);
+//   keep_bits      channels above that bin are kept; the bin's candidates are ranked pairwise (larger key
+//                  first, then the lower channel), or -- a bin of more candidates than threads (near-constant
+//                  rows) -- resolved by radix passes over the remaining bits, ties to the lower channels.
+// The result is one bit per channel in `sel` (ascending channel order), exactly K bits set.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/decode_device.cuh"
+
+namespace moc::cuda::ffn::topk {
+
+using moc::cuda::dev::block_excl_scan;
+
+constexpr int kHistBits = 13;  // first-level histogram: the top 13 bits of the order-preserving key
+constexpr int kHBins = 1 << kHistBits;
+constexpr int kHShift = 32 - kHistBits;
+constexpr int kRankMax = 512;  // candidate slots in shared memory (ranked pairwise: at most the block's threads)
+
+// Shared memory of one selection: hist [kHBins], sel and aux [Wp] (Wp = channel words of 32), ck [kRankMax],
+// ci [kRankMax] (u16), scratch and info [32] each.
+struct Smem {
+  unsigned* hist;
+  unsigned* sel;
+  unsigned* aux;
+  unsigned* ck;
+  unsigned short* ci;
+  unsigned* scratch;
+  unsigned* info;
+};
+__host__ __device__ inline std::size_t smem_bytes(int Wp) {
+  return 4 * (static_cast<std::size_t>(kHBins) + 2 * static_cast<std::size_t>(Wp) + kRankMax + 64) + 2 * kRankMax;
+}
+// Carves the layout above out of p (16-byte aligned); returns the end.
+__device__ inline unsigned char* carve(unsigned char* p, int Wp, Smem& m) {
+  m.hist = reinterpret_cast<unsigned*>(p);
+  m.sel = m.hist + kHBins;
+  m.aux = m.sel + Wp;
+  m.ck = m.aux + Wp;
+  m.scratch = m.ck + kRankMax;
+  m.info = m.scratch + 32;
+  m.ci = reinterpret_cast<unsigned short*>(m.info + 32);
+  return reinterpret_cast<unsigned char*>(m.ci + kRankMax);
+}
+
+// The bin of the K-th largest key (tb), how many channels to take from it (need) and how many it holds
+// (cnt). All NT threads; hist complete (synchronized) on entry.
+template <int NT>
+__device__ __forceinline__ void threshold_bin(const Smem& m, unsigned K, unsigned& tb, unsigned& need, unsigned& cnt) {
+  static_assert(kHBins % (4 * NT) == 0, "bins per thread: a multiple of 4");
+  constexpr int BPT = kHBins / NT;  // thread t holds bins [BPT t, BPT t + BPT)
+  const int tid = threadIdx.x;
+  unsigned hb[BPT], s = 0;
+#pragma unroll
+  for (int i = 0; i < BPT / 4; ++i) {
+    const uint4 v = reinterpret_cast<const uint4*>(m.hist + tid * BPT)[i];
+    hb[4 * i] = v.x;
+    hb[4 * i + 1] = v.y;
+    hb[4 * i + 2] = v.z;
+    hb[4 * i + 3] = v.w;
+    s += v.x + v.y + v.z + v.w;
+  }
+  unsigned tot;
+  const unsigned excl = block_excl_scan<NT>(s, m.scratch, tot);
+  const unsigned above = tot - excl - s;  // keys in the bins of higher threads
+  if (above < K && above + s >= K) {
+    unsigned run = above;
+    bool found = false;
+#pragma unroll
+    for (int e = BPT - 1; e >= 0; --e)
+      if (!found) {
+        if (run + hb[e] >= K) {
+          found = true;
+          m.info[0] = static_cast<unsigned>(tid * BPT + e);
+          m.info[1] = K - run;  // channels to take from the bin
+          m.info[2] = hb[e];    // channels in the bin
+        } else {
+          run += hb[e];
+        }
+      }
+  }
+  __syncthreads();
+  tb = m.info[0];
+  need = m.info[1];
+  cnt = m.info[2];
+}
+
+// The kept bits of a row into m.sel[0, Wp) (every word written). key_at(j): the key of channel j < F.
+template <int NT, class KeyAt>
+__device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned tb, unsigned need, unsigned cnt) {
+  constexpr int NW = NT / 32;
+  constexpr int kRank = NT < kRankMax ? NT : kRankMax;  // candidates ranked pairwise (one per thread)
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  unsigned* sel = m.sel;
+  unsigned* aux = m.aux;
+  // Words of the kept bits owned by this thread (consecutive, so that thread order is channel order).
+  const int wpt = (Wp + NT - 1) / NT;
+  const int w0 = min(Wp, tid * wpt), w1 = min(Wp, w0 + wpt);
+  const bool all = need == cnt;
+  // Channels above the bin are kept; those in it are candidates (one warp per 32-channel word).
+  for (int w = warp; w < Wp; w += NW) {
+    const int j = 32 * w + lane;
+    const unsigned key = j < F ? key_at(j) : 0u;
+    const unsigned bin = key >> kHShift;
+    const unsigned above = __ballot_sync(0xffffffffu, j < F && bin > tb);
+    const unsigned cb = __ballot_sync(0xffffffffu, j < F && bin == tb);
+    __syncwarp();
+    if (lane == 0) {
+      sel[w] = above | (all ? cb : 0u);
+      aux[w] = cb;
+    }
+  }
+  __syncthreads();
+  if (all) return;
+  if (cnt <= static_cast<unsigned>(kRank)) {
+    // Candidates in channel order, ranked pairwise.
+    unsigned c = 0;
+    for (int w = w0; w < w1; ++w) c += __popc(aux[w]);
+    unsigned tot;
+    unsigned pos = block_excl_scan<NT>(c, m.scratch, tot);
+    for (int w = w0; w < w1; ++w) {
+      unsigned mm = aux[w];
+      while (mm) {
+        const int bit = __ffs(mm) - 1;
+        mm &= mm - 1;
+        const int j = 32 * w + bit;
+        if (pos < static_cast<unsigned>(kRank)) {
+          m.ck[pos] = key_at(j);
+          m.ci[pos] = static_cast<unsigned short>(j);
+        }
+        ++pos;
+      }
+    }
+    __syncthreads();
+    if (tid < static_cast<int>(cnt)) {
+      const unsigned key = m.ck[tid];
+      unsigned rank = 0;
+      for (int k = 0; k < static_cast<int>(cnt); ++k) {
+        const unsigned km = m.ck[k];
+        rank += (km > key || (km == key && k < tid)) ? 1u : 0u;
+      }
+      if (rank < need) atomicOr(&sel[m.ci[tid] >> 5], 1u << (m.ci[tid] & 31));
+    }
+    __syncthreads();
+    return;
+  }
+  // Radix passes over bits [11, 19), [3, 11), [0, 3) of the candidates' keys.
+  unsigned P = tb << kHShift, known = ~0u << kHShift, rem = need, cntT = cnt;
+  unsigned* rh = m.hist;  // 256 bins
+#pragma unroll 1
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = pass == 0 ? 11 : pass == 1 ? 3 : 0;
+    const unsigned dmask = pass == 2 ? 7u : 255u;
+    for (int i = tid; i < 256; i += NT) rh[i] = 0;
+    __syncthreads();
+    for (int w = warp; w < Wp; w += NW) {
+      const int j = 32 * w + lane;
+      const bool in = (aux[w] >> lane) & 1u;
+      const unsigned key = in ? key_at(j) : 0u;
+      const bool match = in && (key & known) == P;
+      const unsigned dig = match ? (key >> shift) & dmask : 256u + static_cast<unsigned>(lane);
+      const unsigned peers = __match_any_sync(0xffffffffu, dig);
+      if (match && lane == __ffs(peers) - 1) atomicAdd(&rh[dig], static_cast<unsigned>(__popc(peers)));
+    }
+    __syncthreads();
+    static_assert(NT >= 256, "one radix bin per thread");
+    const unsigned v = tid < 256 ? rh[tid] : 0u;
+    unsigned tot;
+    const unsigned excl = block_excl_scan<NT>(v, m.scratch, tot);
+    const unsigned above = tot - excl - v;
+    if (tid < 256 && above < rem && above + v >= rem) {
+      m.info[3] = static_cast<unsigned>(tid);
+      m.info[4] = rem - above;
+      m.info[5] = v;
+    }
+    __syncthreads();
+    P |= m.info[3] << shift;
+    known |= dmask << shift;
+    rem = m.info[4];
+    cntT = m.info[5];
+  }
+  // Candidates above the K-th key are kept; those equal to it are ties, the lowest channels first.
+  for (int w = warp; w < Wp; w += NW) {
+    const int j = 32 * w + lane;
+    const bool in = (aux[w] >> lane) & 1u;
+    const unsigned key = in ? key_at(j) : 0u;
+    const unsigned gt = __ballot_sync(0xffffffffu, in && key > P);
+    const unsigned eq = __ballot_sync(0xffffffffu, in && key == P);
+    __syncwarp();  // every lane has read aux[w] before lane 0 replaces it
+    if (lane == 0) {
+      sel[w] |= gt;
+      aux[w] = eq;
+    }
+  }
+  __syncthreads();
+  if (rem == cntT) {
+    for (int w = w0; w < w1; ++w) sel[w] |= aux[w];
+  } else {
+    unsigned c = 0;
+    for (int w = w0; w < w1; ++w) c += __popc(aux[w]);
+    unsigned tot;
+    unsigned before = block_excl_scan<NT>(c, m.scratch, tot);
+    for (int w = w0; w < w1; ++w) {
+      unsigned t = aux[w], keep = 0;
+      while (t && before < rem) {
+        const unsigned low = t & (0u - t);
+        keep |= low;
+        t ^= low;
+        ++before;
+      }
+      before += __popc(t);
+      sel[w] |= keep;
+    }
+  }
+  __syncthreads();
+}
+
+}  // namespace moc::cuda::ffn::topk
