@@ -46,8 +46,12 @@ if(MOCBENCH_HAVE_CUDA AND EXISTS "${_moc_raft_root}/libraft/include/raft/matrix/
 endif()
 if(MOCBENCH_HAVE_RAFT)
   message(STATUS "mocbench: RAFT ON (${_moc_raft_root})")
+elseif(NOT MOCBENCH_HAVE_CUDA)
+  message(STATUS "mocbench: RAFT OFF (no CUDA backend: RAFT is a GPU library)")
+elseif(NOT EXISTS "${_moc_raft_root}/libraft/include/raft/matrix/select_k.cuh")
+  message(STATUS "mocbench: RAFT OFF (not installed in ${_moc_raft_root}: run scripts/setup_raft.sh)")
 else()
-  message(STATUS "mocbench: RAFT OFF (run scripts/setup_raft.sh to install it)")
+  message(STATUS "mocbench: RAFT OFF (librmm / librapids_logger missing in ${_moc_raft_root}: run scripts/setup_raft.sh again)")
 endif()
 
 function(mocbench_use_raft target)

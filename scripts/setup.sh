@@ -38,12 +38,20 @@ if ((${#missing[@]})); then
 fi
 
 # The cuDNN frontend headers (pinned PyPI wheel) for the bf16 attention path, and RAFT/RMM/rapids-logger
-# (pinned PyPI wheels) for the RAFT select_k top-K backend; both into .local/, quiet when present.
-"$(dirname "$0")/setup_cudnn_frontend.sh"
-"$(dirname "$0")/setup_raft.sh"
+# (pinned PyPI wheels) for the RAFT select_k top-K backend; both into .local/, quiet when present. GPU-only
+# (~114 MB): fetched only where the CUDA backend is built, i.e. where configure finds nvcc (on PATH, $CUDACXX,
+# or the toolkit's usual place; MOCBENCH_CUDA_ROOT overrides that place).
+cuda_root=${MOCBENCH_CUDA_ROOT:-/usr/local/cuda}
+if command -v nvcc >/dev/null 2>&1 || [ -x "$cuda_root/bin/nvcc" ] || { [ -n "${CUDACXX:-}" ] && [ -x "$CUDACXX" ]; }; then
+  "$(dirname "$0")/setup_cudnn_frontend.sh"
+  "$(dirname "$0")/setup_raft.sh"
+else
+  echo "setup: no nvcc: the CPU backend only; the GPU-only wheels (cuDNN frontend, RAFT) are not fetched" \
+       "(run scripts/setup.sh again after installing the CUDA toolkit)"
+fi
 # Dear ImGui 1.92 (docking) + ImPlot + GLFW 3.4 for the dashboard (pinned PyPI wheel into .local/imgui).
 "$(dirname "$0")/setup_imgui.sh"
 
-if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
-  echo "setup: note: nvcc is at /usr/local/cuda/bin; put it on PATH to build the CUDA backend" >&2
+if ! command -v nvcc >/dev/null 2>&1 && [ -x "$cuda_root/bin/nvcc" ]; then
+  echo "setup: note: nvcc is at $cuda_root/bin (configure finds it there too)" >&2
 fi
