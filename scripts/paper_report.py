@@ -9,6 +9,7 @@ that produced ours; rows the database cannot fill say so. Figures use matplotlib
 report is still written and the figures are listed as missing.
 """
 import argparse
+import tempfile
 import json
 import math
 import os
@@ -135,7 +136,7 @@ class Report:
             draw(fig)
             fig.suptitle(title, fontsize=10)
             fig.tight_layout()
-            fig.savefig(path)
+            write_atomic(path, lambda tmp: fig.savefig(tmp, format="png"))
         finally:
             self.plt.close(fig)
         self.figures.append(name)
@@ -548,6 +549,34 @@ class Report:
         return "\n".join(self.lines) + "\n"
 
 
+class WriteError(Exception):
+    """A file of the report could not be written (disk full, no permission): said plainly, no traceback."""
+
+
+def write_atomic(path, write):
+    """write(tmp) into a temporary file beside path, then rename it over path: an earlier file of that name
+    stays whole when writing fails, and the temporary file is removed."""
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
+                               dir=os.path.dirname(path) or ".")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise WriteError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def write_text(path, text):
+    def w(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    write_atomic(path, w)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data")
@@ -572,12 +601,17 @@ def main():
         import matplotlib.pyplot as plt  # noqa: F811
     except ImportError:
         plt = None
-    os.makedirs(a.out, exist_ok=True)
-    rep = Report(Points(points), paper, a.out, plt)
-    text = rep.build()
     path = os.path.join(a.out, "report.md")
-    with open(path, "w") as f:
-        f.write(text)
+    try:
+        os.makedirs(a.out, exist_ok=True)
+        rep = Report(Points(points), paper, a.out, plt)
+        text = rep.build()
+        write_text(path, text)
+    except (WriteError, OSError) as e:
+        msg = str(e) if isinstance(e, WriteError) else f"cannot write into {a.out}: {e.strerror or e}"
+        print(f"report: {msg}; the report in {a.out} is incomplete (files written before this one are new, the "
+              f"others are as they were)", file=sys.stderr)
+        return 1
     print(f"report: {path} ({len(rep.sections)} tables, {len(rep.figures)} figures"
           + (f", {len(rep.missing_figures)} not drawn: no matplotlib" if rep.missing_figures else "") + ")")
     for name in rep.figures:

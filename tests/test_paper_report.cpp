@@ -92,6 +92,26 @@ TEST_F(PaperReport, EveryPaperScenarioRunsOnTheCpuAndTheReportFillsEveryTable) {
       EXPECT_NE(md.find("](" + e.path().filename().string() + ")"), std::string::npos) << "linked from report.md";
     }
   EXPECT_GE(pngs, 6);
+
+  // A disk that fills up while the figures are drawn (a tmpfs with room for data.json and a page more): a
+  // plain error naming the file and exit 1 -- no Python traceback -- and no temporary file left behind.
+  const fs::path full = dir_ / "full";
+  fs::create_directories(full);
+  const auto kb = (fs::file_size(out / "data.json") + 4095) / 4096 * 4 + 8;
+  if (shell("mount -t tmpfs -o size=" + std::to_string(kb) + "k tmpfs " + full.string()).code != 0)
+    GTEST_SKIP() << "cannot mount a small tmpfs here (needs root): the disk-full case is not checked";
+  struct Unmount {
+    fs::path p;
+    ~Unmount() { shell("umount " + p.string()); }
+  } unmount{full};
+  const auto df = shell("cd " + src.string() + " && " + std::string(MOCBENCH_BIN) + " report --db " + db + " -o " +
+                        (full / "r").string() + " --python " + python());
+  EXPECT_EQ(df.code, 1) << df.out;
+  EXPECT_NE(df.out.find("cannot write"), std::string::npos) << df.out;
+  EXPECT_NE(df.out.find("No space left on device"), std::string::npos) << df.out;
+  EXPECT_EQ(df.out.find("Traceback"), std::string::npos) << df.out;
+  for (const auto& e : fs::directory_iterator(full / "r"))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
 }
 
 TEST_F(PaperReport, AnEmptyDatabaseGivesEveryTableMarkedNotMeasured) {
