@@ -49,6 +49,12 @@ echo "check_fresh_debian: debootstrap bookworm (minbase) into $root"
 [ -x "$root/bin/bash" ] || debootstrap --variant=minbase bookworm "$root" "$mirror" > "$root.debootstrap.log" 2>&1 ||
   { tail -20 "$root.debootstrap.log" >&2; exit 1; }
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# This machine's own trust anchors (e.g. a network's TLS-inspecting proxy): the root's ca-certificates package
+# adds them when setup.sh installs it, as it would on a machine of that network. Nothing else of the host's.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+fi
 bind /proc "$root/proc"
 bind /dev "$root/dev"
 bind /sys "$root/sys"
