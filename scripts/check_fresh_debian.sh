@@ -54,6 +54,8 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
 if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
   mkdir -p "$root/usr/local/share/ca-certificates"
   cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  # A kept root (--keep, then run again) may have the package already: refresh its bundle.
+  [ -x "$root/usr/sbin/update-ca-certificates" ] && chroot "$root" /usr/sbin/update-ca-certificates >/dev/null 2>&1
 fi
 bind /proc "$root/proc"
 bind /dev "$root/dev"
