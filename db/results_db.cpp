@@ -548,6 +548,19 @@ void exec_script(sqlite3* db, const std::string& path, const char* sql, const st
                 "exist yet to create one.");
 }
 
+// PRAGMA quick_check(max): "ok", or its findings "; "-separated (an error while checking is a finding too).
+std::string quick_check_verdict(sqlite3* raw, const std::string& path, int max) {
+  std::string verdict;
+  try {
+    const std::string sql = "PRAGMA quick_check(" + std::to_string(std::max(1, max)) + ")";
+    Stmt qc(raw, path, sql.c_str(), "checking the file for damage");
+    while (qc.step()) verdict += (verdict.empty() ? "" : "; ") + qc.text(0);
+  } catch (const SqliteError& e) {
+    verdict = sqlite3_errstr(e.primary_code());  // the check itself stopped: what stopped it
+  }
+  return verdict.empty() ? std::string("no answer from quick_check") : verdict;
+}
+
 [[noreturn]] void refuse_corrupt(const std::string& path, const std::string& why) {
   throw DbError(in_quotes(path) + " is corrupt or truncated (" + why +
                 "); nothing was changed. Restore it from a copy, or pass another path.");
@@ -1131,13 +1144,7 @@ ResultsDb ResultsDb::open(const std::string& path, OpenMode mode) {
   // top of it. Before writing, SQLite's quick check reads every page (its cost: about a second per GB).
   // Readers skip it: a damaged file stays readable where it still can be.
   if (writing && !state.blank()) {
-    std::string verdict;
-    try {
-      Stmt qc(raw, path, "PRAGMA quick_check(3)", "checking the file for damage");
-      while (qc.step()) verdict += (verdict.empty() ? "" : "; ") + qc.text(0);
-    } catch (const SqliteError& e) {
-      verdict = e.what();
-    }
+    const std::string verdict = quick_check_verdict(raw, path, 3);
     if (verdict != "ok")
       throw DbError(in_quotes(path) + " is damaged (SQLite's quick_check: " + verdict +
                     "); nothing was changed, and nothing will be written to it. Its runs may still be read "
@@ -1617,6 +1624,10 @@ std::vector<KernelSummaryRow> ResultsDb::kernel_summary(std::int64_t run_id, con
   std::vector<KernelSummaryRow> out;
   while (q.step()) out.push_back({q.i64(0), q.i64(1), q.i64(2), q.i64(3), q.i64(4), q.i32(5)});
   return out;
+}
+
+std::string ResultsDb::quick_check(int max) const {
+  return quick_check_verdict(db_.get(), path_, max);
 }
 
 std::int64_t ResultsDb::data_version() const {

@@ -218,6 +218,9 @@ class ResultsDb {
   // SQLite's PRAGMA data_version: changes whenever another connection (a run writing this file) has
   // committed since this connection last looked. A reader polls it to pick up new runs and points.
   std::int64_t data_version() const;
+  // SQLite's quick check of every page (about a second per GB): "ok", or what it found (at most `max`
+  // problems, "; "-separated). Opening for writing runs it and refuses damage; readers may ask (the dashboard).
+  std::string quick_check(int max = 3) const;
 
  private:
   struct Closer {

@@ -102,8 +102,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mocbench-gui: %s\n", error.c_str());
     return 1;
   }
-  for (const auto& s : d.store().sources())
+  for (const auto& s : d.store().sources()) {
     if (!s.error.empty()) std::fprintf(stderr, "mocbench-gui: %s\n", s.error.c_str());
+    if (!s.damage.empty())
+      std::fprintf(stderr, "mocbench-gui: %s is damaged (SQLite's quick_check: %s); what it still holds is shown\n",
+                   s.path.c_str(), s.damage.c_str());
+  }
   if (screenshot.empty()) return d.run_until_closed();
   for (int i = 0; i < std::max(2, frames); ++i) d.frame();
   if (!d.selection_error().empty()) {  // never a picture of another run than the one asked for

@@ -29,6 +29,7 @@ struct RunRow {
   db::RunRecord run;
   int points = 0, ok_points = 0, profiled_points = 0;
   std::string modes;  // distinct point modes, e.g. "ffn-decode, decode"
+  std::string read_error;  // its points could not be read (a damaged file): what SQLite said; counts are 0
 };
 
 // One database file. `error` is set (and `db` empty) when it could not be opened: a missing file, a file that
@@ -37,6 +38,7 @@ struct Source {
   std::string path;
   std::optional<db::ResultsDb> db;
   std::string error;
+  std::string damage;  // opened, but SQLite's quick check found damage: its verdict (what is shown may be incomplete)
   std::int64_t data_version = -1;
   std::string failed_stamp;  // the file's existence, size and mtime when opening it last failed
 };
@@ -46,7 +48,7 @@ class Store {
   // Opens `path` read-only; a failure is kept as the source's error, never thrown. Returns its index.
   int open(const std::string& path);
   const std::vector<Source>& sources() const { return sources_; }
-  bool any_error() const;
+  bool any_error() const;  // a file that could not be opened, or one that is damaged
 
   // Polls every source (PRAGMA data_version; a failed source is retried) and reloads what changed. Returns
   // true when something changed; generation() then counts up, so views re-derive their cached data.

@@ -1,6 +1,7 @@
 // Runs: every run of every open database in one filterable table; click selects the run the other views
 // show (A), ctrl-click sets a second run beside it (B, for Compare). Databases that could not be opened are
-// listed with their error.
+// listed with their error; a damaged one (SQLite's quick check) with a warning, and runs whose points cannot
+// be read as "unreadable", never as a run of no points.
 #include <imgui.h>
 
 #include <ctime>
@@ -28,9 +29,14 @@ void draw_runs_view(Store& store, UiState& ui) {
     return;
   }
   for (const auto& s : store.sources()) {
-    if (s.error.empty()) continue;
+    if (s.error.empty() && s.damage.empty()) continue;
     ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.35f, 0.30f, 1.0f));
-    ImGui::TextWrapped("%s: %s", s.path.c_str(), s.error.c_str());
+    if (!s.error.empty()) ImGui::TextWrapped("%s: %s", s.path.c_str(), s.error.c_str());
+    else
+      ImGui::TextWrapped("%s is DAMAGED (SQLite's quick_check: %s): what it still holds is shown, but runs and "
+                         "points may be missing or incomplete; runs whose points cannot be read say so. Restore "
+                         "it from a copy; mocbench will not write to it.",
+                         s.path.c_str(), s.damage.c_str());
     ImGui::PopStyleColor();
   }
   ImGui::SetNextItemWidth(-1);
@@ -84,7 +90,12 @@ void draw_runs_view(Store& store, UiState& ui) {
       // Why it failed or was abandoned.
       if (!r.error.empty() && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", r.error.c_str());
       ImGui::TableNextColumn();
-      ImGui::Text("%d/%d ok, %d profiled", row.ok_points, row.points, row.profiled_points);
+      if (!row.read_error.empty()) {
+        ImGui::TextColored(ImVec4(1.0f, 0.35f, 0.30f, 1.0f), "unreadable (damaged)");
+        if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", row.read_error.c_str());
+      } else {
+        ImGui::Text("%d/%d ok, %d profiled", row.ok_points, row.points, row.profiled_points);
+      }
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(r.mocbench_version.c_str());
     }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -120,6 +121,34 @@ inline void sql(const std::string& path, const std::string& statements) {
   sqlite3_free(err);
   sqlite3_close(db);
   if (rc != SQLITE_OK) throw std::runtime_error("sql on " + path + ": " + msg);
+}
+
+// A copy of the fixture damaged in the middle (issue #27): the root page of the points table overwritten with
+// noise, while the header, the schema and the runs table stay intact -- it opens, lists its run, and SQLite
+// fails only when the run's points are read (once shown as a run of "0/0 ok" points).
+inline std::string damaged_db() {
+  const std::string p = fixture_copy("damaged.db");
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(p.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) throw std::runtime_error("open " + p);
+  long long root = 0, page = 0;
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db, "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = 'points'", -1, &st, nullptr);
+  if (st && sqlite3_step(st) == SQLITE_ROW) root = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_prepare_v2(db, "PRAGMA page_size", -1, &st, nullptr);
+  if (st && sqlite3_step(st) == SQLITE_ROW) page = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  if (root < 2 || page <= 0) throw std::runtime_error("no points table in " + p);
+  std::ifstream in(p, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  std::uint32_t x = 4242;
+  const auto at = static_cast<std::size_t>((root - 1) * page);
+  for (std::size_t i = at; i < at + static_cast<std::size_t>(page) && i < bytes.size(); ++i)
+    bytes[i] = static_cast<char>((x = x * 1103515245u + 12345u) >> 24);
+  write_file(p, bytes);
+  return p;
 }
 
 // The three kinds of file the dashboard must refuse with a message: not ours, newer, corrupt.

@@ -224,6 +224,27 @@ TEST(GuiStore, ForeignNewerCorruptAndMissingFilesAreErrorsNotCrashes) {
   EXPECT_EQ(s.runs().size(), 1u);
 }
 
+// Issue 27: a file damaged in the middle opens (what it still holds is worth seeing) but is marked damaged
+// (SQLite's quick check), counts as an error, and a run whose points cannot be read says so instead of
+// looking like a run of no points.
+TEST(GuiStore, ADamagedFileIsMarkedAndItsUnreadableRunSaysSo) {
+  Store s;
+  s.open(test::damaged_db());
+  ASSERT_TRUE(s.sources()[0].error.empty()) << s.sources()[0].error;
+  EXPECT_FALSE(s.sources()[0].damage.empty());
+  EXPECT_TRUE(s.any_error());
+  ASSERT_EQ(s.runs().size(), 1u);
+  EXPECT_FALSE(s.runs()[0].read_error.empty()) << "shown as a run of " << s.runs()[0].points << " points";
+  EXPECT_EQ(s.runs()[0].points, 0);
+  s.refresh();
+  EXPECT_FALSE(s.sources()[0].damage.empty());
+  // A sound file has no damage.
+  Store ok;
+  ok.open(fixture_db());
+  EXPECT_TRUE(ok.sources()[0].damage.empty()) << ok.sources()[0].damage;
+  EXPECT_FALSE(ok.any_error());
+}
+
 TEST(GuiSweep, OneSeriesPerCombinationOfTheOtherAxesSortedByTheChosenAxis) {
   Store s;
   s.open(fixture_db());

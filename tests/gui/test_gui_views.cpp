@@ -785,6 +785,24 @@ TEST_F(GuiViews, RefusedFilesShowTheirErrorInTheWindowAndScreenshotModeExits1) {
   }
 }
 
+// Issue 27: a damaged file is shown, with the damage in red above the runs and its unreadable run marked,
+// and the screenshot mode exits 1 (the picture is still written) with the damage on stderr.
+TEST_F(GuiViews, ADamagedFileIsShownInRedAndScreenshotModeExits1) {
+  const std::string bad = test::damaged_db();
+  auto d = open({bad}, View::runs);
+  ASSERT_TRUE(d);
+  ASSERT_TRUE(d->store().any_error());
+  float r[4];
+  ASSERT_TRUE(d->view_rect(View::runs, r));
+  EXPECT_GT(shot(*d).count(r, ImVec4(1.0f, 0.35f, 0.30f, 1), 30), 100) << "the damage in red";
+  const std::string png = test::temp_dir() + "/damaged.png", err = test::temp_dir() + "/damaged.err";
+  EXPECT_EQ(test::run_command(std::string(MOCBENCH_GUI_BIN) + " " + bad + " --screenshot " + png + " 2>" + err), 1);
+  EXPECT_TRUE(std::filesystem::exists(png));
+  std::ifstream in(err);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("is damaged"), std::string::npos) << text;
+}
+
 TEST_F(GuiViews, ScreenshotModeWritesAPngAndRefusesBadArguments) {
   const std::string png = test::temp_dir() + "/memory.png";
   const std::string gui = MOCBENCH_GUI_BIN;
