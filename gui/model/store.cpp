@@ -136,8 +136,10 @@ void Store::reload_runs() {
         std::vector<std::string> modes;
         for (const auto& p : pts) {
           row.ok_points += p.status == "ok";
-          for (const auto& [name, v] : p.metrics)
+          for (const auto& [name, v] : p.metrics) {
             if (name == "profile_steps" && v > 0) ++row.profiled_points;
+            if (name == "noise_met" && v == 0 && p.status == "ok") ++row.noisy_points;
+          }
           if (!p.mode.empty() && std::find(modes.begin(), modes.end(), p.mode) == modes.end()) modes.push_back(p.mode);
         }
         for (const auto& m : modes) row.modes += (row.modes.empty() ? "" : ", ") + m;

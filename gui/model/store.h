@@ -28,6 +28,7 @@ struct RunRow {
   RunRef ref;
   db::RunRecord run;
   int points = 0, ok_points = 0, profiled_points = 0;
+  int noisy_points = 0;  // ok points whose repetitions stopped at a bound before the noise target (noise_met 0)
   std::string modes;  // distinct point modes, e.g. "ffn-decode, decode"
   std::string read_error;  // its points could not be read (a damaged file): what SQLite said; counts are 0
 };

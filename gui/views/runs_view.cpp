@@ -95,6 +95,14 @@ void draw_runs_view(Store& store, UiState& ui) {
         if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", row.read_error.c_str());
       } else {
         ImGui::Text("%d/%d ok, %d profiled", row.ok_points, row.points, row.profiled_points);
+        if (row.noisy_points > 0) {
+          ImGui::SameLine();
+          ImGui::TextColored(ImVec4(1.0f, 0.85f, 0.25f, 1.0f), "%d noisy", row.noisy_points);
+          if (ImGui::IsItemHovered())
+            ImGui::SetTooltip("%d point(s) stopped at max_reps or time_bound_s before the noise met target_noise: "
+                              "their medians are not final (marked in Sweep)",
+                              row.noisy_points);
+        }
       }
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(r.mocbench_version.c_str());

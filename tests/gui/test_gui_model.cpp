@@ -238,6 +238,15 @@ TEST(GuiStore, ADamagedFileIsMarkedAndItsUnreadableRunSaysSo) {
   EXPECT_EQ(s.runs()[0].points, 0);
   s.refresh();
   EXPECT_FALSE(s.sources()[0].damage.empty());
+  // A run with a point whose noise never met the target says so in its row (issue #27), not only in Sweep.
+  const std::string noisy = test::fixture_copy("noisy.db");
+  test::sql(noisy, "DELETE FROM metrics WHERE name = 'noise_met'; "
+                   "INSERT INTO metrics (point_id, name, value) SELECT id, 'noise_met', 1 FROM points; "
+                   "UPDATE metrics SET value = 0 WHERE name = 'noise_met' AND point_id = (SELECT MIN(id) FROM points);");
+  Store n;
+  n.open(noisy);
+  ASSERT_EQ(n.runs().size(), 1u);
+  EXPECT_EQ(n.runs()[0].noisy_points, 1);
   // A sound file has no damage.
   Store ok;
   ok.open(fixture_db());
