@@ -1065,6 +1065,31 @@ TEST_F(Cli, ExportNeverWritesOverADatabaseAndLeavesNothingBehind) {
   EXPECT_EQ(names, (std::set<std::string>{"p.db", "other.db", "out.csv"})) << "no temporary file left";
 }
 
+// A disk that fills up during an export (issue #27: its temporary file was left behind): exit 1 with the
+// reason, and nothing but what was there before. On a small tmpfs, filled up first; skipped where one
+// cannot be mounted (not root).
+TEST_F(Cli, ExportOnAFullDiskFailsAndLeavesNothingBehind) {
+  const std::string db = write_profiled_db(path("p.db"));
+  const std::string full = path("full");
+  fs::create_directories(full);
+  if (moc::test::shell("mount -t tmpfs -o size=64k tmpfs " + full).code != 0)
+    GTEST_SKIP() << "cannot mount a small tmpfs here (needs root): the full-disk export is not checked";
+  struct Unmount {
+    std::string p;
+    ~Unmount() { moc::test::shell("umount " + p); }
+  } unmount{full};
+  moc::test::shell("dd if=/dev/zero of=" + full + "/filler bs=1k count=64 2>/dev/null");
+  for (const char* fmt : {"csv", "json", "perfetto"}) {
+    SCOPED_TRACE(fmt);
+    auto r = mocbench(std::string("export 1 --format ") + fmt + " -o " + full + "/x." + fmt + " --db " + db);
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("No space left on device"), std::string::npos) << r.out;
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(full)) names.insert(e.path().filename().string());
+    EXPECT_EQ(names, (std::set<std::string>{"filler"})) << "no temporary file, no partial export";
+  }
+}
+
 // A results path beyond SQLite's limit gets that reason, not a guess at the folder.
 TEST_F(Cli, AResultsPathTooLongForSqliteSaysSo) {
   std::string dir = path("");
