@@ -308,6 +308,11 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   griddep_launch();
   griddep_wait();
   stamp.start(step::StampKernel::k_select, step::StageId::topk);
+  // The histogram and the kept bits are zeroed (above) before any thread counts into them. Without this
+  // barrier a warp could add to a bin another warp had not zeroed yet: normally hidden by the long wait for
+  // the gate kernel, it lost counts under compute-sanitizer's scheduling (racecheck does not flag a store
+  // racing an atomic) and the selection came out wrong.
+  __syncthreads();
   if (a.zero && h == 0) zero_part(a.zero, a.zero_n16, r, a.C, NT);
   const float* Gr = a.G + static_cast<std::size_t>(row ? r : 0) * a.Fp;
   auto key_at = [&](int j) -> unsigned {
