@@ -287,13 +287,13 @@ template <int NT, bool CACHE>
 __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   const bool is_topk = a.mode == kSelTopK;
-  unsigned* hist = reinterpret_cast<unsigned*>(smem);      // [kHBins] (top-K)
-  unsigned* keys = hist + (is_topk ? kHBins : 0);              // [Fp] when cached
-  unsigned* sel = keys + (CACHE ? a.Fp : 0);              // [Wp] kept bits of this block's row
-  unsigned* aux = sel + a.Wp;                               // [Wp] threshold-bin candidates, then ties
-  unsigned* ck = aux + a.Wp;                                // [kRankMax] candidate keys (ascending channel)
-  unsigned* scratch = ck + kRankMax;                        // [32]
-  unsigned* info = scratch + 32;                            // [32]
+  unsigned* hist = reinterpret_cast<unsigned*>(smem);  // [kHBins] (top-K)
+  unsigned* keys = hist + (is_topk ? kHBins : 0);       // [Fp] when cached
+  unsigned* sel = keys + (CACHE ? a.Fp : 0);            // [Wp] kept bits of this block's row
+  unsigned* aux = sel + a.Wp;                           // [Wp] threshold-bin candidates, then ties
+  unsigned* ck = aux + a.Wp;                            // [kRankMax] candidate keys (ascending channel)
+  unsigned* scratch = ck + kRankMax;                    // [32]
+  unsigned* info = scratch + 32;                        // [32]
   unsigned short* ci = reinterpret_cast<unsigned short*>(info + 32);  // [kRankMax] candidate channels
 
   const int tid = threadIdx.x;
