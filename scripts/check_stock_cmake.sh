@@ -23,8 +23,9 @@ mm=${ver%.*}
 sys="/usr/share/cmake-$mm/Modules/FindCUDAToolkit.cmake"
 mkdir -p "$work/modules" "$work/deb"
 stock=""
-if (cd "$work/deb" && apt-get download "cmake-data=$ver-*" >/dev/null 2>&1) ||
-   (cd "$work/deb" && apt-get download cmake-data >/dev/null 2>&1); then
+# The package of exactly the installed version (its modules are the ones this CMake would load).
+pkgver=$(dpkg-query -W -f='${Version}' cmake-data 2>/dev/null || true)
+if [ -n "$pkgver" ] && (cd "$work/deb" && apt-get download "cmake-data=$pkgver" >/dev/null 2>&1); then
   deb=$(ls "$work"/deb/cmake-data_*.deb 2>/dev/null | head -1)
   if [ -n "$deb" ] && dpkg-deb -x "$deb" "$work/deb/x" 2>/dev/null; then
     # The whole Modules folder: FindCUDAToolkit.cmake includes its siblings by their path.
