@@ -10,7 +10,8 @@
 #     --cuda  bind-mount this machine's /usr/local/cuda (read-only) into the root: the CUDA backend is then
 #             configured and built with Debian's stock CMake 3.25.1 modules
 #     --keep  leave the root (default: removed at the end)
-#     ROOT_DIR  where to build the root (default: a new folder under /var/tmp)
+#     ROOT_DIR  where to build the root (default: a new folder under /var/tmp). Only a folder this script
+#               created is ever removed; an existing ROOT_DIR must be empty or a root an earlier --keep left.
 # Exit status: 0 when both commands passed; the log of each is ROOT_DIR/check-*.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,12 +30,23 @@ if [ "$cuda" = 1 ] && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   exit 2
 fi
 command -v debootstrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
-root=${root:-$(mktemp -d /var/tmp/mocbench-fresh-debian.XXXXXX)}
+created=0
+if [ -z "$root" ]; then
+  root=$(mktemp -d /var/tmp/mocbench-fresh-debian.XXXXXX)
+  created=1
+elif [ ! -e "$root" ]; then
+  mkdir -p "$root"
+  created=1
+elif [ -n "$(ls -A "$root")" ] && [ ! -x "$root/bin/bash" ]; then
+  echo "check_fresh_debian: $root is neither empty nor a Debian root from an earlier --keep: refusing" >&2
+  exit 2
+fi
 mirror=http://deb.debian.org/debian
 mounted=()
 cleanup() {
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[$i]}" 2>/dev/null || true; done
-  [ "$keep" = 1 ] || rm -rf "$root"
+  # Never a folder the user brought: only one this script made (its mounts are gone by now).
+  if [ "$keep" != 1 ] && [ "$created" = 1 ]; then rm -rf --one-file-system "$root"; fi
 }
 trap cleanup EXIT
 bind() {  # bind SRC DST [ro]
