@@ -53,5 +53,9 @@ fi
 "$(dirname "$0")/setup_imgui.sh"
 
 if ! command -v nvcc >/dev/null 2>&1 && [ -x "$cuda_root/bin/nvcc" ]; then
-  echo "setup: note: nvcc is at $cuda_root/bin (configure finds it there too)" >&2
+  if [ "$cuda_root" = /usr/local/cuda ]; then
+    echo "setup: note: nvcc is at /usr/local/cuda/bin (configure looks there too)" >&2
+  else
+    echo "setup: note: nvcc is at $cuda_root/bin: set CUDACXX=$cuda_root/bin/nvcc (or put it on PATH) for configure" >&2
+  fi
 fi

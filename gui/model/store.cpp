@@ -21,8 +21,6 @@ std::string file_stamp(const std::string& path) {
   return std::to_string(size) + "@" + std::to_string(ec ? 0 : mtime.time_since_epoch().count());
 }
 
-// A run whose process died commits nothing more, so data_version never tells: look at the writer of each
-// running run instead (it then reads as "abandoned").
 // Damage that the header and schema checks do not see (a page in the middle overwritten): SQLite's quick
 // check, once per opening (about a second per GB). Empty when the file is sound.
 std::string damage_of(const db::ResultsDb& d) {
@@ -34,6 +32,8 @@ std::string damage_of(const db::ResultsDb& d) {
   }
 }
 
+// A run whose process died commits nothing more, so data_version never tells: look at the writer of each
+// running run instead (it then reads as "abandoned").
 bool a_running_run_ended(const std::vector<RunRow>& runs) {
   std::optional<db::RunWriter> here;
   for (const auto& row : runs) {
