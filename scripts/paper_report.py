@@ -9,10 +9,10 @@ that produced ours; rows the database cannot fill say so. Figures use matplotlib
 report is still written and the figures are listed as missing.
 """
 import argparse
-import tempfile
 import json
 import math
 import os
+import tempfile
 import sys
 
 try:
@@ -561,6 +561,9 @@ def write_atomic(path, write):
     os.close(fd)
     try:
         write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would have made it (mkstemp's file is private)
         os.replace(tmp, path)
     except OSError as e:
         try:

@@ -4,6 +4,7 @@
 // and the figures are PNG files with content (when matplotlib is there to draw them). An empty database
 // gives a report whose every table says "not measured".
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,6 +80,12 @@ TEST_F(PaperReport, EveryPaperScenarioRunsOnTheCpuAndTheReportFillsEveryTable) {
   EXPECT_NE(md.find("**not measured** at the paper's C4 scale"), std::string::npos)
       << "perplexity is marked as not measured";
   EXPECT_TRUE(fs::exists(out / "data.json"));
+  // Written through temporary files, yet readable like any file the user writes (umask permitting).
+  const mode_t um = ::umask(0);
+  ::umask(um);
+  if ((um & S_IROTH) == 0) {
+    EXPECT_EQ(fs::status(out / "report.md").permissions() & fs::perms::others_read, fs::perms::others_read);
+  }
   if (!have_matplotlib()) GTEST_SKIP() << "no matplotlib for " << python() << ": figures are listed as missing";
   int pngs = 0;
   for (const auto& e : fs::directory_iterator(out))
