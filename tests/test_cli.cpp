@@ -199,6 +199,28 @@ TEST_F(Cli, RunListShowExportCompare) {
 }
 
 // Three ffn-train points on the tiny preset: batch 1 and 2 fit in 2 MiB, batch 512 x 16 rows of d_ffn 85 does not.
+// A CPU scenario of `points` ffn-train points (batch 1..points) that each measure for about a second (a
+// noise target never met, bounded by time_bound_s): a sweep long enough to interrupt or lock mid-way.
+std::string one_second_points(const std::string& name, int points) {
+  std::string batches;
+  for (int b = 1; b <= points; ++b) batches += (b > 1 ? ", " : "") + std::to_string(b);
+  return "name = \"" + name + R"("
+device = "cpu"
+[model]
+preset = "tiny"
+[measure]
+warmup = 0
+min_reps = 2
+max_reps = 1000000
+time_bound_s = 1.0
+target_noise = 1e-9
+[axes]
+mode = ["ffn-train"]
+batch = [)" + batches + R"(]
+seq = [8]
+)";
+}
+
 constexpr const char* kOomScenario = R"(name = "oom_study"
 device = "cpu"
 [model]
@@ -488,21 +510,7 @@ pid_t spawn_run(const std::string& sc, const std::string& db, const std::string&
 // `run` drop the point it had just measured, stop, and leave the run "running". The point is now kept, the
 // run waits for the lock and goes on: every point stored, the run ok.
 TEST_F(Cli, AMeasuredPointWaitsForALockedResultsFileInsteadOfBeingLost) {
-  const std::string sc = write("locked.toml", R"(name = "locked"
-device = "cpu"
-[model]
-preset = "tiny"
-[measure]
-warmup = 0
-min_reps = 2
-max_reps = 1000000
-time_bound_s = 1.0
-target_noise = 1e-9
-[axes]
-mode = ["ffn-train"]
-batch = [1, 2, 3]
-seq = [8]
-)");
+  const std::string sc = write("locked.toml", one_second_points("locked", 3));
   const std::string db = path("l.db"), err = path("stderr.txt");
   const pid_t pid = spawn_run(sc, db, err);
   ASSERT_GE(pid, 0);
@@ -544,21 +552,7 @@ seq = [8]
 // measured point is saved to a side file named on stderr -- never silently dropped -- and the run ends failed.
 TEST_F(Cli, APointTheLockedFileNeverTakesIsSavedToASideFile) {
   // One point of about a second: the lock is taken while it is being measured.
-  const std::string sc = write("locked2.toml", R"(name = "locked2"
-device = "cpu"
-[model]
-preset = "tiny"
-[measure]
-warmup = 0
-min_reps = 2
-max_reps = 1000000
-time_bound_s = 1.0
-target_noise = 1e-9
-[axes]
-mode = ["ffn-train"]
-batch = [1]
-seq = [8]
-)");
+  const std::string sc = write("locked2.toml", one_second_points("locked2", 1));
   const std::string db = path("l2.db");
   ASSERT_EQ(mocbench("run " + sc + " --db " + db + " --quiet").code, 0) << "the file exists, with one run";
   // (Held from before the run, the lock would fail begin_run itself: it is taken once the run has begun.)
@@ -599,21 +593,7 @@ seq = [8]
 
 TEST_F(Cli, SigintStoresTheCurrentPointAsInterrupted) {
   // Twenty points that take about a second each: the signal lands in the middle of the sweep.
-  const std::string sc = write("slow.toml", R"(name = "slow"
-device = "cpu"
-[model]
-preset = "tiny"
-[measure]
-warmup = 0
-min_reps = 2
-max_reps = 1000000
-time_bound_s = 1.0
-target_noise = 1e-9
-[axes]
-mode = ["ffn-train"]
-batch = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]
-seq = [8]
-)");
+  const std::string sc = write("slow.toml", one_second_points("slow", 20));
   const std::string db = path("s.db");
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);

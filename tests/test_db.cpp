@@ -1389,6 +1389,14 @@ TEST_F(ResultsDbMigration, ReadOnlyOpenOfAVersion1FileAsksForAWriterAndChangesNo
   EXPECT_EQ(RawDb(path).integer("PRAGMA user_version"), 1);
 }
 
+// A results file with one run of one profiled point (the files the refusal tests then damage or cut).
+void write_one_profiled_point(const std::string& path) {
+  auto db = ResultsDb::open(path, OpenMode::read_write);
+  const auto run = db.begin_run(sample_run());
+  const auto trace = sample_trace(2000);
+  db.add_point(sample_point(run, 0), sample_ranges(), sample_mem(), &trace);
+}
+
 TEST_F(ResultsDbRefusal, NewerSchemaIsRefusedNamingItsVersionAndFileIsUntouched) {
   const auto path = file("newer.db");
   {
@@ -1449,12 +1457,7 @@ TEST_F(ResultsDbRefusal, GarbageBytesAreRefusedAndUntouched) {
 // reader still opens it.
 TEST_F(ResultsDbRefusal, DamageInTheMiddleIsRefusedForWritingAndTheFileStaysReadable) {
   const auto path = file("damaged.db");
-  {
-    auto db = ResultsDb::open(path, OpenMode::read_write);
-    const auto run = db.begin_run(sample_run());
-    const auto trace = sample_trace(2000);
-    db.add_point(sample_point(run, 0), sample_ranges(), sample_mem(), &trace);
-  }
+  write_one_profiled_point(path);
   std::string bytes = read_bytes(path);
   const std::size_t page = 4096;
   ASSERT_GT(bytes.size(), 8 * page);
@@ -1551,12 +1554,7 @@ TEST_F(ResultsDbRefusal, AFileInAFolderTheReaderCannotWriteOpensReadOnly) {
 
 TEST_F(ResultsDbRefusal, TruncatedFileIsRefusedAndUntouched) {
   const auto path = file("results.db");
-  {
-    auto db = ResultsDb::open(path, OpenMode::read_write);
-    const auto run = db.begin_run(sample_run());
-    const auto trace = sample_trace(2000);
-    db.add_point(sample_point(run, 0), sample_ranges(), sample_mem(), &trace);
-  }
+  write_one_profiled_point(path);
   const std::string whole = read_bytes(path);
   const std::size_t page = 4096;
   ASSERT_GT(whole.size(), 8 * page) << "the fixture should span many pages";

@@ -19,6 +19,20 @@ using db::PointRecord;
 using db::ResultsDb;
 using db::RunRecord;
 
+RunRecord run_record(const std::string& name, const std::string& path, const std::string& hash,
+                     const std::string& device_kind, const std::string& device_name) {
+  RunRecord r;
+  r.scenario_name = name;
+  r.scenario_path = path;
+  r.scenario_hash = hash;
+  r.config_json = r.overrides_json = r.machine_json = "{}";
+  r.device_kind = device_kind;
+  r.device_name = device_name;
+  r.mocbench_version = "test";
+  r.started_unix_ms = 1'700'000'000'000;
+  return r;
+}
+
 class Summary : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -27,17 +41,8 @@ class Summary : public ::testing::Test {
                 .string();
     fs::remove(path_);
     auto store = ResultsDb::open(path_, db::OpenMode::read_write);
-    RunRecord r;
-    r.scenario_name = "decode_bs1_4";
-    r.scenario_path = "scenarios/decode_bs1_4.toml";
-    r.scenario_text = "";
-    r.scenario_hash = "sha256:0";
-    r.config_json = r.overrides_json = r.machine_json = "{}";
-    r.device_kind = "cuda";
-    r.device_name = "NVIDIA H100 80GB HBM3";
-    r.mocbench_version = "test";
-    r.started_unix_ms = 1'700'000'000'000;
-    run_ = store.begin_run(r);
+    run_ = store.begin_run(run_record("decode_bs1_4", "scenarios/decode_bs1_4.toml", "sha256:0", "cuda",
+                                      "NVIDIA H100 80GB HBM3"));
     int index = 0;
     // ffn-decode: dense 30 µs, moc 20 µs (1.5x), moc_2:8 40 µs (0.75x) at batch 1; moc at batch 2 is oom.
     auto ffn = [&](const std::string& f, int batch, const char* status, double us, double noise) {
@@ -156,16 +161,7 @@ TEST_F(Summary, AMedianThatNeverMetTheNoiseTargetIsMarkedNotFinal) {
   std::int64_t run = 0;
   {
     auto store = ResultsDb::open(path_, db::OpenMode::read_write);
-    RunRecord r;
-    r.scenario_name = "noisy";
-    r.scenario_path = "noisy.toml";
-    r.scenario_hash = "sha256:1";
-    r.config_json = r.overrides_json = r.machine_json = "{}";
-    r.device_kind = "cpu";
-    r.device_name = "cpu";
-    r.mocbench_version = "test";
-    r.started_unix_ms = 1'700'000'000'000;
-    run = store.begin_run(r);
+    run = store.begin_run(run_record("noisy", "noisy.toml", "sha256:1", "cpu", "cpu"));
     int index = 0;
     for (const auto& [batch, noise, met] : {std::tuple{1, 0.011, 1.0}, std::tuple{2, 0.87, 0.0}, std::tuple{3, 0.5, -1.0}}) {
       PointRecord p;
