@@ -106,6 +106,7 @@ bool Store::refresh() {
   changed = changed || a_running_run_ended(runs_);
   if (changed) {
     points_.clear();
+    read_errors_.clear();
     memory_.clear();
     series_.clear();
     ceilings_.clear();
@@ -125,13 +126,18 @@ void Store::reload_runs() {
       for (auto& r : s.db->runs()) {
         RunRow row;
         row.ref = {i, r.id};
-        std::vector<db::PointRecord> read;
-        try {
-          read = s.db->points(r.id);
-        } catch (const std::exception& e) {
-          row.read_error = e.what();  // shown as such, not as a run of no points
+        auto it = points_.find(row.ref);
+        if (it == points_.end()) {  // (cached from an earlier reload until the file changes)
+          std::vector<db::PointRecord> read;
+          try {
+            read = s.db->points(r.id);
+          } catch (const std::exception& e) {
+            read_errors_[row.ref] = e.what();  // shown as such, not as a run of no points
+          }
+          it = points_.emplace(row.ref, std::move(read)).first;
         }
-        const auto& pts = points_.insert_or_assign(row.ref, std::move(read)).first->second;
+        if (auto e = read_errors_.find(row.ref); e != read_errors_.end()) row.read_error = e->second;
+        const auto& pts = it->second;
         row.points = static_cast<int>(pts.size());
         std::vector<std::string> modes;
         for (const auto& p : pts) {

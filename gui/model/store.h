@@ -81,6 +81,7 @@ class Store {
   std::vector<RunRow> runs_;
   std::uint64_t generation_ = 0;
   std::map<RunRef, std::vector<db::PointRecord>> points_;
+  std::map<RunRef, std::string> read_errors_;  // runs whose points could not be read, and why
   std::map<std::pair<int, std::int64_t>, std::shared_ptr<const prof::ProfileTrace>> profiles_;
   std::map<std::pair<int, std::int64_t>, std::vector<db::MemEventRecord>> memory_;
   std::map<std::pair<int, std::int64_t>, std::vector<db::SeriesRecord>> series_;

@@ -86,9 +86,14 @@ void draw_runs_view(Store& store, UiState& ui) {
       ImGui::TableNextColumn();
       const ImVec4 c = r.status == "ok" ? ImVec4(0.4f, 0.85f, 0.4f, 1) : r.status == "running" ? ImVec4(0.4f, 0.7f, 1, 1)
                                                                                              : ImVec4(1, 0.5f, 0.3f, 1);
-      ImGui::TextColored(c, "%s", r.status.c_str());
-      // Why it failed or was abandoned.
-      if (!r.error.empty() && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", r.error.c_str());
+      if (!row.read_error.empty()) {  // whatever the run recorded, what is left of it cannot be read whole
+        ImGui::TextColored(ImVec4(1.0f, 0.35f, 0.30f, 1.0f), "%s, damaged", r.status.c_str());
+        if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", row.read_error.c_str());
+      } else {
+        ImGui::TextColored(c, "%s", r.status.c_str());
+        // Why it failed or was abandoned.
+        if (!r.error.empty() && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", r.error.c_str());
+      }
       ImGui::TableNextColumn();
       if (!row.read_error.empty()) {
         ImGui::TextColored(ImVec4(1.0f, 0.35f, 0.30f, 1.0f), "unreadable (damaged)");
