@@ -83,16 +83,6 @@ __global__ void init_bf16(__nv_bfloat16* p, std::size_t n, unsigned long long se
   }
 }
 
-// W_down [F, d] -> W_down^T [d, ld], the columns past F zero (the dense one-row path's layout).
-__global__ void transpose_pad(const __nv_bfloat16* w, __nv_bfloat16* t, int F, int d, int ld) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-       i < static_cast<std::size_t>(d) * ld; i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const int c = static_cast<int>(i / ld), j = static_cast<int>(i % ld);
-    t[i] = j < F ? w[static_cast<std::size_t>(j) * d + c] : __float2bfloat16(0.0f);
-  }
-}
-int ld_rows(int F) { return (F + 7) / 8 * 8; }
-
 std::vector<float> download_bf16(const void* d, std::size_t n) {
   std::vector<std::uint16_t> h(n);
   CK(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
@@ -207,7 +197,6 @@ struct DevLayer {
   HostLayer h;
   DType dt = DType::bf16;
   DevBuf x, wg, wu, wd, out;
-  DevBuf wdt;  // bf16: W_down^T [d, ld_rows(F)] for the dense one-row path
   std::vector<float> out0;
 };
 
@@ -238,12 +227,6 @@ void make_layer(DevLayer& L, int R, int d, int F, DType dt, std::mt19937& rng) {
   upload_any(L.wg.p, L.h.wg, dt);
   upload_any(L.wu.p, L.h.wu, dt);
   upload_any(L.wd.p, L.h.wd, dt);
-  if (dt == DType::bf16) {
-    L.wdt = DevBuf(static_cast<std::size_t>(d) * ld_rows(F) * 2);
-    transpose_pad<<<256, 256>>>(L.wd.as<__nv_bfloat16>(), L.wdt.as<__nv_bfloat16>(), F, d, ld_rows(F));
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
-  }
 }
 
 Problem problem_of(const DevLayer& L) {
@@ -347,21 +330,6 @@ void check_config(const DevLayer& L, Problem p, const Options& opt, const std::s
   const std::vector<double> delta = h_updown(L.h, g, moc ? &gidx : nullptr);
   const double err = rel_err(out, L.out0, delta, L.dt, &tol);
   report(err <= tol, name + " output", "rel err " + std::to_string(err) + " tol " + std::to_string(tol));
-  if (!moc && L.wdt.p && p.rows == 1 && opt.allow_fast) {
-    Problem pr = p;
-    pr.w_down_rows = L.wdt.p;
-    pr.w_down_ld = ld_rows(p.d_ffn);
-    for (int wu : {8, 16, 162, 163, 12, 122, 84, 112, 1124, 1, 2, 3, 4, 5, 6}) {
-      Options o = opt;
-      o.dense_rows_down_wu = wu > 6 ? wu : 8;
-      o.dense_rows_gate = wu <= 6 ? wu : 0;
-      std::vector<float> out_r;
-      run_once(L, pr, o, out_r, nullptr);
-      const double err_r = rel_err(out_r, L.out0, delta, L.dt, &tol);
-      report(err_r <= tol && moc::cuda::ffn::dense_rows_fits(pr), name + " two GEMVs (W_down^T) down " + std::to_string(wu),
-             "rel err " + std::to_string(err_r) + " tol " + std::to_string(tol));
-    }
-  }
   if (!moc) return;
   // parts
   Problem pg = p;
@@ -541,7 +509,7 @@ double copy_bandwidth() {
 struct Bench {
   int d = 2048, F = 5461, K = 1024;
   int copies = 8, reps = 400;
-  std::vector<DevBuf> wg, wu, wd, wdt;
+  std::vector<DevBuf> wg, wu, wd;
   DevBuf x, out;
   cudaStream_t st = nullptr;
   cudaEvent_t e0 = nullptr, e1 = nullptr;
@@ -553,7 +521,6 @@ struct Variant {
   unsigned parts = moc::kFfnAll;
   bool force = false;        // force_idx from a previous full call of the same copy
   bool updown_stage = false; // launch_updown_only on that call's workspace
-  bool rows = false;         // dense: W_down^T given (the two-GEMV path at one row)
   Options opt{};
 };
 
@@ -577,10 +544,6 @@ Problem bench_problem(const Bench& b, int R, const Variant& v, int copy) {
   p.group_a = 2;
   p.group_b = 8;
   p.parts = v.parts;
-  if (v.rows) {
-    p.w_down_rows = b.wdt[copy].p;
-    p.w_down_ld = ld_rows(b.F);
-  }
   return p;
 }
 
@@ -657,9 +620,6 @@ int run_bench(int reps, int copies, const std::string& only) {
     init_bf16<<<1024, 256>>>(b.wg.back().as<__nv_bfloat16>(), wbytes / 2, 11 + 3 * c, s);
     init_bf16<<<1024, 256>>>(b.wu.back().as<__nv_bfloat16>(), wbytes / 2, 12 + 3 * c, s);
     init_bf16<<<1024, 256>>>(b.wd.back().as<__nv_bfloat16>(), wbytes / 2, 13 + 3 * c, s);
-    b.wdt.emplace_back(static_cast<std::size_t>(b.d) * ld_rows(b.F) * 2);
-    transpose_pad<<<1024, 256>>>(b.wd.back().as<__nv_bfloat16>(), b.wdt.back().as<__nv_bfloat16>(), b.F, b.d,
-                                 ld_rows(b.F));
     CK(cudaGetLastError());
   }
   b.x = DevBuf(8 * static_cast<std::size_t>(b.d) * 2);
@@ -681,16 +641,6 @@ int run_bench(int reps, int copies, const std::string& only) {
     return &vars.back();
   };
   add("dense", SelKind::dense, moc::kFfnAll);
-  add("dense two GEMVs", SelKind::dense, moc::kFfnAll)->rows = true;
-  for (int gv : {1, 3, 4, 5, 6})
-    for (int wu : {16, 162, 163, 122, 84}) {
-      if (gv != 1 && wu != 16 && wu != 162) continue;
-      Variant* v = add("dense two GEMVs gate " + std::to_string(gv) + " down " + std::to_string(wu), SelKind::dense,
-                       moc::kFfnAll);
-      v->rows = true;
-      v->opt.dense_rows_gate = gv;
-      v->opt.dense_rows_down_wu = wu;
-    }
   add("moc", SelKind::topk, moc::kFfnAll);
   add("moc 2:8", SelKind::grouped, moc::kFfnAll);
   add("gate only", SelKind::topk, moc::kFfnGate);
@@ -814,22 +764,6 @@ int run_profile() {
       moc::cuda::ffn::launch(p, ws.p, ws.n, nullptr);
       CK(cudaDeviceSynchronize());
       std::printf("profiled rows %d %s\n", R, sel_name(p).c_str());
-      if (R == 1 && k == SelKind::dense) {
-        DevBuf wdt(static_cast<std::size_t>(d) * ld_rows(F) * 2);
-        transpose_pad<<<1024, 256>>>(wd.as<__nv_bfloat16>(), wdt.as<__nv_bfloat16>(), F, d, ld_rows(F));
-        p.w_down_rows = wdt.p;
-        p.w_down_ld = ld_rows(F);
-        for (int gv : {0, 1, 3, 4, 5, 6})
-          for (int wu : {8, 16, 162, 163, 12, 122, 84}) {
-            if (gv != 1 && wu != 16) continue;
-            Options o{};
-            o.dense_rows_gate = gv;
-            o.dense_rows_down_wu = wu;
-            moc::cuda::ffn::launch(p, ws.p, ws.n, nullptr, o);
-            CK(cudaDeviceSynchronize());
-            std::printf("profiled rows 1 dense, two GEMVs gate %d down %d\n", gv, wu);
-          }
-      }
     }
   return 0;
 }

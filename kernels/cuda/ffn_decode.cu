@@ -1332,11 +1332,6 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
   const bool moc = p.kind != SelKind::dense;
   const bool gate = p.parts & kFfnGate, select = p.parts & kFfnSelect, updown = p.parts & kFfnUpDown;
   if (!moc) {
-    if (updown && opt.dense_rows && dense_rows_fits(p)) {
-      const bool first = ch.next();
-      launch_dense_rows(p, B.G, ch.st, first, ch.next(), opt.dense_rows_down_wu, opt.dense_rows_gate);
-      return;
-    }
     if (updown) {
       launch_prep(B, ch);
       launch_updown(p, L, B, true, kAllChannels, ch, opt);

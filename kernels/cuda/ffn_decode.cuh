@@ -44,10 +44,6 @@ struct Problem {
   const std::uint16_t* force_idx = nullptr;  // [rows, kept] or null
   std::uint16_t* idx_out = nullptr;          // [rows, kept] or null
   unsigned parts = kFfnAll;
-  // Dense, one row: W_down transposed, [d, w_down_ld] (w_down_ld >= d_ffn rounded up to 8, a multiple of 8,
-  // the columns past d_ffn zero). With it the dense FFN of one row runs as two GEMVs (ffn_dense_rows.cu).
-  const void* w_down_rows = nullptr;
-  int w_down_ld = 0;
   int kept() const;  // channels kept per row (d_ffn when dense)
 };
 
@@ -64,9 +60,6 @@ struct Options {
   // the issuing kernel completes only when its prefetches have landed), so off by default (bench/micro/NOTES.md).
   int prefetch = 0;
   int select_threads = 0;  // threads of one selection block: 512 or 1024 (0: the default, 512)
-  bool dense_rows = true;  // dense, one row, w_down_rows given: the two GEMVs of ffn_dense_rows.cu
-  int dense_rows_down_wu = 8;  // their down GEMV: 16-byte words per lane in flight (8, 12 or 16)
-  int dense_rows_gate = 0;     // their gate/up GEMV variant (bench/micro A/B)
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).
@@ -76,12 +69,6 @@ void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaS
             const Options& opt = {});
 // True when launch() takes the fast path for this problem (bf16, aligned, d % 8 == 0, fits shared memory).
 bool fast_path(const Problem& p, const Options& opt = {});
-
-// ffn_dense_rows.cu: whether the two-GEMV dense path applies (one row, bf16, w_down_rows given, aligned), and
-// its launch (z: nz = round_up(d_ffn, 8) floats of workspace).
-bool dense_rows_fits(const Problem& p);
-void launch_dense_rows(const Problem& p, float* z, cudaStream_t stream, bool entry_pdl, bool pdl, int down_wu = 8,
-                       int gate_variant = 0);
 
 // Benchmark helper (fast path, MoC top-K or a:b, rows <= 8): re-issues only the up/down kernel on a workspace
 // left by a previous full launch of the same problem (gate values and selection still there, accumulator and
