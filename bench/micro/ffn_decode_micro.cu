@@ -456,6 +456,13 @@ int run_checks() {
       wide.select_threads = 1024;
       check_config(L, p, wide, "1b select 1024");
     }
+    {
+      Options gen{};
+      gen.select_specialized = false;
+      Problem q = p;
+      q.kind = SelKind::topk;
+      check_config(L, q, gen, "1b generic select");
+    }
     Options alt{};  // the benchmark's other variants
     alt.pdl = false;
     alt.gate_unroll = 8;
@@ -649,6 +656,8 @@ int run_bench(int reps, int copies, const std::string& only) {
   add("up/down stage", SelKind::topk, moc::kFfnAll)->updown_stage = true;
   add("2:8 gate+select", SelKind::grouped, moc::kFfnGate | moc::kFfnSelect);
   add("2:8 up/down stage", SelKind::grouped, moc::kFfnAll)->updown_stage = true;
+  add("moc generic select", SelKind::topk, moc::kFfnAll)->opt.select_specialized = false;
+  add("gate+topK generic select", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.select_specialized = false;
   add("moc select 1024", SelKind::topk, moc::kFfnAll)->opt.select_threads = 1024;
   add("gate+topK select 1024", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.select_threads = 1024;
   add("dense no-PDL", SelKind::dense, moc::kFfnAll)->opt.pdl = false;

@@ -283,10 +283,14 @@ __host__ __device__ inline std::size_t sel_smem_bytes(int mode, int Fp, int Wp, 
 }
 
 // NT threads per block; CACHE: the row's keys are kept in shared memory (a.cache), else re-read from G.
-template <int NT, bool CACHE>
+// MODE and RULE: the selection mode and ranking rule fixed at compile time (-1: read from a), so that a
+// kernel holds only the code its mode and rule run.
+template <int NT, bool CACHE, int MODE = -1, int RULE = -1>
 __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const bool is_topk = a.mode == kSelTopK;
+  const int mode = MODE >= 0 ? MODE : a.mode;
+  const int rule = RULE >= 0 ? RULE : a.rule;
+  const bool is_topk = mode == kSelTopK;
   unsigned* hist = reinterpret_cast<unsigned*>(smem);  // [kHBins] (top-K)
   unsigned* keys = hist + (is_topk ? kHBins : 0);       // [Fp] when cached
   unsigned* sel = keys + (CACHE ? a.Fp : 0);            // [Wp] kept bits of this block's row
@@ -317,14 +321,14 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   const float* Gr = a.G + static_cast<std::size_t>(row ? r : 0) * a.Fp;
   auto key_at = [&](int j) -> unsigned {
     if constexpr (CACHE) return keys[j];
-    else return sel_key(__ldcg(Gr + j), a.rule);
+    else return sel_key(__ldcg(Gr + j), rule);
   };
   // Words of the kept bits owned by this thread (consecutive, so that thread order is channel order).
   const int wpt = (Wp + NT - 1) / NT;
   const int w0 = min(Wp, tid * wpt), w1 = min(Wp, w0 + wpt);
 
   // 1. Keys into shared memory and the histogram.
-  if (row && a.mode != kSelForce && (CACHE || is_topk)) {
+  if (row && mode != kSelForce && (CACHE || is_topk)) {
     const int n4 = a.Fp / 4;
     for (int i0 = tid; i0 < n4; i0 += 4 * NT) {
       float4 v[4];
@@ -342,7 +346,7 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int j = 4 * i + e;
-            kk[e] = j < F ? sel_key(gv[e], a.rule) : 0u;
+            kk[e] = j < F ? sel_key(gv[e], rule) : 0u;
             if (is_topk && j < F) atomicAdd(&hist[kk[e] >> kHShift], 1u);
           }
           if (CACHE) reinterpret_cast<uint4*>(keys)[i] = make_uint4(kk[0], kk[1], kk[2], kk[3]);
@@ -369,7 +373,7 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
     }
     if (h > 0) return;
     topk::keep_bits<NT>(tm, key_at, F, Wp, tb, need, cnt);
-  } else if (row && a.mode == kSelGroup) {
+  } else if (row && mode == kSelGroup) {
     const int ngroups = (F + a.gb - 1) / a.gb;
     for (int gi = tid; gi < ngroups; gi += NT) {
       const int j0 = gi * a.gb, len = min(a.gb, F - j0), take = min(a.ga, len);
@@ -382,7 +386,7 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
       }
     }
     __syncthreads();
-  } else if (row && a.mode == kSelForce) {
+  } else if (row && mode == kSelForce) {
     for (int i = tid; i < a.kept; i += NT) {
       const int j = a.force[static_cast<std::size_t>(r) * a.kept + i];
       if (j < F) atomicOr(&sel[j >> 5], 1u << (j & 31));
@@ -391,7 +395,7 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   }
 
   // 5. idx_out row r (ascending) and the union list.
-  const bool emit_idx = row && a.idx_out && a.mode != kSelForce;
+  const bool emit_idx = row && a.idx_out && mode != kSelForce;
   std::uint16_t* idx = emit_idx ? a.idx_out + static_cast<std::size_t>(r) * a.kept : nullptr;
   const unsigned kept = static_cast<unsigned>(a.kept);
   if (a.C == 1) {
@@ -1164,6 +1168,18 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
   if (sel_threads(opt) == 1024) {
     if (a.cache) launch_ex(k_select<1024, true>, grid, 1024, smem, ch.st, a.C, pdl, a);
     else launch_ex(k_select<1024, false>, grid, 1024, smem, ch.st, a.C, pdl, a);
+  } else if (opt.select_specialized && a.cache && mode == kSelTopK) {
+    switch (p.rule) {
+      case SelectRule::gate:
+        launch_ex(k_select<kSelThreads, true, kSelTopK, 0>, grid, kSelThreads, smem, ch.st, a.C, pdl, a);
+        break;
+      case SelectRule::silu:
+        launch_ex(k_select<kSelThreads, true, kSelTopK, 1>, grid, kSelThreads, smem, ch.st, a.C, pdl, a);
+        break;
+      default:
+        launch_ex(k_select<kSelThreads, true, kSelTopK, 2>, grid, kSelThreads, smem, ch.st, a.C, pdl, a);
+        break;
+    }
   } else {
     if (a.cache) launch_ex(k_select<kSelThreads, true>, grid, kSelThreads, smem, ch.st, a.C, pdl, a);
     else launch_ex(k_select<kSelThreads, false>, grid, kSelThreads, smem, ch.st, a.C, pdl, a);

@@ -60,6 +60,7 @@ struct Options {
   // the issuing kernel completes only when its prefetches have landed), so off by default (bench/micro/NOTES.md).
   int prefetch = 0;
   int select_threads = 0;  // threads of one selection block: 512 or 1024 (0: the default, 512)
+  bool select_specialized = true;  // row top-K: a selection kernel compiled for its mode and rule only
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).
