@@ -349,7 +349,7 @@ prof::Ceilings trace_ceilings(const std::vector<db::CeilingsRecord>& all, const 
 int cmd_stats(const std::string& db_path, long long run_id, std::optional<int> point, std::vector<std::string> reports,
               const std::string& format, prof::TimeMode time) {
   const auto& known = stats::report_names();
-  // The defaults, and stage_sum for a point whose profile has device-side stage stamps (the persistent step).
+  // The defaults, and stage_sum for a point whose profile has device-side stage stamps (the decode FFN kernels).
   const bool defaults = reports.empty();
   if (defaults) reports = stats::default_reports();
   for (const auto& r : reports)

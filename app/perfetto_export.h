@@ -8,8 +8,9 @@
 //   "GPU D stream S"         kernels, memcpys and memsets of one (device, stream), with their launch
 //                            configuration, correlation id, graph node and phase as arguments
 //   "CPU ops"                the CPU backend's ops (device_id -1)
-//   "GPU D stream S K stages" the device-side stage stamps of kernel K on that stream (the persistent decode
-//                            step): one slice per stage and layer, with its barrier wait
+//   "GPU D stream S K stages" the device-side stage stamps of kernel K on that stream (the decode FFN kernels;
+//                            an older profile's persistent k_step): one slice per stage and layer, with its
+//                            barrier wait
 // plus a "memory" counter (C) per allocator category (category_live_bytes), and flow arrows (s / f with
 // "bp":"e") from each API record to the kernels, copies and sets with its correlation id.
 // Device time: by default each kernel, memcpy and memset slice spans its exclusive part [own, end)

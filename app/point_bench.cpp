@@ -254,8 +254,8 @@ void profile_pass(Ops& ops, Recorder& rec, const std::function<prof::Tracer*()>&
     m.push_back({"profile_stamped_ms", s_ms});
     m.push_back({"profile_unstamped_ms", u_ms});
     m.push_back({"profile_stamp_overhead_pct", 100.0 * (s_ms / u_ms - 1.0)});
-    // The stamped kernels' own time in those untraced repetitions (median): the persistent kernel as the
-    // timed runs see it, without CUPTI's overhead on the profiled steps.
+    // The stamped kernels' own time in those untraced repetitions (median): the stamped kernels as the
+    // timed runs see them, without CUPTI's overhead on the profiled steps.
     if (!rec.stamped_kernel_ms.empty()) m.push_back({"profile_stamped_kernel_ms", median_of(rec.stamped_kernel_ms)});
   }
   if (!trace.stages.empty()) {
@@ -434,7 +434,7 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
     Transformer model(ops, cfg);
     if (!spec.weights.empty()) load_weights(spec.weights, model);
     model.set_ranges(sink);
-    model.prepare_decode(spec.persistent_decode ? DecodeImpl::persistent : DecodeImpl::kernels);
+    model.prepare_decode();
     const int max_seq = spec.prompt + spec.generate;
     Decoder dec(model, spec.batch, max_seq);
     // Prompts: random ids, or [data]'s validation text; `follow` more tokens per row feed the union
@@ -575,13 +575,7 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
         });
       };
       ops.fill(y, 0.0f);
-      // persistent: every copy in one Ops::ffn_decode_layers call (one kernel over all of them, the FFN part
-      // of the persistent decode step alone).
-      std::vector<DecodeFfnWeights> all;
-      for (int c = 0; c < copies; ++c)
-        all.push_back({&wg[static_cast<std::size_t>(c)], &wu[static_cast<std::size_t>(c)], &wd[static_cast<std::size_t>(c)]});
-      auto full = spec.persistent_decode ? ops.capture([&] { ops.ffn_decode_layers(x, all, moc ? &sel : nullptr, y); })
-                                         : graph_of(kFfnAll, nullptr);
+      auto full = graph_of(kFfnAll, nullptr);
       const std::function<double()> sample = [&] {
         return rec([&] {
           ScopedRange sr(sink, "ffn.decode");
@@ -589,10 +583,7 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
         }) / copies;
       };
       out.stats = measure(spec.measure, sample);
-      profile(sample, [&] {
-        full = spec.persistent_decode ? ops.capture([&] { ops.ffn_decode_layers(x, all, moc ? &sel : nullptr, y); })
-                                      : graph_of(kFfnAll, nullptr);
-      });
+      profile(sample, [&] { full = graph_of(kFfnAll, nullptr); });
       // The paper's breakdown, each part timed alone the same way: gate projection, top-K (gate + selection
       // minus gate), up & down projection (on a fixed selection), other (the rest of the whole call).
       MeasureSettings part = spec.measure;
@@ -601,19 +592,16 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
         auto g = graph_of(parts, force);
         return measure(part, [&] { return timed(ops, [&] { g->replay(); }) / copies; }).median_s * 1e6;
       };
-      // The persistent kernel runs its parts inside one kernel: they are not timed apart there.
       const double total_us = out.stats.median_s * 1e6;
-      const double gate_us = spec.persistent_decode ? 0.0 : part_us(kFfnGate, nullptr);
+      const double gate_us = part_us(kFfnGate, nullptr);
       double topk_us = 0, updown_us = 0;
-      // The kernel path's selection on this x: the union of the rows' channels (the floor below).
+      // The selection on this x: the union of the rows' channels (the floor below).
       if (moc) ops.ffn_decode(x, {&wg[0], &wu[0], &wd[0]}, &sel, y, nullptr, &idx, kFfnGate | kFfnSelect);
-      if (!spec.persistent_decode) {
-        if (moc) {
-          topk_us = std::max(0.0, part_us(kFfnGate | kFfnSelect, nullptr) - gate_us);
-          updown_us = part_us(kFfnUpDown, &idx);
-        } else {
-          updown_us = std::max(0.0, total_us - gate_us);
-        }
+      if (moc) {
+        topk_us = std::max(0.0, part_us(kFfnGate | kFfnSelect, nullptr) - gate_us);
+        updown_us = part_us(kFfnUpDown, &idx);
+      } else {
+        updown_us = std::max(0.0, total_us - gate_us);
       }
       // The same layer through the generic ops (GEMMs, moc_select, gathers: what a framework without fused
       // decode kernels runs), for comparison with the fused decode path.
@@ -643,12 +631,10 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
       m.push_back({"copy_GBps", copy_GBps});
       m.push_back({"pct_of_floor", 100.0 * achieved / copy_GBps});
       m.push_back({"floor_us", floor_bytes / copy_GBps / 1e3});
-      if (!spec.persistent_decode) {
-        m.push_back({"gate_us", gate_us});
-        m.push_back({"topk_us", topk_us});
-        m.push_back({"up_down_us", updown_us});
-        m.push_back({"other_us", total_us - gate_us - topk_us - updown_us});
-      }
+      m.push_back({"gate_us", gate_us});
+      m.push_back({"topk_us", topk_us});
+      m.push_back({"up_down_us", updown_us});
+      m.push_back({"other_us", total_us - gate_us - topk_us - updown_us});
       m.push_back({"unfused_us", unfused_us});
       m.push_back({"weight_copies", copies});
     }

@@ -30,12 +30,11 @@ struct PointSpec {
   bool cold = true;    // ffn-decode: rotate weight copies so they come from memory, not cache
   std::size_t cold_bytes = std::size_t{256} << 20;  // weight bytes to rotate through when cold
   bool fp32_master = false;
-  bool persistent_decode = false;
   TextData data;        // train: train on this corpus; decode: prompts from its validation documents
   std::string weights;  // train / decode: load these weights (a safetensors checkpoint) instead of random ones
   // The backend's memory limit when known (0: none): a train point whose memory-model lower bound exceeds
   // it is refused as OutOfMemory before anything is allocated, with the bytes needed and available.
-  std::size_t memory_limit_bytes = 0;  // decode / ffn-decode: Ops::decode_step / ffn_decode_layers (one kernel)
+  std::size_t memory_limit_bytes = 0;
   double peak_flops = 0;     // the device's dense bf16 peak (FLOP/s) for MFU; 0: not reported  // train: bf16 parameters with fp32 master weights and AdamW states
   MeasureSettings measure;
   // Profile: after the timed repetitions, profile_steps more with every kernel traced (CUPTI on the GPU, a

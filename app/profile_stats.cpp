@@ -448,13 +448,14 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
                        "top-K, k_updown = up & down");
   bd.notes.push_back(time_note(time));
   if (pb.from_stages)
-    bd.notes.push_back("kernels with device-side stage stamps (stage_sum: the persistent decode kernel; on the kernel "
-                       "path k_gate, k_select, k_updown) are split by their stages: gate, top-K, up and down to their "
-                       "parts, the rest (start, qkv, attention, o, head) to other; a kernel's time outside its stages "
-                       "is other (the persistent kernel's launch and exit), or for the kernel path's FFN kernels, "
-                       "whose stamps begin after their dependency wait, the part their name says");
+    bd.notes.push_back("kernels with device-side stage stamps (stage_sum: the decode FFN kernels k_gate, k_select, "
+                       "k_updown; in older profiles also the since retired persistent decode kernel k_step) are "
+                       "split by their stages: gate, top-K, up and down to their parts, the rest (start, "
+                       "qkv, attention, o, head) to other; a kernel's time outside its stages is the part its name "
+                       "says for the decode FFN kernels, whose stamps begin after their dependency wait (other for "
+                       "k_step: its launch and exit)");
   if (pb.fused_stages)
-    bd.notes.push_back("the dense FFN (persistent kernel, or the kernel path's k_updown) reads each gate row and up "
+    bd.notes.push_back("the dense FFN (k_updown, or an older profile's persistent k_step) reads each gate row and up "
                        "row together in one pass (stage \"gate & up\"): that stage is split evenly between gate and "
                        "up & down (equal bytes), not measured apart");
   if (fused_decode)
@@ -503,8 +504,8 @@ Table stage_sum(const prof::ProfileTrace& t) {
                        kt > 0 ? 100.0 * st.total / kt : 0.0, static_cast<double>(a->wait) / steps, st.avg, st.max});
   }
   if (tb.rows.empty()) {
-    tb.notes.push_back("no stage stamps in this profile (the persistent decode kernel stamps its stages, the kernel "
-                       "path's decode FFN kernels theirs; other kernels are timed whole by CUPTI)");
+    tb.notes.push_back("no stage stamps in this profile (the decode FFN kernels k_gate, k_select and k_updown stamp "
+                       "their stages; other kernels are timed whole by CUPTI)");
     return tb;
   }
   // How the stamped launches compare with their kernel records.

@@ -21,9 +21,10 @@
 //                          op declared, GB/s and % of the measured copy bandwidth, TFLOP/s and % of the measured
 //                          GEMM peak, floor (max of bytes / bandwidth, FLOPs / peak), % of floor and the time
 //                          lost against it; by lost time, descending (profiling/roofline.h); on request
-//   stage_sum              (ours) per kernel and stage of the device-side stage stamps (the persistent decode
-//                          kernel; layers merged): instances and time per step, share of the kernel's stamped
-//                          time, barrier wait per step, avg and max; on request
+//   stage_sum              (ours) per kernel and stage of the device-side stage stamps (the decode FFN kernels
+//                          k_gate, k_select, k_updown; an older profile's persistent k_step; layers merged):
+//                          instances and time per step, share of the kernel's stamped time, barrier wait per
+//                          step, avg and max; among the defaults for a point that has them
 // Device time: every kernel, memcpy and memset is counted exclusive by default (prof::TimeMode: under PDL a
 // record overlaps its predecessor's; the overlap is counted once, for the earlier record, so the ops of a
 // step sum to its busy time); TimeMode::inclusive counts CUPTI's start-to-end. Each table says which.

@@ -226,7 +226,6 @@ PointSpec to_spec(const ScenarioPoint& p, bool no_profile) {
   if (p.precision == "fp32") s.model.param_dtype = s.model.act_dtype = DType::f32;
   s.fp32_master = p.precision == "bf16-fp32master";
   s.model.ffn.topk_backend = p.topk_backend == "raft" ? TopkBackend::raft : TopkBackend::own;
-  s.persistent_decode = p.decode_impl == "persistent";
   s.weights = p.weights;
   s.data = p.data;
   s.zero1 = p.zero1;

@@ -93,7 +93,8 @@ struct ScenarioPoint {
   int seq = 0;  // defaults to the model's seq_len (before it is raised) when not an axis
   Measurement measure;
   std::string topk_backend = "own";  // own | raft
-  // decode and ffn-decode: the step as one kernel per op (kernels) or one persistent kernel (persistent).
+  // decode and ffn-decode: the step as one kernel (or a few) per op, replayed as a CUDA graph ("kernels", the
+  // only value left: "persistent" was retired and is refused when a scenario is read).
   std::string decode_impl = kDefaultDecodeImpl;
   std::string precision;             // bf16 | bf16-fp32master | fp32 (default: fp32 on cpu, bf16 on cuda)
   std::string weights;               // [model] weights: a safetensors checkpoint loaded into the model ("": random),

@@ -350,7 +350,7 @@ CREATE TABLE point_series (
   PRIMARY KEY (point_id, name, idx)
 ) WITHOUT ROWID;
 )sql",
-    // 5 -> 6: device-side stage stamps of multi-stage kernels (the persistent decode step), one row per stage
+    // 5 -> 6: device-side stage stamps of multi-stage kernels (then the persistent decode step), one row per stage
     // of a launch, on the trace clock; stamped launches the device buffer could not hold.
     R"sql(
 CREATE TABLE STAGE_STAMPS (

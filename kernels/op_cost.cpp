@@ -189,41 +189,6 @@ OpCost ffn_decode(const FfnDecodeShape& s, unsigned parts) {
   c.op = "ffn_decode";
   return c;
 }
-OpCost ffn_decode_layers(const Tensor& x, const std::vector<DecodeFfnWeights>& layers, const MocSelect* sel) {
-  OpCost c{"ffn_decode_layers", 0, 0};
-  for (const auto& w : layers) c = plus(c, ffn_decode(ffn_decode_shape(x, w, sel), kFfnAll));
-  c.op = "ffn_decode_layers";
-  return c;
-}
-
-OpCost decode_step(const DecodeStepArgs& a) {
-  const std::int64_t b = a.tokens->numel(), d = a.embed->cols(), e = es(*a.embed);
-  const std::int64_t act = static_cast<std::int64_t>(dtype_bytes(a.act_dtype));
-  // Tokens, positions, the embedding rows read and the residual stream written.
-  OpCost c{"decode_step", nb(a.tokens) + nb(a.pos) + b * d * e + b * d * act, 0};
-  for (const auto& l : a.layers) {
-    const std::int64_t qd = l.wq_t->rows(), kvd = l.wk_t->rows();
-    // Norms, the four projections (x in, outputs out), the new K/V rows, attention, residual.
-    c.bytes += nb(l.attn_norm) + nb(l.ffn_norm) + nb(l.wq_t) + nb(l.wk_t) + nb(l.wv_t) + nb(l.wo_t);
-    c.bytes += b * (2 * d + qd + 2 * kvd + qd + 2 * d) * act;  // xn in; q, k, v out; attn in; x read+written
-    c.bytes += 2 * b * kvd * es(*l.k_cache);                    // the new K and V rows written
-    c.flops += 2 * b * d * (2 * qd + 2 * kvd);
-    c.bytes_per_pos += 2 * b * kvd * es(*l.k_cache);
-    c.flops_per_pos += 4 * b * qd;
-    FfnDecodeShape s;
-    s.rows = b;
-    s.d = d;
-    s.d_ffn = l.ffn.w_gate_t->rows();
-    s.elem = es(*l.ffn.w_gate_t);
-    s.moc = a.sel != nullptr;
-    s.kept = a.sel ? a.sel->kept(static_cast<int>(s.d_ffn)) : s.d_ffn;
-    c = plus(c, ffn_decode(s, kFfnAll));
-  }
-  c.bytes += nb(a.final_norm) + 2 * b * d * act + nb(a.lm_head_t) + nb(a.logits);
-  c.flops += 2 * b * d * a.lm_head_t->rows();
-  c.op = "decode_step";
-  return c;
-}
 
 }  // namespace cost
 }  // namespace moc

@@ -121,10 +121,6 @@ OpCost ffn_decode_select(const FfnDecodeShape& s);
 OpCost ffn_decode_up_down(const FfnDecodeShape& s);
 OpCost ffn_decode_dense(const FfnDecodeShape& s);
 OpCost ffn_decode(const FfnDecodeShape& s, unsigned parts);  // the parts (FfnDecodePart bits) that run
-// Every layer's ffn_decode (Ops::ffn_decode_layers).
-OpCost ffn_decode_layers(const Tensor& x, const std::vector<DecodeFfnWeights>& layers, const MocSelect* sel);
-// The whole decode step (Ops::decode_step): every op of Transformer::decode_step summed.
-OpCost decode_step(const DecodeStepArgs& a);
 // The sum of two costs (op: a's).
 OpCost plus(const OpCost& a, const OpCost& b);
 }  // namespace cost

@@ -105,39 +105,6 @@ void Ops::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Ten
   kv_cache_write(k, v, pos, k_cache, v_cache);
 }
 
-void Ops::decode_step(const DecodeStepArgs& a) {
-  const int b = static_cast<int>(a.tokens->numel()), d = static_cast<int>(a.embed->cols());
-  const int h = a.heads, kvh = a.kv_heads, hd = d / h;
-  auto ws = [&](const Shape& s, DType t) { return empty(s, t, workspace_tag()); };
-  Tensor x = ws({b, d}, a.act_dtype);
-  embedding_forward(*a.tokens, *a.embed, x);
-  Tensor xn = ws({b, d}, a.act_dtype), rstd = ws({b}, DType::f32);
-  Tensor q = ws({b, h, hd}, a.act_dtype), k = ws({b, 1, kvh, hd}, a.act_dtype), v = ws({b, 1, kvh, hd}, a.act_dtype);
-  Tensor attn = ws({b, h, hd}, a.act_dtype);
-  Tensor q2 = q.reshape({b, h * hd}), k2 = k.reshape({b, kvh * hd}), v2 = v.reshape({b, kvh * hd});
-  Tensor k3 = k.reshape({b, kvh, hd}), attn2 = attn.reshape({b, h * hd});
-  for (const auto& l : a.layers) {
-    rmsnorm_forward(x, *l.attn_norm, a.norm_eps, xn, rstd);
-    gemm(xn, false, *l.wq_t, true, q2);
-    gemm(xn, false, *l.wk_t, true, k2);
-    gemm(xn, false, *l.wv_t, true, v2);
-    rope(q, *a.pos, a.rope_theta, false);
-    rope(k3, *a.pos, a.rope_theta, false);
-    kv_cache_write(k, v, *a.pos, *l.k_cache, *l.v_cache);
-    attention_decode(q, *l.k_cache, *l.v_cache, *a.pos, attn);
-    gemm(attn2, false, *l.wo_t, true, x, 1.0f, 1.0f);
-    rmsnorm_forward(x, *l.ffn_norm, a.norm_eps, xn, rstd);
-    ffn_decode(xn, l.ffn, a.sel, x, a.sel ? l.force_idx : nullptr, a.sel ? l.idx_out : nullptr);
-  }
-  rmsnorm_forward(x, *a.final_norm, a.norm_eps, xn, rstd);
-  gemm(xn, false, *a.lm_head_t, true, *a.logits);
-}
-
-void Ops::ffn_decode_layers(const Tensor& x, const std::vector<DecodeFfnWeights>& layers, const MocSelect* sel,
-                            Tensor& out) {
-  for (const auto& w : layers) ffn_decode(x, w, sel, out);
-}
-
 std::unique_ptr<Ops> make_cpu_ops(std::size_t memory_limit_bytes) {
   return std::make_unique<cpu::CpuOps>(memory_limit_bytes);
 }

@@ -101,43 +101,17 @@ enum FfnDecodePart : unsigned {
   kFfnAll = 7u,
 };
 
-// One decode step as a single op (Ops::decode_step): the weights of every layer in the persistent layout,
-// where every projection is stored transposed, [out, in] (an output is one contiguous row), as the FFN's
-// decode layout already keeps W_gate and W_up.
-struct DecodeStepLayer {
-  const Tensor* attn_norm;                  // [d]
-  const Tensor *wq_t, *wk_t, *wv_t, *wo_t;  // [h*hd, d], [kvh*hd, d], [kvh*hd, d], [d, h*hd]
-  const Tensor* ffn_norm;                   // [d]
-  DecodeFfnWeights ffn;                     // [d_ffn, d] each (the first d_ffn rows of padded weights)
-  Tensor *k_cache, *v_cache;                // [batch, kvh, max_seq, hd]
-  const Tensor* force_idx = nullptr;        // MoC: impose this selection [batch, kept] (i16), as ffn_decode
-  Tensor* idx_out = nullptr;                // MoC: receives the selection [batch, kept] (i16, ascending)
-};
-
-struct DecodeStepArgs {
-  const Tensor* tokens;      // i32 [batch]
-  const Tensor* pos;         // i32 [batch]: the position each token is written at (cache rows 0..pos attended)
-  const Tensor* embed;       // [vocab, d]
-  std::vector<DecodeStepLayer> layers;
-  const Tensor* final_norm;  // [d]
-  const Tensor* lm_head_t;   // [vocab, d]
-  Tensor* logits;            // f32 [batch, vocab]
-  int heads = 0, kv_heads = 0;
-  float norm_eps = 1e-5f, rope_theta = 10000.0f;
-  DType act_dtype = DType::bf16;   // of the activations between the ops of the composed step
-  const MocSelect* sel = nullptr;  // null: dense SwiGLU in every layer
-};
-
-// Device-side stage stamps of one launch of a multi-stage kernel (the persistent decode step): the stages
-// tile the launch from its first block's start to its last block's end. Times on the device clock (ns).
+// Device-side stage stamps of one launch of a stamped kernel (the kernel path's decode FFN kernels k_gate,
+// k_select, k_updown; the profiler's spin kernel): the stages tile the launch from its first block's start
+// to its last block's end. Times on the device clock (ns).
 struct StampedStage {
-  int layer = -1;     // -1: not in a layer (start, head, output)
-  std::string stage;  // "start", "qkv", "attention", "o", "gate", "gate & up", "top-K", "up", "down", "head", ...
+  int layer = -1;     // -1: not known (the kernel path's kernels do not know their layer)
+  std::string stage;  // "gate", "gate & up", "top-K", "up", "down", "work"
   std::int64_t start_ns = 0, end_ns = 0;
-  std::int64_t wait_ns = 0;  // time blocks spent waiting at the barrier that ends it, mean per block
+  std::int64_t wait_ns = 0;  // time blocks spent waiting at a grid barrier ending it, mean per block (none now: 0)
 };
 struct StampedLaunch {
-  std::string kernel;  // the kernel's short name ("k_step")
+  std::string kernel;  // the kernel's short name ("k_gate", "k_select", "k_updown", "spin_kernel")
   int blocks = 0;
   std::int64_t start_ns = 0, end_ns = 0;
   std::vector<StampedStage> stages;
@@ -262,16 +236,6 @@ class Ops {
   // untouched; kFfnUpDown without kFfnSelect needs force_idx (MoC).
   virtual void ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
                           const Tensor* force_idx = nullptr, Tensor* idx_out = nullptr, unsigned parts = kFfnAll) = 0;
-
-  // The whole decode step: logits = head(layers(embed[tokens])) with K/V of `pos` written to the caches,
-  // exactly the op sequence Transformer::decode_step issues (RMSNorm, q/k/v projections, RoPE, cache write,
-  // attention over 0..pos, o projection + residual, RMSNorm, ffn_decode + residual; final RMSNorm and the LM
-  // head). This default composes those ops (the CPU twin); the CUDA backend runs it as one persistent kernel.
-  virtual void decode_step(const DecodeStepArgs& a);
-  // out += sum over the layers of FFN_l(x) (x fixed): the FFN part of decode_step alone, for the ffn-decode
-  // benchmark. The default calls ffn_decode per layer; the CUDA backend runs them in one persistent kernel.
-  virtual void ffn_decode_layers(const Tensor& x, const std::vector<DecodeFfnWeights>& layers, const MocSelect* sel,
-                                 Tensor& out);
 
   // ---- loss, optimizer, sampling
   // logits [rows, V], targets i32 [rows] (negative: ignored) -> losses [rows] f32 (0 where ignored).

@@ -6,7 +6,7 @@ namespace moc {
 
 Decoder::Decoder(Transformer& model, int batch, int max_seq, SamplingConfig sampling)
     : model_(&model), sampling_(sampling), cache_(model.make_kv_cache(batch, max_seq)) {
-  model.prepare_decode(model.decode_impl());  // decode layout (selected channels are contiguous rows), as chosen
+  model.prepare_decode();  // decode layout (selected channels are contiguous rows)
   Ops& o = model.ops();
   tokens_ = o.empty({batch}, DType::i32, workspace_tag());
   pos_ = o.empty({batch}, DType::i32, workspace_tag());

@@ -63,12 +63,6 @@ void Ffn::decode(const Tensor& x, const FfnWeights& w, Tensor& out, Tensor* idx_
   if (record_selection_) idx_ = *idx_out;
 }
 
-Tensor* Ffn::selection_record(std::int64_t rows) {
-  if (!record_selection_ || cfg_->ffn.kind != FfnKind::moc) return nullptr;
-  idx_ = ops_->empty({rows, cfg_->ffn.selection().kept(cfg_->d_ffn)}, DType::i16, workspace_tag());
-  return &idx_;
-}
-
 void Ffn::backward(const Tensor& x, const Tensor& dout, const FfnWeights& w, Tensor& dx, const FfnGrads& g,
                    RangeSink* r) {
   if (!g_.defined()) throw std::logic_error("Ffn::backward without a forward that kept its activations");

@@ -54,10 +54,6 @@ class Ffn {
   // another one's selection, and lets finite differences differentiate with the mask held fixed.
   void force_selection(const Tensor& idx) { forced_idx_ = idx; }
   void clear_forced_selection() { forced_idx_.reset(); }
-  const Tensor* forced_selection() const { return forced_idx_.defined() ? &forced_idx_ : nullptr; }
-  // While recording: a fresh [rows, kept] buffer that becomes selected() (for Ops::decode_step's idx_out);
-  // null otherwise.
-  Tensor* selection_record(std::int64_t rows);
   // Bytes forward(keep=true) stores for `rows` rows with weights of `cols` channels (0: cfg.ffn_cols(), the
   // Transformer's padded layout): exactly what the allocator will measure.
   static std::int64_t stored_bytes(const ModelConfig& cfg, std::int64_t rows, std::int64_t cols = 0);

@@ -464,19 +464,13 @@ void Transformer::proj(const Tensor& x, const Param& w, Tensor& out, float beta)
   ops_->gemm(x, false, w.value, proj_transposed_, out, 1.0f, beta);
 }
 
-void Transformer::prepare_decode(DecodeImpl impl) {
+void Transformer::prepare_decode() {
   if (cfg_.moe())
     throw std::invalid_argument("prepare_decode: a mixture-of-experts model does not decode (its router groups "
                                 "tokens per expert on the host, which a captured decode step cannot do)");
-  if (impl == DecodeImpl::persistent && cfg_.qk_norm)
-    throw std::invalid_argument("prepare_decode: the persistent decode step has no QK-norm; use DecodeImpl::kernels");
-  // Both decode paths read every projection as [out, in] rows (one output = one contiguous row: the
-  // persistent step and the kernel path's GEMVs, Ops::decode_qkv); prefill passes trans_b to its GEMMs.
-  const bool want_proj = true;
-  if (decode_layout_ && (proj_transposed_ || !want_proj)) {
-    decode_impl_ = impl;
-    return;
-  }
+  // Decoding reads every projection as [out, in] rows (one output = one contiguous row: the decode GEMVs,
+  // Ops::decode_qkv); prefill passes trans_b to its GEMMs.
+  if (decode_layout_ && proj_transposed_) return;
   Ops& o = *ops_;
   // A one-time host transpose (the model knows no device code); each weight is replaced as it is done,
   // so at most one extra copy of one matrix is alive.
@@ -503,14 +497,13 @@ void Transformer::prepare_decode(DecodeImpl impl) {
       transpose(*lp.w_gate);
       transpose(*lp.w_up);
     }
-  if (want_proj && !proj_transposed_) {
+  if (!proj_transposed_) {
     for (auto& lp : layers_)
       for (Param* p : {lp.wq, lp.wk, lp.wv, lp.wo}) transpose(*p);
     transpose(*lm_head_);
     proj_transposed_ = true;
   }
   decode_layout_ = true;
-  decode_impl_ = impl;
 }
 
 Tensor Transformer::prefill(const Tensor& tokens, int batch, int seq, KvCache& cache) {
@@ -524,7 +517,6 @@ Tensor Transformer::prefill(const Tensor& tokens, int batch, int seq, KvCache& c
 }
 
 void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& cache, Tensor& logits) {
-  if (decode_impl_ == DecodeImpl::persistent) return decode_step_fused(tokens, pos, cache, logits);
   Ops& o = *ops_;
   const int b = cache.batch, d = cfg_.hidden, h = cfg_.heads, kvh = cfg_.kv_heads, hd = cfg_.head_dim();
   const DType act = cfg_.act_dtype;
@@ -574,53 +566,6 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
   ScopedRange sr(ranges_, "head");
   o.rmsnorm_forward(x, final_norm_->value, cfg_.norm_eps, xn, rstd);
   proj(xn, *lm_head_, logits);
-}
-
-void Transformer::decode_step_fused(const Tensor& tokens, const Tensor& pos, KvCache& cache, Tensor& logits) {
-  if (!proj_transposed_) throw std::logic_error("decode_step: the persistent step needs prepare_decode(persistent)");
-  ScopedRange sr(ranges_, "decode.persistent");
-  DecodeStepArgs a;
-  a.tokens = &tokens;
-  a.pos = &pos;
-  a.embed = &embed_->value;
-  a.final_norm = &final_norm_->value;
-  a.lm_head_t = &lm_head_->value;
-  a.logits = &logits;
-  a.heads = cfg_.heads;
-  a.kv_heads = cfg_.kv_heads;
-  a.norm_eps = cfg_.norm_eps;
-  a.rope_theta = cfg_.rope_theta;
-  a.act_dtype = cfg_.act_dtype;
-  const MocSelect sel = cfg_.ffn.selection();
-  if (cfg_.ffn.kind == FfnKind::moc) a.sel = &sel;
-  // Padded FFN weights ([ffn_cols, d]): the step sees the first d_ffn rows, as Ffn::decode does.
-  const std::int64_t F = cfg_.d_ffn;
-  std::vector<Tensor> views;
-  views.reserve(static_cast<std::size_t>(cfg_.layers) * 3);
-  for (int l = 0; l < cfg_.layers; ++l) {
-    const auto& lp = layers_[static_cast<std::size_t>(l)];
-    for (const Param* p : {lp.w_gate, lp.w_up, lp.w_down}) views.push_back(p->value.slice0(0, F));
-  }
-  for (int l = 0; l < cfg_.layers; ++l) {
-    const auto& lp = layers_[static_cast<std::size_t>(l)];
-    const std::size_t i = static_cast<std::size_t>(l);
-    DecodeStepLayer L{};
-    L.attn_norm = &lp.attn_norm->value;
-    L.wq_t = &lp.wq->value;
-    L.wk_t = &lp.wk->value;
-    L.wv_t = &lp.wv->value;
-    L.wo_t = &lp.wo->value;
-    L.ffn_norm = &lp.ffn_norm->value;
-    L.ffn = {&views[3 * i], &views[3 * i + 1], &views[3 * i + 2]};
-    L.k_cache = &cache.k[i];
-    L.v_cache = &cache.v[i];
-    if (a.sel) {
-      L.force_idx = ffns_[i].forced_selection();
-      L.idx_out = ffns_[i].selection_record(cache.batch);
-    }
-    a.layers.push_back(L);
-  }
-  ops_->decode_step(a);
 }
 
 }  // namespace moc

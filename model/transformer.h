@@ -30,10 +30,6 @@ struct Param {
   bool decay;    // weight decay applies (matrices, not norm gains)
 };
 
-// How a decode step runs: one op per stage (kernels: each a kernel, or a few, in a CUDA graph) or
-// Ops::decode_step (persistent: one kernel for the whole step on the GPU).
-enum class DecodeImpl { kernels, persistent };
-
 struct KvCache {
   std::vector<Tensor> k, v;  // per layer [batch, kv_heads, max_seq, head_dim]
   int batch = 0;
@@ -77,13 +73,12 @@ class Transformer {
   Tensor forward_logits(const Tensor& tokens, int batch, int seq);
 
   // Switches the FFN weights to the decode layout (W_gate and W_up transposed in place, so a channel is a
-  // contiguous row: Ops::ffn_decode) and selects how decode_step runs; persistent also transposes the
-  // attention projections and the LM head ([out, in] rows, Ops::decode_step; prefill and the kernel path
-  // then pass trans_b to their GEMMs). Inference only from then on: backward() throws. Idempotent; may be
-  // called again to switch between the two implementations.
-  void prepare_decode(DecodeImpl impl = DecodeImpl::kernels);
+  // contiguous row: Ops::ffn_decode) and transposes the attention projections and the LM head ([out, in]
+  // rows: one output is one contiguous row for the decode GEMVs and Ops::decode_qkv; prefill then passes
+  // trans_b to its GEMMs). decode_step runs one op per stage (each a kernel, or a few, in a CUDA graph on
+  // the GPU). Inference only from then on: backward() throws. Idempotent.
+  void prepare_decode();
   bool decode_layout() const { return decode_layout_; }
-  DecodeImpl decode_impl() const { return decode_impl_; }
 
   // Decoding. prefill writes K/V of positions 0..seq-1 and returns the prompt logits [batch*seq, vocab].
   KvCache make_kv_cache(int batch, int max_seq);
@@ -115,10 +110,8 @@ class Transformer {
   void init_weights();
   bool decode_layout_ = false;
   bool proj_transposed_ = false;  // wq, wk, wv, wo and the LM head stored [out, in]
-  DecodeImpl decode_impl_ = DecodeImpl::kernels;
   // C (+)= x W (beta 0 or 1) for a projection stored [in, out], or [out, in] once proj_transposed_.
   void proj(const Tensor& x, const Param& w, Tensor& out, float beta = 0.0f);
-  void decode_step_fused(const Tensor& tokens, const Tensor& pos, KvCache& cache, Tensor& logits);
   // Embedding through the final norm; returns the normalized final hidden state [n, d].
   Tensor run_layers(const Tensor& tokens, int batch, int seq, Mode mode, KvCache* cache);
   Tensor head_logits(const Tensor& xf, bool keep);

@@ -115,11 +115,11 @@ PaperBreakdown paper_breakdown(const ProfileTrace& t, const DeviceTimes& dt) {
       add(t.kernels[i].range_id, dt.kernels[i], &t.kernels[i].short_name);
       continue;
     }
-    // The kernel's time split as its stages were. What they do not cover is other -- the persistent step's
-    // launch and exit -- except for the decode FFN's own kernels (k_gate, k_select, k_updown in ffn.decode),
-    // whose stamps begin after their dependency wait: the rest of their time is still the part their name
-    // says. Stages longer than the kernel's counted time (inclusive vs exclusive) are scaled to it, so the
-    // parts still sum to it.
+    // The kernel's time split as its stages were. What they do not cover is other -- e.g. an older
+    // profile's persistent k_step: its launch and exit -- except for the decode FFN's own kernels (k_gate,
+    // k_select, k_updown in ffn.decode), whose stamps begin after their dependency wait: the rest of their
+    // time is still the part their name says. Stages longer than the kernel's counted time (inclusive vs
+    // exclusive) are scaled to it, so the parts still sum to it.
     out.from_stages = true;
     const auto& parts = stamped[i];
     double sum = 0;

@@ -57,10 +57,10 @@ struct PaperBreakdown {
 // gate kernel, kernels are split by name (decode_kernel_part); the dense decode path has no gate kernel (its
 // k_updown computes gate, up and down together), so its ops stay "other".
 // Each op counts its device time under `mode` (exclusive: the breakdown sums to the busy time). A kernel with
-// stage stamps (the persistent decode step; on the kernel path the decode FFN's k_gate, k_select, k_updown)
-// is split by its stages (add_stage_parts); the part of its time the stages do not cover is other (the
-// persistent step's launch and exit), or for a decode FFN kernel in ffn.decode the part its name says (its
-// stamps begin after its dependency wait).
+// stage stamps (the decode FFN's k_gate, k_select, k_updown; in profiles recorded before its retirement also
+// the persistent decode step k_step) is split by its stages (add_stage_parts); the part of its time the
+// stages do not cover is, for a decode FFN kernel in ffn.decode, the part its name says (its stamps begin
+// after its dependency wait), and other for any other kernel (k_step's launch and exit).
 PaperBreakdown paper_breakdown(const ProfileTrace& t, TimeMode mode = TimeMode::exclusive);
 // The same over times already computed (device_times(t, mode)), for callers that need them too.
 PaperBreakdown paper_breakdown(const ProfileTrace& t, const DeviceTimes& dt);

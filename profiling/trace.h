@@ -121,20 +121,23 @@ struct AllocatorEvent {
   bool operator==(const AllocatorEvent&) const = default;
 };
 
-// One stage of one launch of a multi-stage kernel (the persistent decode step), from the kernel's own
+// One stage of one launch of a stamped kernel (the decode FFN's k_gate, k_select, k_updown; profiles recorded
+// before its retirement also hold the persistent decode step's k_step, per layer), from the kernel's own
 // device-side stamps (%globaltimer; Ops::take_stamps): the stages of a launch tile it from its first block's
 // start to its last block's end, and are placed on the trace clock by aligning the launch's stamped end
 // with the end of its kernel record (the n-th stamped launch of a step is the n-th record of that kernel in
 // the step). Stored in STAGE_STAMPS (db/README.md).
 struct StageRecord {
   int step = 0;
-  std::string kernel;               // the kernel's short name ("k_step")
+  std::string kernel;               // the kernel's short name ("k_updown"; "k_step" in older profiles)
   int launch = 0;                   // which launch of that kernel in the step (0-based)
   std::int64_t range_id = -1;       // the kernel record's phase range
-  int layer = -1;                   // -1: outside the layers (start, head, output)
-  std::string stage;                // "start", "qkv", "attention", "o", "gate", "gate & up", "top-K", "up", "down", "head", "output"
+  int layer = -1;                   // -1: not known (the decode FFN kernels), or k_step's start, head, output
+  std::string stage;                // "gate", "gate & up", "top-K", "up", "down"; k_step also "start", "qkv",
+                                    // "attention", "o", "head", "output"
   std::int64_t start_ns = 0, end_ns = 0;
-  std::int64_t wait_ns = 0;  // time the launch's blocks waited at the barrier ending the stage, mean per block
+  std::int64_t wait_ns = 0;  // time the launch's blocks waited at the grid barrier ending the stage, mean per
+                             // block (k_step's; 0 for kernels without grid barriers)
   bool operator==(const StageRecord&) const = default;
 };
 

@@ -8,10 +8,15 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "app/point_bench.h"
 #include "gpu_util.h"
 #include "model/config.h"
+#include "model/decoder.h"
+#include "model/transformer.h"
 #include "kernels/op_cost.h"
 #include "profiling/roofline.h"
 #include "profiling/tracer.h"
@@ -228,6 +233,87 @@ TEST(GpuProfiling, StampedSpinKernelMatchesCudaEvents) {
   std::printf("200 us spin: stamped median %.0f ns, CUDA events %.0f ns per launch\n", med, events_ns);
   EXPECT_NEAR(med, events_ns, 0.05 * events_ns);
 #endif
+}
+
+// The decode step (one kernel per op, chained with PDL, replayed from a graph): the decode FFN's own kernels
+// stamp themselves -- k_gate ("gate"), k_select ("top-K"), k_updown ("gate & up" or "up", then "down") --
+// from their first block past its dependency wait to their last block's end, one launch per kernel per
+// layer in order, each inside its CUPTI record and ending where it ends (to the stamp's alignment). Three
+// layers of the 1b shape (vocab 512), batch 1. Off, nothing stamps.
+TEST(GpuStageStamps, DecodeFfnKernelsStampTheirWorkAfterTheirWait) {
+  MOC_GPU_OR_SKIP(gpu);
+  const auto seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  const int layers = 3;
+  const std::map<std::string, std::vector<std::pair<std::string, std::vector<std::string>>>> expected = {
+      {"dense", {{"k_updown", {"gate & up", "down"}}}},
+      {"moc", {{"k_gate", {"gate"}}, {"k_select", {"top-K"}}, {"k_updown", {"up", "down"}}}}};
+  for (const auto& [ffn, per_layer] : expected) {
+    SCOPED_TRACE(ffn);
+    ModelConfig cfg = preset("1b-gqa");
+    apply_override(cfg, "ffn", ffn);
+    cfg.layers = layers;
+    cfg.vocab = 512;
+    cfg.ffn.k = 1024;
+    cfg.seed = seed;
+    cfg.init_std = 0.02f;
+    cfg.param_dtype = cfg.act_dtype = DType::bf16;
+    Transformer m(*gpu, cfg);
+    m.prepare_decode();
+    Decoder dec(m, 1, 8);
+    dec.prefill({1, 2, 3}, 3);
+    dec.step({4});
+    std::string why;
+    auto tracer = prof::make_cupti_tracer(&why);
+    ASSERT_TRUE(tracer) << why;
+    auto graph = dec.capture_step();
+    graph->replay();  // warm
+    dec.advance();
+    gpu->synchronize();
+    std::uint64_t dropped = 0;
+    EXPECT_TRUE(gpu->take_stamps(&dropped).empty()) << "stamping is off";
+    gpu->set_stamping(true);
+    tracer->enable();
+    tracer->begin_step();
+    graph->replay();
+    gpu->synchronize();
+    tracer->end_step();
+    auto launches = gpu->take_stamps(&dropped);
+    gpu->set_stamping(false);
+    EXPECT_EQ(dropped, 0u);
+    ASSERT_EQ(launches.size(), per_layer.size() * static_cast<std::size_t>(layers));
+    for (std::size_t i = 0; i < launches.size(); ++i) {
+      SCOPED_TRACE(i);
+      const auto& l = launches[i];
+      const auto& want = per_layer[i % per_layer.size()];
+      EXPECT_EQ(l.kernel, want.first);
+      ASSERT_EQ(l.stages.size(), want.second.size());
+      std::int64_t at = l.start_ns;
+      for (std::size_t s = 0; s < want.second.size(); ++s) {
+        EXPECT_EQ(l.stages[s].stage, want.second[s]);
+        EXPECT_EQ(l.stages[s].start_ns, at);
+        EXPECT_GE(l.stages[s].end_ns, l.stages[s].start_ns);
+        at = l.stages[s].end_ns;
+      }
+      EXPECT_EQ(at, l.end_ns);
+      if (i > 0) {
+        EXPECT_GE(l.start_ns, launches[i - 1].end_ns) << "a stamped launch starts after its predecessor ended";
+      }
+    }
+    tracer->add_stamps(std::move(launches), dropped);
+    const prof::ProfileTrace t = tracer->finish({});
+    std::map<std::string, std::vector<const prof::KernelRecord*>> recs;
+    for (const auto& k : t.kernels) recs[k.short_name].push_back(&k);
+    const auto owner = prof::stage_kernels(t);
+    ASSERT_EQ(owner.size(), t.stages.size());
+    for (std::size_t i = 0; i < t.stages.size(); ++i) {
+      ASSERT_GE(owner[i], 0) << t.stages[i].kernel << " stage without its record";
+      const auto& k = t.kernels[static_cast<std::size_t>(owner[i])];
+      EXPECT_GE(t.stages[i].start_ns, k.start_ns) << k.short_name;
+      EXPECT_LE(t.stages[i].end_ns, k.end_ns) << k.short_name;
+    }
+    for (const auto& [name, stages] : per_layer) EXPECT_EQ(recs[name].size(), static_cast<std::size_t>(layers)) << name;
+  }
 }
 
 TEST(GpuProfiling, DecodePointOfThe1bModelDropsNothingAndAttributesEveryKernel) {

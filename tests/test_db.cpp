@@ -202,7 +202,8 @@ ProfileTrace sample_trace(int n = 3) {
   t.allocator.push_back({t.start_ns, "activations", "ffn", 0, 0, 4096});
   t.allocator.push_back({t.start_ns + 3, "workspace", "none", -1, 1 << 20, (1 << 20) + 8});
   t.allocator.push_back({t.start_ns + 4, "activations", "ffn", 0, -4096, 0});
-  // Stage stamps of one persistent launch (names shared with the kernel names' StringIds on purpose).
+  // Stage stamps of one launch of a multi-stage kernel, as older databases hold the retired persistent decode
+  // step's k_step (names shared with the kernel names' StringIds on purpose).
   t.stages.push_back({0, "k_step", 0, 0, -1, "start", t.start_ns + 100, t.start_ns + 150, 7});
   t.stages.push_back({0, "k_step", 0, 0, 0, "qkv", t.start_ns + 150, t.start_ns + 400, 0});
   t.stages.push_back({1, "k_step", 1, -1, 23, "gate & up", t.start_ns + 400, t.start_ns + 401, 1'000'000'000'000});

@@ -111,31 +111,28 @@ TEST_P(Decode, KvCacheDecodingReproducesFullForwardLogits) {
   ops->upload_i32(tok, ids);
   auto full = ops->download_f32(m.forward_logits(tok, batch, S));
 
-  // Both decode implementations: the kernel path and Ops::decode_step (the persistent step's CPU twin),
-  // which also switches the projections to the [out, in] layout the prefill then reads transposed.
-  for (DecodeImpl impl : {DecodeImpl::kernels, DecodeImpl::persistent}) {
-    SCOPED_TRACE(impl == DecodeImpl::kernels ? "kernels" : "persistent");
-    m.prepare_decode(impl);
-    Decoder dec(m, batch, S);
-    std::vector<std::int32_t> prompt;
-    for (int i = 0; i < batch; ++i) prompt.insert(prompt.end(), ids.begin() + i * S, ids.begin() + i * S + P);
-    auto pre = ops->download_f32(dec.prefill(prompt, P));
+  // The decode layout switches the projections to [out, in], which the prefill then reads transposed;
+  // preparing it twice (the Decoder prepares it again) changes nothing.
+  m.prepare_decode();
+  Decoder dec(m, batch, S);
+  std::vector<std::int32_t> prompt;
+  for (int i = 0; i < batch; ++i) prompt.insert(prompt.end(), ids.begin() + i * S, ids.begin() + i * S + P);
+  auto pre = ops->download_f32(dec.prefill(prompt, P));
+  for (int i = 0; i < batch; ++i)
+    for (int t = 0; t < P; ++t)
+      for (int v = 0; v < V; ++v)
+        ASSERT_NEAR(pre[static_cast<std::size_t>((i * P + t) * V + v)],
+                    full[static_cast<std::size_t>((i * S + t) * V + v)], 1e-4)
+            << "prefill row " << i << " pos " << t;
+  for (int t = P; t < S; ++t) {
+    std::vector<std::int32_t> step_ids;
+    for (int i = 0; i < batch; ++i) step_ids.push_back(ids[static_cast<std::size_t>(i * S + t)]);
+    auto lg = ops->download_f32(dec.step(step_ids));
     for (int i = 0; i < batch; ++i)
-      for (int t = 0; t < P; ++t)
-        for (int v = 0; v < V; ++v)
-          ASSERT_NEAR(pre[static_cast<std::size_t>((i * P + t) * V + v)],
-                      full[static_cast<std::size_t>((i * S + t) * V + v)], 1e-4)
-              << "prefill row " << i << " pos " << t;
-    for (int t = P; t < S; ++t) {
-      std::vector<std::int32_t> step_ids;
-      for (int i = 0; i < batch; ++i) step_ids.push_back(ids[static_cast<std::size_t>(i * S + t)]);
-      auto lg = ops->download_f32(dec.step(step_ids));
-      for (int i = 0; i < batch; ++i)
-        for (int v = 0; v < V; ++v)
-          ASSERT_NEAR(lg[static_cast<std::size_t>(i * V + v)], full[static_cast<std::size_t>((i * S + t) * V + v)],
-                      1e-4)
-              << "decode row " << i << " pos " << t;
-    }
+      for (int v = 0; v < V; ++v)
+        ASSERT_NEAR(lg[static_cast<std::size_t>(i * V + v)], full[static_cast<std::size_t>((i * S + t) * V + v)],
+                    1e-4)
+            << "decode row " << i << " pos " << t;
   }
 }
 

@@ -253,8 +253,7 @@ TEST(QkNorm, KvCacheDecodingReproducesFullForwardLogits) {
     Tensor tok = ops->empty({batch * S}, DType::i32, workspace_tag());
     ops->upload_i32(tok, ids);
     const auto full = ops->download_f32(m.forward_logits(tok, batch, S));
-    EXPECT_THROW(m.prepare_decode(DecodeImpl::persistent), std::invalid_argument);
-    m.prepare_decode(DecodeImpl::kernels);
+    m.prepare_decode();
     Decoder dec(m, batch, S);
     std::vector<std::int32_t> prompt;
     for (int i = 0; i < batch; ++i)  // element by element: GCC 12 -O3 misreads a range insert here (-Wstringop-overflow)
@@ -358,8 +357,6 @@ TEST(FamilyScenarios, ModesTheEngineCannotRunAreRefusedBeforeAnyWork) {
   };
   EXPECT_TRUE(refused("mode = \"decode\"\n[model]\npreset = \"tiny-moe\"\n", "mode train only"));
   EXPECT_TRUE(refused("mode = \"ffn-decode\"\n[model]\npreset = \"mixtral-180m\"\n", "mode train only"));
-  EXPECT_TRUE(refused("mode = \"decode\"\n[model]\npreset = \"tiny-qwen3\"\n[axes]\ndecode_impl = [\"persistent\"]\n",
-                      "no QK-norm"));
   EXPECT_TRUE(refused("mode = \"train\"\n[model]\npreset = \"tiny\"\nexperts = 4\nexperts_per_token = 5\n",
                       "experts_per_token"));
   EXPECT_FALSE(refused("mode = \"train\"\n[model]\npreset = \"mixtral-180m\"\nk = 256\n[axes]\nffn = [\"dense\", \"moc\"]\n", ""));

@@ -172,7 +172,7 @@ TEST(ScenarioErrors, ImpossibleValuesAreRefusedWhereTheyAreWritten) {
   expect_refused(kBase + "topk_position = [\"relu\"]\n", 7, 18, "unknown selection rule 'relu'", "abs_silu");
   expect_refused(kBase + "topk_backend = [\"cub\"]\n", 7, 17, "unknown top-k backend 'cub'", "own, raft");
   expect_refused(kBase + "decode_impl = [\"megakernel\"]\n", 7, 16, "unknown decode implementation 'megakernel'",
-                 "kernels, persistent");
+                 "decode implementations: kernels");
   expect_refused(kBase + "precision = [\"fp16\"]\n", 7, 14, "unknown precision 'fp16'", "bf16-fp32master");
   expect_refused(kBase + "[measure]\nwarmup = -1\n", 8, 10, "warmup in [measure] must be >= 0, got -1");
   expect_refused(kBase + "[measure]\ntarget_noise = 0.0\n", 8, 16,
@@ -306,15 +306,39 @@ TEST(ScenarioExpand, TheCartesianProductFollowsFileOrderFirstAxisSlowest) {
 
 TEST(ScenarioExpand, DecodeImplIsAnAxisShownInDecodeLabels) {
   const auto pts = parse_scenario("[model]\npreset = \"tiny\"\n[axes]\nmode = [\"decode\", \"train\"]\n"
-                                  "decode_impl = [\"kernels\", \"persistent\"]\n",
+                                  "decode_impl = [\"kernels\"]\n",
                                   kFile)
                        .expand("cpu");
-  ASSERT_EQ(pts.size(), 4u);
+  ASSERT_EQ(pts.size(), 2u);
   EXPECT_EQ(pts[0].decode_impl, "kernels");
-  EXPECT_EQ(pts[1].decode_impl, "persistent");
   EXPECT_NE(pts[0].describe().find("| kernels"), std::string::npos) << pts[0].describe();
-  EXPECT_NE(pts[1].describe().find("| persistent"), std::string::npos) << pts[1].describe();
-  EXPECT_EQ(pts[3].describe().find("| persistent"), std::string::npos) << "train points do not decode: " << pts[3].describe();
+  EXPECT_EQ(pts[1].describe().find("| kernels"), std::string::npos)
+      << "train points do not decode: " << pts[1].describe();
+}
+
+// decode_impl = "persistent" (the whole step as one cooperative kernel) was retired: a file that still asks
+// for it -- an axis value, a scalar axis, an override's axes, a filter -- is refused before any work, at the
+// value, saying why and what to write instead.
+TEST(ScenarioValidation, RetiredPersistentDecodeImplIsRefusedWithTheReasonAndAFix) {
+  const std::string why =
+      "was retired (slower than \"kernels\" at every measured point, bench/RESULTS.md)";
+  const std::string fix = "use \"kernels\" or remove the key";
+  expect_refused(kBase + "decode_impl = [\"kernels\", \"persistent\"]\n", 7, 27,
+                 "decode_impl \"persistent\" in [axes] " + why, fix);
+  expect_refused(kBase + "decode_impl = \"persistent\"\n", 7, 15, "decode_impl \"persistent\" in [axes] " + why, fix);
+  expect_refused(kBase + "decode_impl = [\"kernels\"]\n[overrides.cuda]\naxes = { decode_impl = [\"persistent\"] }\n",
+                 9, 25, "decode_impl \"persistent\"", fix);
+  expect_refused(kBase + "decode_impl = [\"kernels\"]\n[[exclude]]\ndecode_impl = \"persistent\"\n", 9, 15,
+                 "decode_impl \"persistent\"", fix);
+  // The whole message, as the command line prints it.
+  const auto e = refusal(kBase + "decode_impl = [\"persistent\"]\n");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_STREQ(e->what(),
+               "study.toml:7:16: decode_impl \"persistent\" in [axes] was retired (slower than \"kernels\" at every "
+               "measured point, bench/RESULTS.md)\n  hint: use \"kernels\" or remove the key");
+  // "kernels" and no key at all still parse.
+  EXPECT_FALSE(refusal(kBase + "decode_impl = [\"kernels\"]\n").has_value());
+  EXPECT_FALSE(refusal(kBase).has_value());
 }
 
 TEST(ScenarioExpand, AScalarAxisIsAOneValueAxis) {
@@ -470,11 +494,11 @@ TEST(ScenarioShipped, EveryShippedScenarioParsesAndExpandsForBothBackends) {
   EXPECT_GE(files, 2);
 }
 
-TEST(ScenarioShipped, DecodeBs1To4Is2ModesBy3FfnsBy4BatchesBy2ImplsOnTheGpu) {
+TEST(ScenarioShipped, DecodeBs1To4Is2ModesBy3FfnsBy4BatchesOnTheGpu) {
   const Scenario s = load_scenario((scenarios_dir() / "decode_bs1_4.toml").string());
   EXPECT_EQ(s.name, "decode_bs1_4");
   const auto cuda = s.expand("cuda");
-  ASSERT_EQ(cuda.size(), 2u * 3u * 4u * 2u);
+  ASSERT_EQ(cuda.size(), 2u * 3u * 4u);
   EXPECT_EQ(cuda[0].model.preset, "1b");
   EXPECT_EQ(cuda[0].model.layers, 24);
   EXPECT_EQ(cuda[0].measure.prompt, 128);
@@ -491,18 +515,17 @@ TEST(ScenarioShipped, DecodeBs1To4Is2ModesBy3FfnsBy4BatchesBy2ImplsOnTheGpu) {
   EXPECT_EQ(modes, (std::set<std::string>{"ffn-decode", "decode"}));
   EXPECT_EQ(ffns, (std::set<std::string>{"dense", "moc", "moc_2:8"}));
   EXPECT_EQ(batches, (std::set<std::string>{"1", "2", "3", "4"}));
-  EXPECT_EQ(impls, (std::set<std::string>{"kernels", "persistent"}));
-  // The CPU keeps the study's shape and the 1b layer, with a small enough model and run; its two decode
-  // implementations are the same ops, so it runs one.
+  EXPECT_EQ(impls, (std::set<std::string>{"kernels"}));
+  // The CPU keeps the study's shape, every point, and the 1b layer, with a small enough model and run.
   std::vector<AppliedOverride> applied;
   const auto cpu = s.expand("cpu", &applied);
-  ASSERT_EQ(cpu.size(), cuda.size() / 2);
+  ASSERT_EQ(cpu.size(), cuda.size());
   EXPECT_FALSE(applied.empty());
   for (std::size_t i = 0; i < cpu.size(); ++i) {
-    EXPECT_EQ(cpu[i].axes, cuda[2 * i].axes);
+    EXPECT_EQ(cpu[i].axes, cuda[i].axes);
     EXPECT_EQ(cpu[i].decode_impl, "kernels");
     EXPECT_EQ(cpu[i].model.d_ffn, 5461);
-    EXPECT_EQ(cpu[i].model.kept_channels(), cuda[2 * i].model.kept_channels());
+    EXPECT_EQ(cpu[i].model.kept_channels(), cuda[i].model.kept_channels());
     EXPECT_LE(cpu[i].model.layers, 1);
     EXPECT_LE(cpu[i].measure.generate, 16);
   }

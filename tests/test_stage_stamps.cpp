@@ -1,7 +1,8 @@
-// Device-side stage stamps on the CPU (the GPU test is in test_cuda_decode_step.cpp): the tracer places each
+// Device-side stage stamps on the CPU (the GPU tests are in test_cuda_profiling.cpp): the tracer places each
 // stamped launch's stages onto the trace clock at the end of the n-th record of that kernel in its step; the
 // paper breakdown splits a stamped kernel by its stages (the fused dense "gate & up" evenly, the kernel's
-// time outside its stages to other) and still sums to the busy time; stage_sum totals per stage.
+// time outside its stages to other) and still sums to the busy time; stage_sum totals per stage. The
+// multi-stage kernel here is "k_step", shaped as older profiles hold the retired persistent decode step.
 #include <gtest/gtest.h>
 
 #include <chrono>

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-"""Markdown tables of a decode_bs1_4 run (ffn-decode and decode, both decode_impl values) from a results
-database: `bench/tools/decode_tables.py DB [RUN]` (default: the newest run). Used for bench/RESULTS.md."""
+"""Markdown tables of a decode_bs1_4 run (ffn-decode and decode) from a results database:
+`bench/tools/decode_tables.py DB [RUN]` (default: the newest run). Used for bench/RESULTS.md.
+
+One column per decode_impl value the run holds: "kernels" now; runs recorded before the persistent step
+was retired also hold "persistent", shown beside it with its ratio to the kernel path."""
 import sqlite3
 import sys
 
@@ -14,37 +17,48 @@ def main():
         mets = dict(db.execute("SELECT name, value FROM metrics WHERE point_id=?", (pid,)))
         key = (axes.get("mode"), axes.get("ffn"), int(axes.get("batch", 0)), axes.get("decode_impl", "kernels"))
         pts[key] = (status, mets)
-    impls = ["kernels", "persistent"]
+    impls = ["kernels"] + sorted({k[3] for k in pts} - {"kernels"})
+    others = impls[1:]
+    short = {i: i[0] for i in impls}  # k, p
     ffns = ["dense", "moc", "moc_2:8"]
     f = lambda v, p=1: "-" if v is None else f"{v:.{p}f}"
-    print("| ffn | batch | kernels µs | persistent µs | floor µs | % of floor (k / p) | union | vs dense (k / p) | persistent vs kernels |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    tag = " / ".join(short[i] for i in impls)
+
+    def ratio(a, b):
+        return a / b if a and b else None
+
+    cols = [f"{i} µs" for i in impls] + ["floor µs", f"% of floor ({tag})", "union", f"vs dense ({tag})"]
+    cols += [f"{i} vs kernels" for i in others]
+    print("| ffn | batch | " + " | ".join(cols) + " |")
+    print("|---|---|" + "---|" * len(cols))
     for ffn in ffns:
         for b in range(1, 5):
             r = {i: pts.get(("ffn-decode", ffn, b, i), (None, {}))[1] for i in impls}
             d = {i: pts.get(("ffn-decode", "dense", b, i), (None, {}))[1] for i in impls}
             lat = {i: r[i].get("latency_us") for i in impls}
             fl = r["kernels"].get("floor_us")
-            pct = [100 * fl / lat[i] if fl and lat[i] else None for i in impls]
-            vs = [d[i].get("latency_us") / lat[i] if lat[i] and d[i].get("latency_us") else None for i in impls]
+            pct = " / ".join(f(100 * fl / lat[i] if fl and lat[i] else None, 0) + "%" for i in impls)
+            vs = " / ".join(f(ratio(d[i].get("latency_us"), lat[i]), 2) + "x" for i in impls)
             un = r["kernels"].get("union_channels")
-            pk = lat["kernels"] / lat["persistent"] if lat["kernels"] and lat["persistent"] else None
-            print(f"| {ffn} | {b} | {f(lat['kernels'])} | {f(lat['persistent'])} | {f(fl)} | {f(pct[0], 0)}% / {f(pct[1], 0)}% | "
-                  f"{'-' if ffn == 'dense' or un is None else int(un)} | {f(vs[0], 2)}x / {f(vs[1], 2)}x | {f(pk, 2)}x |")
+            row = [f(lat[i]) for i in impls] + [f(fl), pct, "-" if ffn == "dense" or un is None else str(int(un)), vs]
+            row += [f(ratio(lat["kernels"], lat[i]), 2) + "x" for i in others]
+            print(f"| {ffn} | {b} | " + " | ".join(row) + " |")
     print()
-    print("| ffn | batch | kernels ms/token | persistent ms/token | vs dense kernels (k / p) | persistent vs kernels | prefill ms (noise) |")
-    print("|---|---|---|---|---|---|---|")
+    cols = [f"{i} ms/token" for i in impls] + [f"vs dense kernels ({tag})"]
+    cols += [f"{i} vs kernels" for i in others] + ["prefill ms (noise)"]
+    print("| ffn | batch | " + " | ".join(cols) + " |")
+    print("|---|---|" + "---|" * len(cols))
     for ffn in ffns:
         for b in range(1, 5):
             r = {i: pts.get(("decode", ffn, b, i), (None, {}))[1] for i in impls}
             d = pts.get(("decode", "dense", b, "kernels"), (None, {}))[1].get("ms_per_token")
             ms = {i: r[i].get("ms_per_token") for i in impls}
-            vs = [d / ms[i] if d and ms[i] else None for i in impls]
-            pk = ms["kernels"] / ms["persistent"] if ms["kernels"] and ms["persistent"] else None
+            vs = " / ".join(f(ratio(d, ms[i]), 2) + "x" for i in impls)
             pre = r["kernels"].get("prefill_ms")
             pn = r["kernels"].get("prefill_noise")
-            print(f"| {ffn} | {b} | {f(ms['kernels'], 3)} | {f(ms['persistent'], 3)} | {f(vs[0], 2)}x / {f(vs[1], 2)}x | "
-                  f"{f(pk, 2)}x | {f(pre, 2)} ({f(100 * pn if pn is not None else None, 1)}%) |")
+            row = [f(ms[i], 3) for i in impls] + [vs] + [f(ratio(ms["kernels"], ms[i]), 2) + "x" for i in others]
+            row.append(f"{f(pre, 2)} ({f(100 * pn if pn is not None else None, 1)}%)")
+            print(f"| {ffn} | {b} | " + " | ".join(row) + " |")
     bad = [(k, s) for k, (s, _) in pts.items() if s != "ok"]
     if bad:
         print("\nnot ok:", bad)

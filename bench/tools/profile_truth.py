@@ -112,7 +112,8 @@ def main():
         lat = a.get("latency_us", float("nan")) * n_layers
         if ph:
             row.append(f"ffn.decode {ph*1e3:.0f} / {lat:.0f} ({100*ph*1e3/lat:.0f}%)")
-        else:  # the persistent step: its FFN stages (gate, top-K, up, down) against the FFN timed alone
+        else:  # no ffn.decode range: a run recorded before the persistent step was retired, that step's FFN
+            # stages (gate, top-K, up, down) against the FFN timed alone
             row.append(f"FFN stages {tot_p:.0f} / {lat:.0f} ({100*tot_p/lat:.0f}%)")
         print(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(row) + " |")
 

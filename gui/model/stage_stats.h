@@ -1,5 +1,6 @@
-// The Stages view's data: a stamped kernel's device-side stages (prof::StageRecord: the persistent decode
-// step's qkv, attention, o, gate, top-K, up, down, head, ...) summed per stage name over the layers and the
+// The Stages view's data: stamped kernels' device-side stages (prof::StageRecord: the decode FFN's k_gate
+// "gate", k_select "top-K", k_updown "up" or "gate & up" then "down"; an older profile's persistent k_step
+// qkv, attention, o, gate, top-K, up, down, head, ...) summed per stage name over the layers and the
 // profiled steps -- time per step, share of the kernel, barrier wait per step -- the numbers
 // `mocbench stats RUN --report stage_sum` prints (app/profile_stats.cpp), row for row.
 #pragma once

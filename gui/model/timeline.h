@@ -6,9 +6,11 @@
 // lane, as Nsight Systems draws concurrent kernels: greedy interval packing, each item on the lowest row free
 // at its start. Each op item also knows where its exclusive time begins (prof::device_times): [start, own)
 // is the part that overlapped earlier work, drawn hatched.
-// A kernel that stamps its own stages on the device (the persistent decode step: prof::StageRecord) gets a
-// stage lane right under its stream's lane ("k_step stages"): one item per stage of each launch, coloured by
-// the stage's name (one colour class per name, "stage: qkv", whatever the layer), labelled "qkv L3".
+// A kernel that stamps its own stages on the device (prof::StageRecord: the decode FFN's k_gate, k_select,
+// k_updown; in profiles recorded before its retirement the persistent decode step k_step, per layer) gets a
+// stage lane right under its stream's lane ("k_gate / k_select ... stages": the kernels it holds): one item
+// per stage of each launch, coloured by the stage's name (one colour class per name, "stage: qkv", whatever
+// the layer), labelled "qkv L3" ("gate" for a stage outside the layers).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -115,10 +117,12 @@ std::string stage_label(const prof::StageRecord& s);
 // launch), so the lane needs two sub-rows and exclusive time differs from inclusive.
 prof::ProfileTrace synthetic_trace(std::size_t n, int streams, bool pdl = false);
 
-// A synthetic profile of the persistent decode kernel: per step one "k_step" launch on GPU 0 stream 7 (after a
-// short "k_embed" kernel on the same stream), stamped as the real one is -- "start", per layer qkv, attention,
-// o, gate, top-K, up, down (each with a barrier wait), then "head" and "output" -- tiling the launch from
-// 300 ns after its record starts to its end. Stage durations vary with the seed.
+// A synthetic profile of a multi-stage stamped kernel as older databases hold the retired persistent decode
+// step (the views must still show them): per step one "k_step" launch on GPU 0 stream 7 (after a short
+// "k_embed" kernel on the same stream), stamped as that kernel was -- "start", per layer qkv, attention, o,
+// gate, top-K, up, down (each with a barrier wait), then "head" and "output" -- tiling the launch from 300 ns
+// after its record starts to its end. Stage durations vary with the seed. (Test and benchmark data: it
+// covers layers, barrier waits and many stages per launch, which the decode FFN kernels' stamps do not.)
 prof::ProfileTrace synthetic_stage_trace(int steps, int layers, std::uint32_t seed = 1);
 
 }  // namespace moc::gui

@@ -1,8 +1,8 @@
-// Stages: the Timeline's point's stamped kernel (the persistent decode step) by its device-side stages, the
-// layers and profiled steps merged -- per stage name its time per step, share of the kernel (a bar in the
-// stage's Timeline colour), barrier wait per step, mean and max: `mocbench stats RUN --report stage_sum`'s
-// numbers (gui/model/stage_stats). Stage times come from the kernel's own %globaltimer stamps, so the
-// exclusive / inclusive toggle does not apply to them.
+// Stages: the Timeline's point's stamped kernels (the decode FFN's k_gate, k_select, k_updown; an older
+// profile's persistent k_step) by their device-side stages, the layers and profiled steps merged -- per
+// stage name its time per step, share of the kernel (a bar in the stage's Timeline colour), barrier wait per
+// step, mean and max: `mocbench stats RUN --report stage_sum`'s numbers (gui/model/stage_stats). Stage times
+// come from the kernel's own %globaltimer stamps, so the exclusive / inclusive toggle does not apply to them.
 #include <imgui.h>
 
 #include <algorithm>
@@ -81,9 +81,8 @@ void draw_stage_stats_view(Store& store, UiState& ui) {
     ImGui::TextDisabled("This point has no profile (run it without --no-profile and with [profile] kernels = true).");
   } else if (ss.table.rows.empty()) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-    ImGui::TextWrapped("No stage stamps in this point's profile: the persistent decode kernel (decode_impl = persistent) stamps "
-                       "its stages, and on the kernel path the decode FFN's kernels (k_gate, k_select, k_updown) theirs; "
-                       "other kernels are timed whole (see Timeline and Kernels).");
+    ImGui::TextWrapped("No stage stamps in this point's profile: the decode FFN's kernels (k_gate, k_select, k_updown) "
+                       "stamp their stages; other kernels are timed whole (see Timeline and Kernels).");
     ImGui::PopStyleColor();
   } else {
     const StageTable& tb = ss.table;

@@ -4,9 +4,10 @@
 // pixels merged into one (so a million kernels cost what the pixels cost). Records that overlap on a lane
 // stand on sub-rows of it (as Nsight Systems draws concurrent kernels); under exclusive time the part of a
 // record that overlapped earlier work (a PDL kernel waiting for its predecessor) is hatched. A kernel that
-// stamps its stages (the persistent decode step) has a stage lane under its stream ("k_step stages"): each
-// stage a box in its stage's colour, "qkv L3" where it has room, its barrier wait in the tooltip. The ruler ticks
-// at round times. Wheel zooms at the cursor, dragging pans, double-click fits; hovering shows an item's name,
+// stamps its stages (the decode FFN's k_gate, k_select, k_updown; an older profile's persistent k_step) has a
+// stage lane under its stream ("k_gate / k_select ... stages": the kernels it holds): each stage a box in its
+// stage's colour, "qkv L3" where it has room, its barrier wait in the tooltip. The ruler ticks at round
+// times. Wheel zooms at the cursor, dragging pans, double-click fits; hovering shows an item's name,
 // inclusive / exclusive / waiting time, launch configuration, registers and shared memory; clicking a kernel
 // selects it (its statistics below and in the Kernels view), and every instance of the selected kernel is
 // outlined. A toggle colours the kernels by their % of floor instead of their phase (red far from the floor, green

@@ -8,8 +8,8 @@
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_ops_impl.cuh"
-#include "kernels/cuda/decode_step.cuh"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/stage_stamps.cuh"
 
 namespace moc::cuda {
 
@@ -527,17 +527,6 @@ void CudaOps::ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSe
                          const Tensor* force_idx, Tensor* idx_out, unsigned parts) {
   MOC_OP_COST(cost::ffn_decode(cost::ffn_decode_shape(x, w, sel), parts));
   cuda::ffn_decode(*this, x, w, sel, out, force_idx, idx_out, parts);
-}
-
-void CudaOps::decode_step(const DecodeStepArgs& a) {
-  MOC_OP_COST(cost::decode_step(a));
-  cuda::decode_step(*this, a);
-}
-
-void CudaOps::ffn_decode_layers(const Tensor& x, const std::vector<DecodeFfnWeights>& layers, const MocSelect* sel,
-                                Tensor& out) {
-  MOC_OP_COST(cost::ffn_decode_layers(x, layers, sel));
-  cuda::ffn_decode_layers(*this, x, layers, sel, out);
 }
 
 // ================================================================ entry points

@@ -147,9 +147,6 @@ class CudaOps final : public Ops {
 
   void ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
                   const Tensor* force_idx, Tensor* idx_out, unsigned parts) override;
-  void decode_step(const DecodeStepArgs& a) override;
-  void ffn_decode_layers(const Tensor& x, const std::vector<DecodeFfnWeights>& layers, const MocSelect* sel,
-                         Tensor& out) override;
 
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) override;
   void cross_entropy_backward(Tensor& logits, const Tensor& targets, float scale) override;

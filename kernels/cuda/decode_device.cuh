@@ -1,4 +1,4 @@
-// Device helpers shared by the decode kernels (ffn_decode.cu, decode_step.cu): streaming weight loads,
+// Device helpers shared by the decode kernels (ffn_decode.cu, decode_gemv.cu): streaming weight loads,
 // L2 prefetch hints, bf16 unpacking, SiLU with the CPU twin's rounding, and the order-preserving keys the
 // MoC selections rank channels by.
 #pragma once

@@ -27,9 +27,4 @@ void sparse_rows_matmul_backward(Ops& ops, const Tensor& dout, const Tensor& z, 
 void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
                 const Tensor* force_idx, Tensor* idx_out, unsigned parts);
 
-// decode_step_ops.cu (the persistent kernel: decode_step.cu)
-void decode_step(Ops& ops, const DecodeStepArgs& a);
-void ffn_decode_layers(Ops& ops, const Tensor& x, const std::vector<DecodeFfnWeights>& layers, const MocSelect* sel,
-                       Tensor& out);
-
 }  // namespace moc::cuda

@@ -1,11 +1,9 @@
-// The per-device stage-stamp buffer (stage_stamps.cuh) and its read-back: set_stamping, take_stamps
-// (decode_step.cuh).
+// The per-device stage-stamp buffer (stage_stamps.cuh) and its read-back: set_stamping, take_stamps.
 #include <algorithm>
 #include <cstddef>
 #include <mutex>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/decode_step.cuh"
 #include "kernels/cuda/stage_stamps.cuh"
 
 namespace moc::cuda::step {
@@ -32,17 +30,11 @@ StampBuf* stamp_buffer_locked() {
 
 const char* stage_name(StageId s) {
   switch (s) {
-    case StageId::start: return "start";
-    case StageId::qkv: return "qkv";
-    case StageId::attn: return "attention";
-    case StageId::o: return "o";
     case StageId::gate: return "gate";
     case StageId::gate_up: return "gate & up";
     case StageId::topk: return "top-K";
     case StageId::up: return "up";
     case StageId::down: return "down";
-    case StageId::head: return "head";
-    case StageId::output: return "output";
     case StageId::work: return "work";
   }
   return "?";
@@ -50,7 +42,6 @@ const char* stage_name(StageId s) {
 
 const char* stamp_kernel_name(StampKernel k) {
   switch (k) {
-    case StampKernel::k_step: return "k_step";
     case StampKernel::spin: return "spin_kernel";
     case StampKernel::k_gate: return "k_gate";
     case StampKernel::k_select: return "k_select";
@@ -103,7 +94,6 @@ std::vector<StampedLaunch> take_stamps(std::uint64_t* dropped) {
       L.end_ns = static_cast<std::int64_t>(sl.end);
       // The stages tile the launch: each ends at its mark (the last block to pass it), the tail at the end.
       std::int64_t at = L.start_ns;
-      const double nb = std::max(1u, sl.blocks);
       for (int m = 0; m < kStampMarks && sl.mark[m].code != 0; ++m) {
         const StampMark& k = sl.mark[m];
         StampedStage st;
@@ -111,7 +101,6 @@ std::vector<StampedLaunch> take_stamps(std::uint64_t* dropped) {
         st.stage = stage_name(static_cast<StageId>(k.code & 0xffu));
         st.start_ns = at;
         st.end_ns = std::max(at, static_cast<std::int64_t>(k.t));
-        st.wait_ns = static_cast<std::int64_t>(static_cast<double>(k.wait) / nb + 0.5);
         at = st.end_ns;
         L.stages.push_back(std::move(st));
       }

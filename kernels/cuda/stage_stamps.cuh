@@ -1,49 +1,44 @@
-// Device-side stage stamps of mocbench's own kernels -- the persistent decode kernel (decode_step.cu) by
-// stage, the profiler's spin kernel (profiler_probe.cu) whole: where the time inside one kernel goes, which
-// CUPTI cannot see (it times whole kernels). Device helpers below (nvcc only); the per-device buffer and
-// its read-back in stage_stamps.cu (declared in decode_step.cuh: set_stamping, take_stamps). Public persistent-kernel work times its
-// stages the same way: %globaltimer read by one thread of each block, reduced with atomics into a device
-// buffer, read back after the step.
+// Device-side stage stamps of mocbench's own kernels -- the decode FFN kernels of the kernel path
+// (ffn_decode.cu: k_gate, k_select, k_updown) by stage, the profiler's spin kernel (profiler_probe.cu)
+// whole: where the time inside one kernel goes, which CUPTI cannot see (it times whole kernels). Device
+// helpers below (nvcc only); the per-device buffer and its read-back in stage_stamps.cu (set_stamping,
+// take_stamps, declared below). %globaltimer is read by one thread of each block, reduced with atomics into
+// a device buffer, read back after the step.
 //
 // Per launch (a slot of the buffer): the earliest block start, the latest block end, and per mark m (the
-// kernel's stage boundaries, in the order every block passes them) the latest time any block passed it --
-// for a grid barrier, the last arrival, i.e. the moment the barrier opens -- with the time blocks spent
-// waiting there summed over blocks. The stages [start, mark 0), [mark 0, mark 1), ..., [last mark, end)
-// then tile the kernel from its first block's start to its last block's end. A mark's code says which
-// stage ends there and of which layer. Off (the flag in the buffer is 0), a kernel reads the flag once per
-// block and pays predicated branches.
+// kernel's stage boundaries, in the order every block passes them) the latest time any block passed it.
+// The stages [start, mark 0), [mark 0, mark 1), ..., [last mark, end) then tile the kernel from its first
+// block's start to its last block's end. A mark's code says which stage ends there. Off (the flag in the
+// buffer is 0), a kernel reads the flag once per block and pays predicated branches.
 #pragma once
 #include <cstdint>
+#include <vector>
 
-namespace moc::cuda::step {
+#include "kernels/ops.h"
+
+namespace moc::cuda::step {  // "step": the name is historical (the stamps began in a decode-step kernel)
 
 enum class StageId : unsigned {
-  start = 1,  // embedding rows (or the FFN input) into the residual stream; first weights asked for L2
-  qkv,        // RMSNorm + the [q|k|v] GEMV
-  attn,       // RoPE, KV-cache write, softmax over the cached positions
-  o,          // W_o GEMV added to the residual stream
-  gate,       // RMSNorm + the gate GEMV (top-K: + the histogram of its keys)
-  gate_up,    // dense: RMSNorm + gate and up in one pass (z = SiLU(g) u); their rows are read together
-  topk,       // top-K: each row's exact threshold found and published; every block waits for the flags
-  up,         // the kept channels' up GEMV and z (a:b: the group selection happens here, locally)
-  down,       // W_down rows of the kept channels, added to the residual stream
-  head,       // the final RMSNorm and the LM head GEMV
-  output,     // ffn_only: the accumulated FFN output written out
-  work,       // a kernel stamped whole (no stage marks): its first block's start to its last block's end
+  gate = 1,  // k_gate: the gate GEMV g = x W_gate (a:b with b | 16: and the selection, in its epilogue)
+  gate_up,   // k_updown, dense: gate and up in one pass (z = SiLU(g) u); their rows are read together
+  topk,      // k_select: each row's kept channels chosen from g (row top-K, other a:b, forced selections)
+  up,        // k_updown, MoC: the kept channels' up GEMV and z
+  down,      // k_updown: W_down rows of the kept channels, added to the output
+  work,      // a kernel stamped whole (no stage marks): its first block's start to its last block's end
 };
-// Which kernel a slot holds (its CUPTI short name: stamp_kernel_name).
-enum class StampKernel : unsigned { k_step = 0, spin = 1, k_gate = 2, k_select = 3, k_updown = 4 };
-const char* stamp_kernel_name(StampKernel k);  // "k_step", "spin_kernel", "k_gate", "k_select", "k_updown"
-const char* stage_name(StageId s);  // "qkv", "attention", "o", "gate", "gate & up", "top-K", ...
+// Which kernel a slot holds (its CUPTI short name: stamp_kernel_name). 0 is not used (it was the retired
+// persistent decode step's k_step).
+enum class StampKernel : unsigned { spin = 1, k_gate = 2, k_select = 3, k_updown = 4 };
+const char* stamp_kernel_name(StampKernel k);  // "spin_kernel", "k_gate", "k_select", "k_updown"
+const char* stage_name(StageId s);  // "gate", "gate & up", "top-K", "up", "down", "work"
 
 // Launches one read-back holds (more are counted dropped): a kernel-path decode step stamps its FFN kernels,
 // up to 3 per layer (72 for the 1b model's 24 layers).
 constexpr int kStampLaunches = 128;
-constexpr int kStampMarks = 8 * 96 + 4;             // marks per launch: at most 8 per layer (kMaxLayers 96)
+constexpr int kStampMarks = 4;  // marks per launch: k_updown passes one, the others none
 
 struct StampMark {
   unsigned long long t;     // latest time a block passed the mark (%globaltimer ns)
-  unsigned long long wait;  // ns blocks waited at it (barriers), summed over blocks
   unsigned code;            // (layer + 1) << 8 | StageId of the stage that ends here (0: unused)
   unsigned pad;
 };
@@ -67,6 +62,13 @@ struct StampBuf {
 StampBuf* stamp_buffer();
 // The same, or null where none was made yet (never allocates: callable during a graph capture).
 StampBuf* stamp_buffer_if_made();
+
+// Stage stamps of the kernels launched (or replayed from a graph) while stamping is on: set_stamping
+// flips the current device's flag (synchronizes the device); take_stamps synchronizes, reads every stamped
+// launch since the last call and clears them. Times on the device's %globaltimer clock (ns).
+void set_stamping(bool on);
+void prepare_stamps();  // allocates the current device's stamp buffer (outside any capture)
+std::vector<StampedLaunch> take_stamps(std::uint64_t* dropped);
 
 #ifdef __CUDACC__
 // ---- device side. Only thread 0 of a block stamps; the other threads carry an empty Stamper.
@@ -107,7 +109,7 @@ __device__ __forceinline__ void stamp_start(StampBuf* buf, int nb, Stamper& st, 
   }
 }
 
-// A stage boundary that is not a grid barrier: every block passes it once, after all its threads.
+// A stage boundary: every block passes it once, after all its threads.
 __device__ __forceinline__ void stamp_mark(Stamper& st, StageId s, int layer) {
   __syncthreads();
   if (threadIdx.x == 0 && st.slot && st.m < static_cast<unsigned>(kStampMarks)) {
@@ -118,22 +120,8 @@ __device__ __forceinline__ void stamp_mark(Stamper& st, StageId s, int layer) {
   ++st.m;
 }
 
-// A grid barrier ending stage s, thread 0 of each block: its arrival (before it arrives) ...
-__device__ __forceinline__ StampMark* stamp_arrive(Stamper& st, StageId s, int layer, unsigned long long* arrived) {
-  if (!st.slot || st.m >= static_cast<unsigned>(kStampMarks)) return nullptr;
-  StampMark* k = &st.slot->mark[st.m];
-  *arrived = globaltimer();
-  atomicMax(&k->t, *arrived);
-  if (blockIdx.x == 0) k->code = stage_code(s, layer);
-  return k;
-}
-// ... and how long it waited there (after the barrier opened). The caller advances st.m.
-__device__ __forceinline__ void stamp_waited(StampMark* k, unsigned long long arrived) {
-  if (k) atomicAdd(&k->wait, globaltimer() - arrived);
-}
-
 // At the end of a kernel, every block (all threads): the block's end; the last block to leave a stamped
-// launch advances the buffer to the next slot.
+// launch advances the buffer to the next slot (the spin kernel's protocol; the kernel path uses StampScope).
 __device__ __forceinline__ void stamp_end(StampBuf* buf, int nb, Stamper& st) {
   __syncthreads();
   if (threadIdx.x != 0 || !st.on) return;
@@ -150,8 +138,8 @@ __device__ __forceinline__ void stamp_end(StampBuf* buf, int nb, Stamper& st) {
 // previous kernel of the stream, stamped or not, has completed, so the slot it reads is its own (a kernel's
 // prologue before its wait, e.g. weights streamed early, is not its stamped work); mark() at a stage
 // boundary every block passes (all threads); the destructor at every return (all threads of the block
-// return together in the kernels that use it). Lighter than the persistent kernel's protocol, because these
-// kernels are short and many per step: the launch's start is the earliest of its first kStartBlocks blocks
+// return together in the kernels that use it). Lighter than stamp_start(all blocks) .. stamp_end, because
+// these kernels are short and many per step: the launch's start is the earliest of its first kStartBlocks blocks
 // (blocks are dispatched in index order; under PDL all of them leave the wait together), and only the last
 // block to leave stamps the end -- one same-address atomic per block instead of three, no fence (the next
 // stamped launch reads the slot index only after this launch has completed: its own dependency wait).

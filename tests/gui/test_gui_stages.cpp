@@ -1,6 +1,8 @@
-// The stage stamps of a persistent kernel in the dashboard's model: their Timeline lane (under the kernel's
-// stream, coloured by stage, level of detail) and the Stages view's table, which must print what
-// `mocbench stats RUN --report stage_sum` prints for the same profile.
+// The stage stamps of a multi-stage stamped kernel in the dashboard's model: their Timeline lane (under the
+// kernel's stream, coloured by stage, level of detail) and the Stages view's table, which must print what
+// `mocbench stats RUN --report stage_sum` prints for the same profile. The profile (synthetic_stage_trace) is
+// shaped as older databases hold the retired persistent decode step's k_step -- many stages per launch, per
+// layer, with barrier waits -- which the dashboard must still show.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,9 +19,9 @@
 namespace moc::gui {
 namespace {
 
-// The persistent decode kernel's stage stamps stand on a lane right under its stream's lane, one item per
-// stage of each launch, coloured by the stage's name whatever the layer, inside their kernel record; they are
-// not device work of their own (the sums stay the records').
+// A stamped kernel's stage stamps stand on a lane right under its stream's lane, one item per stage of each
+// launch, coloured by the stage's name whatever the layer, inside their kernel record; they are not device
+// work of their own (the sums stay the records').
 TEST(GuiTimeline, StampedStagesStandOnALaneUnderTheirKernelsStreamColouredByStage) {
   const std::uint32_t seed = test::fresh_seed();
   SCOPED_TRACE(seed);
@@ -187,7 +189,7 @@ TEST(GuiStageStats, PerStageTimeShareAndWaitAreStatsStageSumsNumbers) {
     p.run_id = run;
     p.mode = "decode";
     p.status = "ok";
-    p.axes = {{"mode", "decode"}, {"decode_impl", "persistent"}};
+    p.axes = {{"mode", "decode"}, {"decode_impl", "persistent"}};  // as a run recorded before the retirement
     w.add_point(p, {}, {}, &t);
     w.finish_run(run, "ok", 1);
   }
