@@ -146,8 +146,10 @@ struct GateArgs {
   int R, d, F, Fp, kept, mode, ga, gb, rule, unit, nunits;
 };
 
-template <int U>
+// GM: the gate mode fixed at compile time (-1: a.mode), so that the top-K gate kernel has no a:b epilogue.
+template <int U, int GM = -1>
 __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a) {
+  const int gmode = GM >= 0 ? GM : a.mode;
   __shared__ float4 red[kWarps * 32];
   __shared__ float gvs[kGroup * 8];
   __shared__ unsigned char on[kGroup * 8];
@@ -209,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
       const int ch = base + s;
       if (ch < c1 && r < a.R) a.G[static_cast<std::size_t>(r) * a.Fp + ch] = v;
     }
-    if (a.mode == kGateGroupLocal) {
+    if (gmode == kGateGroupLocal) {
       // a:b with b | 16 and base % b == 0: this tile holds whole groups; thread (s, r) ranks channel s
       // within its group.
       __syncthreads();
@@ -285,7 +287,8 @@ __host__ __device__ inline std::size_t sel_smem_bytes(int mode, int Fp, int Wp, 
 // NT threads per block; CACHE: the row's keys are kept in shared memory (a.cache), else re-read from G.
 // MODE and RULE: the selection mode and ranking rule fixed at compile time (-1: read from a), so that a
 // kernel holds only the code its mode and rule run.
-template <int NT, bool CACHE, int MODE = -1, int RULE = -1>
+// ONE: one row (a.C == 1), without the cluster's union-list code.
+template <int NT, bool CACHE, int MODE = -1, int RULE = -1, bool ONE = false>
 __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int mode = MODE >= 0 ? MODE : a.mode;
@@ -398,7 +401,7 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   const bool emit_idx = row && a.idx_out && mode != kSelForce;
   std::uint16_t* idx = emit_idx ? a.idx_out + static_cast<std::size_t>(r) * a.kept : nullptr;
   const unsigned kept = static_cast<unsigned>(a.kept);
-  if (a.C == 1) {
+  if (ONE || a.C == 1) {
     // One row: idx_out and the list share positions.
     unsigned c = 0;
     for (int w = w0; w < w1; ++w) c += __popc(sel[w]);
@@ -418,6 +421,7 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
     if (a.list && tid == 0) *a.ucount = tot;
     return;
   }
+  if constexpr (!ONE) {
   if (emit_idx) {
     unsigned c = 0;
     for (int w = w0; w < w1; ++w) c += __popc(sel[w]);
@@ -476,6 +480,7 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   }
   if (r == a.C - 1 && tid == 0) *a.ucount = base + tot;
   cl.sync();  // remote shared memory stays alive until every block has read it
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1124,6 +1129,7 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
   const DeviceLimits lim = device_limits();
   const auto grid = static_cast<unsigned>(std::max(1, std::min(kGateBlocksPerSm * lim.sms, a.nunits)));
   if (opt.gate_unroll >= 8) launch_ex(k_gate<8>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
+  else if (opt.select_specialized && mode == kGateOnly) launch_ex(k_gate<4, kGateOnly>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
   else launch_ex(k_gate<4>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
   MOC_CUDA_LAUNCHED("k_gate");
 }
@@ -1169,15 +1175,17 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
     if (a.cache) launch_ex(k_select<1024, true>, grid, 1024, smem, ch.st, a.C, pdl, a);
     else launch_ex(k_select<1024, false>, grid, 1024, smem, ch.st, a.C, pdl, a);
   } else if (opt.select_specialized && a.cache && mode == kSelTopK) {
+    auto go = [&](auto kernel) { launch_ex(kernel, grid, kSelThreads, smem, ch.st, a.C, pdl, a); };
+    const bool one = a.C == 1;
     switch (p.rule) {
       case SelectRule::gate:
-        launch_ex(k_select<kSelThreads, true, kSelTopK, 0>, grid, kSelThreads, smem, ch.st, a.C, pdl, a);
+        one ? go(k_select<kSelThreads, true, kSelTopK, 0, true>) : go(k_select<kSelThreads, true, kSelTopK, 0>);
         break;
       case SelectRule::silu:
-        launch_ex(k_select<kSelThreads, true, kSelTopK, 1>, grid, kSelThreads, smem, ch.st, a.C, pdl, a);
+        one ? go(k_select<kSelThreads, true, kSelTopK, 1, true>) : go(k_select<kSelThreads, true, kSelTopK, 1>);
         break;
       default:
-        launch_ex(k_select<kSelThreads, true, kSelTopK, 2>, grid, kSelThreads, smem, ch.st, a.C, pdl, a);
+        one ? go(k_select<kSelThreads, true, kSelTopK, 2, true>) : go(k_select<kSelThreads, true, kSelTopK, 2>);
         break;
     }
   } else {

@@ -89,6 +89,10 @@ __device__ __forceinline__ void threshold_bin(const Smem& m, unsigned K, unsigne
   cnt = m.info[2];
 }
 
+template <int NT, class KeyAt>
+__device__ __noinline__ void radix_resolve(const Smem& m, KeyAt key_at, int Wp, unsigned tb, unsigned need,
+                                           unsigned cnt);
+
 // The kept bits of a row into m.sel[0, Wp) (every word written). key_at(j): the key of channel j < F.
 template <int NT, class KeyAt>
 __device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned tb, unsigned need, unsigned cnt) {
@@ -148,6 +152,20 @@ __device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned t
     __syncthreads();
     return;
   }
+  radix_resolve<NT>(m, key_at, Wp, tb, need, cnt);
+}
+
+// keep_bits' cold path (a threshold bin of more candidates than threads: near-constant rows), out of line
+// so that the common path stays one short stretch of code (the selection is bound by instruction fetch).
+template <int NT, class KeyAt>
+__device__ __noinline__ void radix_resolve(const Smem& m, KeyAt key_at, int Wp, unsigned tb, unsigned need,
+                                           unsigned cnt) {
+  constexpr int NW = NT / 32;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  unsigned* sel = m.sel;
+  unsigned* aux = m.aux;
+  const int wpt = (Wp + NT - 1) / NT;
+  const int w0 = min(Wp, tid * wpt), w1 = min(Wp, w0 + wpt);
   // Radix passes over bits [11, 19), [3, 11), [0, 3) of the candidates' keys.
   unsigned P = tb << kHShift, known = ~0u << kHShift, rem = need, cntT = cnt;
   unsigned* rh = m.hist;  // 256 bins
