@@ -458,10 +458,12 @@ int run_checks() {
     }
     {
       Options gen{};
-      gen.select_specialized = false;
-      Problem q = p;
-      q.kind = SelKind::topk;
-      check_config(L, q, gen, "1b generic select");
+      gen.specialized = false;
+      for (SelKind k : {SelKind::dense, SelKind::topk, SelKind::grouped}) {
+        Problem q = p;
+        q.kind = k;
+        check_config(L, q, gen, "1b generic");
+      }
     }
     Options alt{};  // the benchmark's other variants
     alt.pdl = false;
@@ -656,8 +658,10 @@ int run_bench(int reps, int copies, const std::string& only) {
   add("up/down stage", SelKind::topk, moc::kFfnAll)->updown_stage = true;
   add("2:8 gate+select", SelKind::grouped, moc::kFfnGate | moc::kFfnSelect);
   add("2:8 up/down stage", SelKind::grouped, moc::kFfnAll)->updown_stage = true;
-  add("moc generic select", SelKind::topk, moc::kFfnAll)->opt.select_specialized = false;
-  add("gate+topK generic select", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.select_specialized = false;
+  add("moc generic", SelKind::topk, moc::kFfnAll)->opt.specialized = false;
+  add("moc 2:8 generic", SelKind::grouped, moc::kFfnAll)->opt.specialized = false;
+  add("dense generic", SelKind::dense, moc::kFfnAll)->opt.specialized = false;
+  add("gate+topK generic", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.specialized = false;
   add("moc select 1024", SelKind::topk, moc::kFfnAll)->opt.select_threads = 1024;
   add("gate+topK select 1024", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.select_threads = 1024;
   add("dense no-PDL", SelKind::dense, moc::kFfnAll)->opt.pdl = false;

@@ -532,10 +532,11 @@ __host__ __device__ inline std::size_t updown_smem_bytes(int smax, int d, int rp
 // ~1.2 us slower on the dense layer (bench/micro/NOTES.md, run 5).
 constexpr int updown_unroll(bool fg) { return fg ? 4 : 8; }
 
-template <int RP, bool FG, int MODE>
+// CL: the cluster size fixed at compile time (0: a.C), so that the kernel holds one reduction's code.
+template <int RP, bool FG, int MODE, int CL = 0>
 __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const int d = a.d, smax = a.smax, C = a.C;
+  const int d = a.d, smax = a.smax, C = CL > 0 ? CL : a.C;
   const int nct_max = (smax + kGroup - 1) / kGroup;
   bf16* stage = reinterpret_cast<bf16*>(smem);
   unsigned char* p = smem + updown_stage_bytes(smax, d);
@@ -1129,7 +1130,7 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
   const DeviceLimits lim = device_limits();
   const auto grid = static_cast<unsigned>(std::max(1, std::min(kGateBlocksPerSm * lim.sms, a.nunits)));
   if (opt.gate_unroll >= 8) launch_ex(k_gate<8>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
-  else if (opt.select_specialized && mode == kGateOnly) launch_ex(k_gate<4, kGateOnly>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
+  else if (opt.specialized && mode == kGateOnly) launch_ex(k_gate<4, kGateOnly>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
   else launch_ex(k_gate<4>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
   MOC_CUDA_LAUNCHED("k_gate");
 }
@@ -1174,7 +1175,7 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
   if (sel_threads(opt) == 1024) {
     if (a.cache) launch_ex(k_select<1024, true>, grid, 1024, smem, ch.st, a.C, pdl, a);
     else launch_ex(k_select<1024, false>, grid, 1024, smem, ch.st, a.C, pdl, a);
-  } else if (opt.select_specialized && a.cache && mode == kSelTopK) {
+  } else if (opt.specialized && a.cache && mode == kSelTopK) {
     auto go = [&](auto kernel) { launch_ex(kernel, grid, kSelThreads, smem, ch.st, a.C, pdl, a); };
     const bool one = a.C == 1;
     switch (p.rule) {
@@ -1269,16 +1270,27 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   const bool pdl = ch.next();
   with_rows(p.rows, [&](auto rp) {
     constexpr int RP = decltype(rp)::value;
-    auto go = [&](auto kernel) {
+    // The plan is made for the generic build (same shared memory and registers bound); a MoC plan of
+    // cluster 1 or 2 then runs the build compiled for it. The dense (gate-fused) builds stay generic: the
+    // cluster-2 build of the dense kernel measured 0.8 us slower at batch 3-4 (bench/micro/NOTES.md).
+    auto go = [&](auto kernel, auto k1, auto k2) {
       const UpDownPlan pl = plan_updown(kernel, slots, p.d, RP, fused_gate, opt);
       a.smax = pl.smax;
       a.C = pl.C;
-      launch_ex(kernel, pl.grid, kThreads, pl.launch_smem, ch.st, pl.C, pdl, a);
+      if (opt.specialized && pl.C == 1) launch_ex(k1, pl.grid, kThreads, pl.launch_smem, ch.st, pl.C, pdl, a);
+      else if (opt.specialized && pl.C == 2) launch_ex(k2, pl.grid, kThreads, pl.launch_smem, ch.st, pl.C, pdl, a);
+      else launch_ex(kernel, pl.grid, kThreads, pl.launch_smem, ch.st, pl.C, pdl, a);
     };
-    if (fused_gate && cmode == kAllChannels) go(k_updown<RP, true, kAllChannels>);
-    else if (fused_gate) go(k_updown<RP, true, kListChannels>);
-    else if (cmode == kMaskChannels) go(k_updown<RP, false, kMaskChannels>);
-    else go(k_updown<RP, false, kListChannels>);
+    if (fused_gate && cmode == kAllChannels)
+      go(k_updown<RP, true, kAllChannels>, k_updown<RP, true, kAllChannels>, k_updown<RP, true, kAllChannels>);
+    else if (fused_gate)
+      go(k_updown<RP, true, kListChannels>, k_updown<RP, true, kListChannels>, k_updown<RP, true, kListChannels>);
+    else if (cmode == kMaskChannels)
+      go(k_updown<RP, false, kMaskChannels>, k_updown<RP, false, kMaskChannels, 1>,
+         k_updown<RP, false, kMaskChannels, 2>);
+    else
+      go(k_updown<RP, false, kListChannels>, k_updown<RP, false, kListChannels, 1>,
+         k_updown<RP, false, kListChannels, 2>);
   });
   MOC_CUDA_LAUNCHED("k_updown");
 }

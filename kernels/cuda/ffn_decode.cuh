@@ -60,7 +60,10 @@ struct Options {
   // the issuing kernel completes only when its prefetches have landed), so off by default (bench/micro/NOTES.md).
   int prefetch = 0;
   int select_threads = 0;  // threads of one selection block: 512 or 1024 (0: the default, 512)
-  bool select_specialized = true;  // row top-K: a selection kernel compiled for its mode and rule only
+  // Kernels compiled for the mode, rule, row count and cluster size they run (the top-K gate and selection
+  // kernels, MoC's up/down kernel at clusters of 1 and 2), so that each holds only the code it executes: the
+  // selection is bound by instruction fetch (bench/micro/NOTES.md). false: the generic builds, for A/B.
+  bool specialized = true;
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).
