@@ -737,6 +737,22 @@ int main(int argc, char** argv) {
                                        "`gui` go to it (mocbench-gui --help lists them)");
   gui->prefix_command();  // everything after `gui` is the dashboard's, --help included
 
+  // A first word that is no command is refused as such, --help or not (CLI11 would print the main help for
+  // `mocbench eval --help` and exit 0, as if `eval` existed).
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known = known || sub->check_name(word);
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "mocbench: '%s' is not a command\n  hint: the commands are %s (mocbench --help)\n",
+                   word.c_str(), names.c_str());
+      return kExitBadInput;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -132,9 +132,11 @@ struct Recorder {
   Phase phase = Phase::timing;
   int calls = 0;
   std::vector<double> stamped_kernel_ms;  // per stamped repetition: the stamped kernels' time
+  bool flush = false;  // cold timing (every mode but ffn-decode): the caches evicted before each repetition
   template <class Fn>
   double operator()(Fn&& fn) {
     if (stop && stop->load()) throw Interrupted();
+    if (flush) ops.flush_caches();  // issued before the repetition's timing (and profiled step) begins
     if (phase != Phase::timing) {
       if (phase == Phase::profiled) tracer->begin_step();
       const double t = timed(ops, fn);  // synchronizes: the step's work is done when it ends
@@ -314,7 +316,9 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
   LateRangeSink to_tracer(tracer.get());
   TeeRangeSink tee({&timer, ops.device() == DeviceKind::cuda ? &nvtx : nullptr, &to_tracer});
   RangeSink* sink = &tee;
-  Recorder rec{ops, timer, spec.measure.warmup, &out.memory_baseline_bytes, spec.stop, tracer.get(), Recorder::Phase::timing, 0, {}};
+  // cold: ffn-decode rotates weight copies inside each repetition (below); every other mode flushes.
+  Recorder rec{ops,    timer,    spec.measure.warmup, &out.memory_baseline_bytes, spec.stop, tracer.get(),
+               Recorder::Phase::timing, 0, {}, spec.cold && spec.mode != "ffn-decode"};
   // After a mode's timed repetitions: its profile, from the same repetition function. recapture re-records
   // the point's CUDA graphs once the tracer is up (it must see their nodes created inside the ranges).
   auto profile = [&](const std::function<double()>& sample, const std::function<void()>& recapture = {}) {
@@ -478,6 +482,7 @@ PointOutcome run_point(Ops& backend, const PointSpec& spec) {
     // like the step; each sample starts the sequence again.
     const Stats pre = measure(spec.measure, [&] {
       if (spec.stop && spec.stop->load()) throw Interrupted();
+      if (rec.flush) ops.flush_caches();
       return timed(ops, refill);
     });
     m.push_back({"prefill_ms", pre.median_s * 1e3});

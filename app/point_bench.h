@@ -27,7 +27,7 @@ struct PointSpec {
   int seq = 256;
   int prompt = 128;    // decode
   int generate = 128;  // decode: tokens per prefill before the cache is refilled
-  bool cold = true;    // ffn-decode: rotate weight copies so they come from memory, not cache
+  bool cold = true;    // ffn-decode: rotate weight copies; other modes: Ops::flush_caches before each repetition
   std::size_t cold_bytes = std::size_t{256} << 20;  // weight bytes to rotate through when cold
   bool fp32_master = false;
   TextData data;        // train: train on this corpus; decode: prompts from its validation documents

@@ -23,6 +23,7 @@
 
 #include "app/json_text.h"
 #include "app/point_bench.h"
+#include "app/point_spec.h"
 #include "app/scenario.h"
 #include "app/summary.h"
 #include "db/results_db.h"
@@ -205,33 +206,6 @@ void mark_failed(db::ResultsDb& store, std::int64_t run_id, const std::string& e
   }
 }
 
-PointSpec to_spec(const ScenarioPoint& p, bool no_profile) {
-  PointSpec s;
-  s.mode = p.mode;
-  s.model = p.model;
-  s.batch = p.batch;
-  s.seq = p.seq;
-  s.prompt = p.measure.prompt;
-  s.generate = p.measure.generate;
-  s.cold = p.measure.cold;
-  s.measure.warmup = p.measure.warmup;
-  s.measure.min_reps = p.measure.min_reps;
-  s.measure.max_reps = p.measure.max_reps;
-  s.measure.time_bound_s = p.measure.time_bound_s;
-  s.measure.target_noise = p.measure.target_noise;
-  s.stop = &g_stop;
-  s.profile = p.profile_kernels && !no_profile;
-  s.profile_steps = p.profile_steps;
-  if (p.precision == "bf16" || p.precision == "bf16-fp32master") s.model.param_dtype = s.model.act_dtype = DType::bf16;
-  if (p.precision == "fp32") s.model.param_dtype = s.model.act_dtype = DType::f32;
-  s.fp32_master = p.precision == "bf16-fp32master";
-  s.model.ffn.topk_backend = p.topk_backend == "raft" ? TopkBackend::raft : TopkBackend::own;
-  s.weights = p.weights;
-  s.data = p.data;
-  s.zero1 = p.zero1;
-  s.comm_overlap = p.comm_overlap;
-  return s;
-}
 
 // A point in this process: its backend (made per point, so each starts with an empty allocator) and, for a
 // rank of a launch, the communicator (made at the first point and kept: NCCL's creation is collective).
@@ -264,6 +238,7 @@ PointOutcome run_here(const ScenarioPoint& p, const RunOptions& opt, const std::
     ops = make_cpu_ops(limit);
   }
   PointSpec spec = to_spec(p, opt.no_profile);
+  spec.stop = &g_stop;
   spec.memory_limit_bytes = limit;
 #ifdef MOCBENCH_HAVE_CUDA
   if (backend == "cuda") spec.peak_flops = dense_bf16_peak_flops(cuda::list_gpus().at(0));
@@ -417,6 +392,8 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     std::printf("scenario %s (%s): %zu points on %s\n", sc.name.c_str(), path.c_str(), points.size(), backend.c_str());
     for (const auto& a : applied)
       std::printf("  %s override: %s.%s = %s\n", backend.c_str(), a.section.c_str(), a.key.c_str(), a.value.c_str());
+    for (const auto& k : run_environment_knobs())  // stored with the run: they change what runs
+      if (const char* v = std::getenv(k.c_str()); v != nullptr && *v != '\0') std::printf("  environment: %s=%s\n", k.c_str(), v);
   }
   if (opt.dry_run) {
     for (const auto& p : points) std::printf("%s\n", p.describe().c_str());
@@ -491,7 +468,7 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     ov += std::string(i ? "," : "") + "{\"section\":\"" + json_escape(applied[i].section) + "\",\"key\":\"" +
           json_escape(applied[i].key) + "\",\"value\":\"" + json_escape(applied[i].value) + "\"}";
   run.overrides_json = ov + "]";
-  run.config_json = "{\"backend\":\"" + backend + "\",\"points\":" + std::to_string(points.size()) + "}";
+  run.config_json = run_config_json(backend, points.size());
   run.machine_json = machine_json(backend);
   run.device_kind = backend;
   run.device_name = cpu_model();
@@ -616,11 +593,7 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
       throw;
     }
     if (json) {
-      std::printf("{\"index\":%zu,\"mode\":\"%s\",\"status\":\"%s\"", i, p.mode.c_str(), rec.status.c_str());
-      for (const auto& [k, v] : p.axes) std::printf(",\"%s\":\"%s\"", json_escape(k).c_str(), json_escape(v).c_str());
-      for (const auto& [k, v] : rec.metrics) std::printf(",\"%s\":%.9g", json_escape(k).c_str(), v);
-      if (!rec.error.empty()) std::printf(",\"error\":\"%s\"", json_escape(rec.error).c_str());
-      std::printf("}\n");
+      std::printf("%s\n", run_json_line(i, p.mode, rec.status, p.axes, rec.metrics, rec.error).c_str());
       std::fflush(stdout);
     }
     if (rec.status == "interrupted") {

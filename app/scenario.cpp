@@ -43,8 +43,8 @@ namespace {
 const std::vector<std::string> kTopKeys = {"name",    "description", "mode",    "device",  "model",    "measure",
                                            "profile", "data",        "axes",    "exclude", "include", "overrides"};
 const std::vector<std::string> kProfileKeys = {"kernels", "steps"};
-const std::vector<std::string> kMeasureKeys = {"warmup", "min_reps", "max_reps", "time_bound_s", "target_noise",
-                                               "cold",   "steps",    "prompt",   "generate"};
+const std::vector<std::string> kMeasureKeys = {"warmup", "min_reps",  "max_reps", "time_bound_s",
+                                               "target_noise", "cold", "prompt", "generate"};
 const std::vector<std::string> kOverrideKeys = {"model", "measure", "data", "axes"};
 const std::vector<std::string> kDevices = {"auto", "cpu", "cuda"};
 const std::vector<std::string> kSelectRules = {"gate", "silu", "abs_silu"};
@@ -445,6 +445,12 @@ class Parser {
  private:
   [[noreturn]] void unknown(const std::string& k, SourcePos p, const std::string& where,
                             const std::vector<std::string>& valid) {
+    if (k == "steps" && where.find("measure") != std::string::npos)
+      fail(file_, p,
+           "[measure] steps was removed: it never changed what ran (a timed repetition of train and ffn-train "
+           "is one optimizer step; how many repetitions run comes from min_reps, max_reps, time_bound_s and "
+           "target_noise)",
+           "remove the line; to train on real text for N steps, use [data] steps = N");
     fail(file_, p, "unknown key '" + k + "' " + where + did_you_mean(k, valid),
          "valid keys " + where + ": " + join(valid));
   }
@@ -649,7 +655,6 @@ std::string ScenarioPoint::describe() const {
     o << " prompt " << measure.prompt << " generate " << measure.generate;
   else if (mode != "ffn-decode")
     o << " seq " << seq;
-  if (mode == "train" || mode == "ffn-train") o << " steps " << measure.steps;
   o << " | " << precision;
   if (mode == "topk" || model.ffn.kind == FfnKind::moc) o << " topk " << topk_backend;
   if (mode == "decode" || mode == "ffn-decode") o << " | " << decode_impl;
@@ -702,8 +707,8 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
     const auto& s = meas[i];
     const auto& v = s.value;
     const std::pair<const char*, int*> ints[] = {{"warmup", &m.warmup}, {"min_reps", &m.min_reps},
-                                                 {"max_reps", &m.max_reps}, {"steps", &m.steps},
-                                                 {"prompt", &m.prompt},     {"generate", &m.generate}};
+                                                 {"max_reps", &m.max_reps}, {"prompt", &m.prompt},
+                                                 {"generate", &m.generate}};
     for (auto [key, field] : ints)
       if (s.key == key) *field = static_cast<int>(v.i);
     if (s.key == "time_bound_s") m.time_bound_s = v.f;

@@ -31,8 +31,7 @@ struct Measurement {
   int max_reps = 100;          // ...and at most
   double time_bound_s = 10;    // stop after this much timed work once min_reps are done
   double target_noise = 0.02;  // stop once the relative noise of the median falls below this
-  bool cold = true;            // cold timing: rotate weight copies / flush L2 between repetitions
-  int steps = 10;              // train modes: optimizer steps per repetition
+  bool cold = true;            // cold timing: ffn-decode rotates weight copies, other modes flush the cache
   int prompt = 128;            // decode mode: prompt tokens per sequence
   int generate = 128;          // decode mode: generated tokens per sequence
 };

@@ -12,6 +12,8 @@
 #include <set>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "app/json_text.h"
 #include "app/report.h"
 
@@ -273,8 +275,15 @@ const char* colour_of(const SummaryColumn& c, const SummaryCell& cell) {
   return nullptr;
 }
 
+std::string environment_line(const RunSummary& s) {
+  std::string line;
+  for (const auto& e : s.environment) line += (line.empty() ? "" : " ") + e;
+  return line;
+}
+
 void print_text(const RunSummary& s, std::ostream& out, bool colour) {
   out << s.heading << "\n";
+  if (!s.environment.empty()) out << "  environment: " << environment_line(s) << "\n";
   if (!s.error.empty()) out << (colour ? "\033[33m" : "") << "  " << s.error << (colour ? "\033[0m" : "") << "\n";
   for (const auto& t : s.tables) {
     out << "\n" << (colour ? "\033[1m" : "") << t.title << (colour ? "\033[0m" : "") << "\n";
@@ -301,6 +310,7 @@ void print_text(const RunSummary& s, std::ostream& out, bool colour) {
 
 void print_markdown(const RunSummary& s, std::ostream& out) {
   out << "**" << s.heading << "**\n";
+  if (!s.environment.empty()) out << "\nenvironment: `" << environment_line(s) << "`\n";
   if (!s.error.empty()) out << "\n" << s.error << "\n";
   for (const auto& t : s.tables) {
     out << "\n" << t.title << "\n\n|";
@@ -355,7 +365,10 @@ void print_csv(const RunSummary& s, std::ostream& out) {
 }
 
 void print_json(const RunSummary& s, std::ostream& out) {
-  out << "{\"run\":" << s.run_id << ",\"heading\":\"" << json_escape(s.heading) << "\",\"error\":\"" << json_escape(s.error) << "\",\"tables\":[";
+  out << "{\"run\":" << s.run_id << ",\"heading\":\"" << json_escape(s.heading) << "\",\"error\":\"" << json_escape(s.error)
+      << "\",\"environment\":[";
+  for (std::size_t i = 0; i < s.environment.size(); ++i) out << (i ? "," : "") << json_quote(s.environment[i]);
+  out << "],\"tables\":[";
   for (std::size_t i = 0; i < s.tables.size(); ++i) {
     const auto& t = s.tables[i];
     out << (i ? "," : "") << "{\"mode\":\"" << json_escape(t.mode) << "\",\"title\":\"" << json_escape(t.title)
@@ -397,6 +410,7 @@ RunSummary summarize_run(const db::ResultsDb& store, std::int64_t run_id) {
               (run->device_name.empty() ? "" : " " + run->device_name) + ", " + run->status + ", " +
               std::to_string(points.size()) + " point" + (points.size() == 1 ? "" : "s");
   s.error = run->error;
+  s.environment = db::run_environment(*run);  // none for runs recorded before the environment was stored
   std::vector<std::string> modes;
   std::map<std::string, std::vector<const db::PointRecord*>> by_mode;
   for (const auto& p : points) {
@@ -429,6 +443,36 @@ void print_summary(const RunSummary& s, SummaryFormat format, std::ostream& out,
     case SummaryFormat::csv: print_csv(s, out); break;
     case SummaryFormat::json: print_json(s, out); break;
   }
+}
+
+const std::vector<std::string>& run_environment_knobs() {
+  static const std::vector<std::string> k = {"MOCBENCH_ATTN", "MOCBENCH_SKINNY", "MOCBENCH_SKINNY_BIG",
+                                             "MOCBENCH_CUPTI_KINDS", "MOCBENCH_HOST_MEMORY_MIB"};
+  return k;
+}
+
+std::string run_config_json(const std::string& backend, std::size_t points) {
+  nlohmann::ordered_json o;
+  o["backend"] = backend;
+  o["points"] = points;
+  nlohmann::ordered_json env = nlohmann::ordered_json::object();
+  for (const auto& k : run_environment_knobs())
+    if (const char* v = std::getenv(k.c_str()); v != nullptr && *v != '\0') env[k] = v;
+  o["env"] = env;
+  return o.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string run_json_line(std::size_t index, const std::string& mode, const std::string& status,
+                          const std::vector<std::pair<std::string, std::string>>& axes,
+                          const std::vector<std::pair<std::string, double>>& metrics, const std::string& error) {
+  nlohmann::ordered_json o;
+  o["index"] = index;
+  o["mode"] = mode;
+  o["status"] = status;
+  for (const auto& [k, v] : axes) o[k] = v;
+  for (const auto& [k, v] : metrics) o[k] = std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json();
+  if (!error.empty()) o["error"] = error;
+  return o.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace moc

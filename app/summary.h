@@ -40,6 +40,8 @@ struct RunSummary {
   std::int64_t run_id = 0;
   std::string heading;  // "run 3: decode_bs1_4 on cuda NVIDIA H100 80GB HBM3, ok, 48 points"
   std::string error;    // why the run failed or was abandoned ("" otherwise)
+  // The environment switches that changed what ran (run_environment_knobs), "NAME=value" each, as recorded.
+  std::vector<std::string> environment;
   std::vector<SummaryTable> tables;
 };
 
@@ -54,5 +56,20 @@ void print_summary(const RunSummary& s, SummaryFormat format, std::ostream& out,
 
 // Colours only on a terminal, and not when NO_COLOR is set or TERM is "dumb".
 bool colour_terminal(std::FILE* f);
+
+// The environment variables that change which kernels run or what is measured, and so belong to a run's
+// record: MOCBENCH_ATTN (attention on own kernels instead of cuDNN), MOCBENCH_SKINNY / MOCBENCH_SKINNY_BIG
+// (decode GEMM kernels), MOCBENCH_CUPTI_KINDS (what the profiler traces), MOCBENCH_HOST_MEMORY_MIB (the CPU
+// memory limit, so which points run out of memory).
+const std::vector<std::string>& run_environment_knobs();
+// The run's config_json (db::RunRecord): backend, point count and the knobs of run_environment_knobs() that are
+// set in this process ("env": {name: value}).
+std::string run_config_json(const std::string& backend, std::size_t points);
+
+// One point of `run --json` as one line of JSON (JSON Lines): index, mode, status, the point's axes, its
+// metrics (a value that is not finite -- NaN, +-Inf -- is null), and error when there is one.
+std::string run_json_line(std::size_t index, const std::string& mode, const std::string& status,
+                          const std::vector<std::pair<std::string, std::string>>& axes,
+                          const std::vector<std::pair<std::string, double>>& metrics, const std::string& error);
 
 }  // namespace moc

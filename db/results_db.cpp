@@ -25,6 +25,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include <nlohmann/json.hpp>
+
 namespace moc::db {
 namespace {
 
@@ -1698,6 +1700,18 @@ std::vector<GpuInfoRecord> ResultsDb::gpu_info(std::int64_t run_id) const {
     g.memory_clock_rate_khz = q.i32(8);
     g.bus_width_bits = q.i32(9);
     out.push_back(std::move(g));
+  }
+  return out;
+}
+
+std::vector<std::string> run_environment(const RunRecord& r) {
+  std::vector<std::string> out;
+  try {
+    const auto cfg = nlohmann::ordered_json::parse(r.config_json);
+    if (cfg.is_object() && cfg.contains("env") && cfg["env"].is_object())
+      for (const auto& [k, v] : cfg["env"].items()) out.push_back(k + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
+  } catch (const nlohmann::json::exception&) {
+    out.clear();  // config_json is opaque to the store: an unreadable one records no environment
   }
   return out;
 }

@@ -157,6 +157,11 @@ struct CeilingsRecord {
 // dashboard's Roofline view and Timeline colouring pick them this one way.)
 std::optional<CeilingsRecord> ceilings_for_profile(const std::vector<CeilingsRecord>& all, const prof::ProfileTrace& t);
 
+// The environment switches a run recorded in its config_json ("env": {name: value}, written by `mocbench run`),
+// "NAME=value" each in recorded order; empty for a run without any (or recorded before they were stored, or an
+// unreadable config_json).
+std::vector<std::string> run_environment(const RunRecord& r);
+
 // One point's instances of a kernel (by short name): the kernel's statistics over a run, point by point.
 struct KernelSummaryRow {
   std::int64_t point_id = 0;

@@ -137,6 +137,15 @@ class Ops {
   // Seconds the ops that fn issues take on the device: CUDA events around them on the GPU, the host
   // clock between two synchronizations elsewhere.
   virtual double timed(const std::function<void()>& fn);
+  // Evicts the device's last-level cache, so that the next ops read their data from memory: a scenario's
+  // `cold` timing, between repetitions and outside their timing. GPU: writes a buffer twice the L2's size on
+  // the stream (not a tensor: outside the memory accounting). CPU: nothing (cpu_ops.cpp says why).
+  void flush_caches() {
+    ++cache_flushes_;
+    flush_caches_impl();
+  }
+  std::uint64_t cache_flushes() const { return cache_flushes_; }  // flush_caches() calls on this object
+  virtual void flush_caches_impl() = 0;                            // what flush_caches() does (backends)
   // Timeline marks for profiling ranges: mark() stamps "now" in issue order (a CUDA event on the GPU, so
   // a range is timed by the device, not by when the host enqueued it; the host clock here) and returns its
   // id, or -1 where nothing can be stamped (inside a CUDA graph capture). mark_ms(id) is the time of a
@@ -254,6 +263,7 @@ class Ops {
 
  private:
   std::vector<std::chrono::steady_clock::time_point> host_marks_;  // the default mark() timeline
+  std::uint64_t cache_flushes_ = 0;
 };
 
 // The backend for a device: "cpu" always; "cuda" when built with the CUDA backend and a GPU is present.

@@ -25,6 +25,7 @@ class RecordingOps final : public Ops {
   void set_stream(void* s) override { inner_.set_stream(s); }
   std::unique_ptr<OpGraph> capture(std::function<void()> fn) override { return inner_.capture(std::move(fn)); }
   double timed(const std::function<void()>& fn) override { return inner_.timed(fn); }
+  void flush_caches_impl() override { inner_.flush_caches(); }
   int mark() override { return inner_.mark(); }
   double mark_ms(int id) override { return inner_.mark_ms(id); }
   void clear_marks() override { inner_.clear_marks(); }

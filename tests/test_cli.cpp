@@ -196,6 +196,14 @@ TEST_F(Cli, RunListShowExportCompare) {
   }
   EXPECT_EQ(mocbench("run " + kSmoke + " --only mode=nothing --db " + db).code, 2);
   EXPECT_EQ(mocbench("--help").code, 0);
+  EXPECT_EQ(mocbench("run --help").code, 0);
+  // A word that is no command is refused as such, with or without --help (not the main help, exit 0).
+  for (const std::string args : {"eval --help", "eval", "evaluate x.db"}) {
+    const auto r = mocbench(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("is not a command"), std::string::npos) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("run, "), std::string::npos) << "the hint lists the commands: " << r.out;
+  }
 }
 
 // Three ffn-train points on the tiny preset: batch 1 and 2 fit in 2 MiB, batch 512 x 16 rows of d_ffn 85 does not.
@@ -468,6 +476,46 @@ TEST_F(Cli, OutOfMemoryPointIsStoredAndTheSweepGoesOn) {
 // margin, so a point that cannot fit is an `oom` point, not a process the OOM killer ends. The available
 // memory is made artificially small (258 MiB less the 256 MiB margin: 2 MiB); nothing here allocates the
 // machine's memory.
+// run --json: one JSON object per point and line, every line valid JSON (an OOM point carries its error).
+TEST_F(Cli, RunJsonPrintsOneParsableObjectPerPoint) {
+  const std::string sc = write("oom.toml", kOomScenario);
+  auto r = mocbench("run " + sc + " --json --db " + path("j.db") + " --cpu-memory-limit-mib 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::istringstream lines(r.out);
+  std::vector<nlohmann::json> points;
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] == '{') points.push_back(nlohmann::json::parse(line));  // throws on bare nan
+  ASSERT_EQ(points.size(), 3u) << r.out;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    EXPECT_EQ(points[i]["index"], i);
+    EXPECT_EQ(points[i]["mode"], "ffn-train");
+  }
+  EXPECT_EQ(points[0]["status"], "ok");
+  EXPECT_GT(points[0]["fwd_bwd_ms"].get<double>(), 0.0);
+  EXPECT_EQ(points[1]["status"], "oom");
+  EXPECT_NE(points[1]["error"].get<std::string>().find("limit"), std::string::npos);
+  EXPECT_EQ(points[1]["batch"], "512");
+}
+
+// An environment switch that changes which kernels run is part of the run's record, and show says so; a run
+// without one shows no environment line.
+TEST_F(Cli, EnvironmentSwitchesAreStoredWithTheRunAndShown) {
+  const std::string sc = write("oom.toml", kOomScenario);
+  const std::string db = path("env.db");
+  ASSERT_EQ(mocbench_env("MOCBENCH_ATTN=own MOCBENCH_SKINNY=TC", "run " + sc + " --db " + db + " --quiet").code, 0);
+  ASSERT_EQ(mocbench("run " + sc + " --db " + db + " --quiet").code, 0);
+  const auto with = mocbench("show 1 --db " + db);
+  EXPECT_NE(with.out.find("environment: MOCBENCH_ATTN=own MOCBENCH_SKINNY=TC"), std::string::npos) << with.out;
+  const auto without = mocbench("show 2 --db " + db);
+  EXPECT_EQ(without.out.find("environment:"), std::string::npos) << without.out;
+  const auto j = nlohmann::json::parse(mocbench("show 1 --format json --db " + db).out);
+  ASSERT_EQ(j["environment"].size(), 2u);
+  EXPECT_EQ(j["environment"][0], "MOCBENCH_ATTN=own");
+  auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
+  EXPECT_EQ(nlohmann::json::parse(store.run(1)->config_json)["env"]["MOCBENCH_SKINNY"], "TC");
+  EXPECT_TRUE(nlohmann::json::parse(store.run(2)->config_json)["env"].empty());
+}
+
 TEST_F(Cli, PointBeyondTheAvailableHostMemoryIsStoredAsOomByDefault) {
   const std::string sc = write("oom_host.toml", kOomScenario);
   const std::string db = path("h.db");

@@ -297,6 +297,18 @@ TEST_F(ResultsDbStore, RoundTripKeepsARunWithTwoPointsAndEverythingRecordedAtThe
   EXPECT_TRUE(db.memory_events(p1.id).empty());
 }
 
+TEST(RunEnvironment, TheSwitchesARunRecordedInItsConfigInRecordedOrder) {
+  RunRecord r;
+  r.config_json = R"({"backend":"cuda","points":4,"env":{"MOCBENCH_SKINNY":"TC:2","MOCBENCH_ATTN":"own"}})";
+  EXPECT_EQ(run_environment(r), (std::vector<std::string>{"MOCBENCH_SKINNY=TC:2", "MOCBENCH_ATTN=own"}));
+  r.config_json = R"({"backend":"cpu","points":1,"env":{}})";
+  EXPECT_TRUE(run_environment(r).empty());
+  r.config_json = R"({"backend":"cpu","points":1})";  // recorded before the environment was stored
+  EXPECT_TRUE(run_environment(r).empty());
+  r.config_json = "{not json";  // opaque to the store: nothing to show, no throw
+  EXPECT_TRUE(run_environment(r).empty());
+}
+
 TEST_F(ResultsDbStore, RunsAreListedNewestFirst) {
   auto db = ResultsDb::open(file("results.db"), OpenMode::read_write);
   const auto old_run = db.begin_run(sample_run("old", 1000));

@@ -341,6 +341,33 @@ TEST(ScenarioValidation, RetiredPersistentDecodeImplIsRefusedWithTheReasonAndAFi
   EXPECT_FALSE(refusal(kBase).has_value());
 }
 
+// [measure] steps was parsed, documented and set by nine scenarios and never changed what ran: removed, and a
+// file that still sets it is refused with the reason and the key that does what it may have meant.
+TEST(ScenarioValidation, RemovedMeasureStepsIsRefusedWithTheReasonAndAFix) {
+  const std::string train = "mode = \"train\"\n[model]\npreset = \"tiny\"\n";
+  expect_refused(train + "[measure]\nwarmup = 1\nsteps = 3\n", 6, 1,
+                 "[measure] steps was removed: it never changed what ran",
+                 "remove the line; to train on real text for N steps, use [data] steps = N");
+  // The same inside an override's measure table.
+  expect_refused(train + "[overrides.cpu]\nmeasure = { steps = 2 }\n", 5, 0, "[measure] steps was removed",
+                 "[data] steps = N");
+  // [data] steps (the length of a training run on real text) and [profile] steps still parse.
+  EXPECT_FALSE(refusal(train + "[profile]\nsteps = 2\n").has_value());
+  // No shipped scenario sets it any more (scenarios/ also holds data files that are no scenario at all:
+  // paper_numbers.toml, refused for other reasons).
+  int scenarios = 0;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(scenarios_dir())) {
+    if (f.path().extension() != ".toml") continue;
+    try {
+      load_scenario(f.path().string());
+      ++scenarios;
+    } catch (const ScenarioError& e) {
+      EXPECT_EQ(std::string(e.what()).find("steps was removed"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_GE(scenarios, 9);
+}
+
 TEST(ScenarioExpand, AScalarAxisIsAOneValueAxis) {
   const auto pts = parse_scenario(kBase + "seq = 64\n", kFile).expand("cpu");
   ASSERT_EQ(pts.size(), 2u);

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
@@ -237,6 +239,31 @@ TEST_F(Summary, ColoursOnlyWhenAskedFor) {
   EXPECT_NE(coloured.str().find("\033[32m"), std::string::npos);
   EXPECT_NE(plain.str().find("latency (µs)"), std::string::npos) << plain.str();
   EXPECT_THROW(parse_summary_format("xml"), std::invalid_argument);
+}
+
+TEST(RunJsonLine, NonFiniteMetricsAreNullAndTheLineParses) {
+  const std::string line =
+      run_json_line(3, "decode", "ok", {{"ffn", "moc"}, {"batch", "2"}},
+                    {{"ms_per_token", 1.25},
+                     {"noise", std::nan("")},
+                     {"up", std::numeric_limits<double>::infinity()},
+                     {"down", -std::numeric_limits<double>::infinity()}},
+                    "");
+  EXPECT_EQ(line.find('\n'), std::string::npos) << "one line per point";
+  const auto j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["index"], 3);
+  EXPECT_EQ(j["mode"], "decode");
+  EXPECT_EQ(j["ffn"], "moc");
+  EXPECT_EQ(j["batch"], "2");
+  EXPECT_DOUBLE_EQ(j["ms_per_token"].get<double>(), 1.25);
+  EXPECT_TRUE(j["noise"].is_null());
+  EXPECT_TRUE(j["up"].is_null());
+  EXPECT_TRUE(j["down"].is_null());
+  EXPECT_FALSE(j.contains("error"));
+  // An error with quotes, a newline and bytes that are not UTF-8 still gives one valid line.
+  const std::string bad = run_json_line(0, "train", "failed", {}, {}, "said \"no\"\nthen \xff");
+  EXPECT_EQ(bad.find('\n'), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(bad)["status"], "failed");
 }
 
 }  // namespace

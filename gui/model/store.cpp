@@ -126,6 +126,7 @@ void Store::reload_runs() {
       for (auto& r : s.db->runs()) {
         RunRow row;
         row.ref = {i, r.id};
+        row.environment = db::run_environment(r);
         auto it = points_.find(row.ref);
         if (it == points_.end()) {  // (cached from an earlier reload until the file changes)
           std::vector<db::PointRecord> read;

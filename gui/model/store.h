@@ -31,6 +31,7 @@ struct RunRow {
   int noisy_points = 0;  // ok points whose repetitions stopped at a bound before the noise target (noise_met 0)
   std::string modes;  // distinct point modes, e.g. "ffn-decode, decode"
   std::string read_error;  // its points could not be read (a damaged file): what SQLite said; counts are 0
+  std::vector<std::string> environment;  // db::run_environment: switches recorded with the run ("NAME=value")
 };
 
 // One database file. `error` is set (and `db` empty) when it could not be opened: a missing file, a file that

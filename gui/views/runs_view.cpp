@@ -81,6 +81,15 @@ void draw_runs_view(Store& store, UiState& ui) {
       if (ImGui::IsItemHovered() && !row.modes.empty()) ImGui::SetTooltip("modes: %s", row.modes.c_str());
       ImGui::TableNextColumn();
       ImGui::Text("%s", r.device_name.empty() ? r.device_kind.c_str() : r.device_name.c_str());
+      if (!row.environment.empty()) {  // switches that changed which kernels ran: the run is not the default build's
+        ImGui::SameLine();
+        ImGui::TextColored(ImVec4(1.0f, 0.85f, 0.25f, 1.0f), "env");
+        if (ImGui::IsItemHovered()) {
+          std::string tip = "environment switches recorded with this run (they change what ran):";
+          for (const auto& e : row.environment) tip += "\n  " + e;
+          ImGui::SetTooltip("%s", tip.c_str());
+        }
+      }
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(date_of(r.started_unix_ms).c_str());
       ImGui::TableNextColumn();

@@ -12,6 +12,7 @@ class CpuOps final : public Ops {
   Allocator& allocator() override { return alloc_; }
   HostAllocator& host_allocator() { return alloc_; }
   void synchronize() override {}
+  void flush_caches_impl() override;
   std::unique_ptr<OpGraph> capture(std::function<void()> fn) override;
 
   void upload(Tensor& dst, const void* host) override;

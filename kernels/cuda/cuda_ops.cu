@@ -376,6 +376,7 @@ CudaOps::~CudaOps() {
   gemm_plans_.clear();
   for (cudaEvent_t ev : marks_) cudaEventDestroy(ev);
   if (gemm_ws_) alloc_.release(gemm_ws_, gemm_ws_bytes_, workspace_tag());
+  if (flush_buf_) cudaFree(flush_buf_);
   if (lt_) cublasLtDestroy(lt_);
   if (own_stream_) cudaStreamDestroy(own_stream_);
 }
@@ -418,6 +419,18 @@ std::unique_ptr<OpGraph> CudaOps::capture(std::function<void()> fn) {
     check(e, "cuda graph capture/instantiate", __FILE__, __LINE__);
   }
   return std::make_unique<CudaGraph>(*this, graph, exec, pool);
+}
+
+void CudaOps::flush_caches_impl() {
+  MOC_CUDA_CHECK(cudaSetDevice(device_));
+  if (!flush_buf_) {
+    int l2 = 0;
+    MOC_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device_));
+    flush_bytes_ = std::max<std::size_t>(std::size_t{2} * static_cast<std::size_t>(l2), std::size_t{8} << 20);
+    MOC_CUDA_CHECK(cudaMalloc(&flush_buf_, flush_bytes_));
+  }
+  static unsigned char v = 0;  // a different value each time: every line is written back
+  MOC_CUDA_CHECK(cudaMemsetAsync(flush_buf_, ++v, flush_bytes_, stream_));
 }
 
 double CudaOps::timed(const std::function<void()>& fn) {

@@ -99,6 +99,7 @@ class CudaOps final : public Ops {
   void set_stream(void* s) override;
   std::unique_ptr<OpGraph> capture(std::function<void()> fn) override;
   double timed(const std::function<void()>& fn) override;
+  void flush_caches_impl() override;
   void set_stamping(bool on) override;
   std::vector<StampedLaunch> take_stamps(std::uint64_t* dropped) override;
   int mark() override;
@@ -170,6 +171,8 @@ class CudaOps final : public Ops {
   cublasLtHandle_t lt_ = nullptr;
   void* gemm_ws_ = nullptr;
   std::size_t gemm_ws_bytes_ = 0;
+  void* flush_buf_ = nullptr;  // flush_caches_impl: twice the L2 (cudaMalloc'ed, outside the allocator)
+  std::size_t flush_bytes_ = 0;
   using GemmKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, int, int, int, int, int, int>;
   std::map<GemmKey, std::unique_ptr<GemmPlan>> gemm_plans_;
   std::vector<cudaEvent_t> marks_;  // mark() events; the first marks_used_ belong to the current timeline
