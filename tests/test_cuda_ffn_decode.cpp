@@ -404,6 +404,63 @@ TEST(GpuFfnDecode, TiesNaNAndOverflowingThresholdBin) {
   }
 }
 
+// One ranking key for every path (kernels/cuda/select_key.cuh): the decode FFN's selection (ffn_decode, gate
+// computed with W_gate = I so that g = x exactly), the training step's row top-K (Ops::moc_select on the same
+// values, f32 and bf16, own kernels) and the CPU twin must keep exactly the same channels -- not "the same up
+// to near-ties": the keys are equal bit for bit. Values: ties, +-0 and a dense range where the rounding of SiLU
+// decides the order (silu, abs_silu); no NaN (with W_gate = I one NaN in x would make every g NaN; NaN ranking
+// is TiesNaNAndOverflowingThresholdBin's). RAFT's select_k is left out: its order among equal keys is its own.
+TEST(GpuMocSelect, EveryPathRanksByTheSameKey) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (int F : {296, 1024})
+    for (int R : {1, 3}) {
+      // x: the gate values themselves (bf16), with ties and zeros of both signs.
+      std::vector<float> x = round_to(randn(rng, static_cast<std::size_t>(R) * F, 3.0f), DType::bf16);
+      for (int r = 0; r < R; ++r) {
+        float* row = x.data() + static_cast<std::size_t>(r) * F;
+        for (int j = 0; j < 24; ++j) row[j] = row[24];  // a run of equal values
+        row[30] = 0.0f;
+        row[31] = -0.0f;
+        for (int j = 50; j < 120; ++j) row[j] = bf16_to_f32(f32_to_bf16(-1.2784f + 1e-3f * static_cast<float>(j % 7)));
+      }
+      std::vector<float> eye(static_cast<std::size_t>(F) * F, 0.0f), zero(static_cast<std::size_t>(F) * F, 0.0f);
+      for (int j = 0; j < F; ++j) eye[static_cast<std::size_t>(j) * F + j] = 1.0f;
+      Tensor xg, xc, wgg, wgc, wug, wuc, wdg, wdc;
+      upload_pair(*gpu, *cpu, xg, xc, {R, F}, DType::bf16, x);
+      upload_pair(*gpu, *cpu, wgg, wgc, {F, F}, DType::bf16, eye);
+      upload_pair(*gpu, *cpu, wug, wuc, {F, F}, DType::bf16, zero);
+      upload_pair(*gpu, *cpu, wdg, wdc, {F, F}, DType::bf16, zero);
+      for (SelectRule rule : {SelectRule::gate, SelectRule::silu, SelectRule::abs_silu}) {
+        const MocSelect sel{F / 5, 0, 0, rule};
+        SCOPED_TRACE("F " + std::to_string(F) + " R " + std::to_string(R) + " " + sel_str(&sel));
+        const int kept = sel.kept(F);
+        // The decode FFN's gate and selection.
+        Tensor out = gpu->empty({R, F}, DType::bf16, workspace_tag());
+        gpu->fill(out, 0.0f);
+        Tensor dec = gpu->empty({R, kept}, DType::i16, workspace_tag());
+        gpu->ffn_decode(xg, {&wgg, &wug, &wdg}, &sel, out, nullptr, &dec, kFfnGate | kFfnSelect);
+        const auto decode_idx = gpu->download_i32(dec);
+        // The training step's selection on the same values, f32 and bf16; and the CPU twin's.
+        auto select_on = [&](Ops& ops, DType dt, TopkBackend backend) {
+          Tensor g = ops.empty({R, F}, dt, workspace_tag());
+          ops.upload_f32(g, x);
+          Tensor idx = ops.empty({R, kept}, DType::i16, workspace_tag());
+          MocSelect s = sel;
+          s.backend = backend;
+          ops.moc_select(g, s, idx);
+          return ops.download_i32(idx);
+        };
+        EXPECT_EQ(decode_idx, select_on(*cpu, DType::f32, TopkBackend::own)) << "decode FFN vs the CPU twin";
+        EXPECT_EQ(decode_idx, select_on(*gpu, DType::f32, TopkBackend::own)) << "decode FFN vs training, f32";
+        EXPECT_EQ(decode_idx, select_on(*gpu, DType::bf16, TopkBackend::own)) << "decode FFN vs training, bf16";
+      }
+    }
+}
+
 TEST(GpuFfnDecode, GraphReplayMatchesEager) {
   MOC_GPU_OR_SKIP(gpu);
   auto cpu = make_cpu_ops();

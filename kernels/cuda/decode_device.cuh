@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "kernels/cuda/select_key.cuh"
 #include "kernels/ops.h"
 
 namespace moc::cuda::dev {
@@ -30,24 +31,9 @@ __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
 __device__ __forceinline__ float bf_lo(unsigned u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
 
-// Same formula and rounding as the CPU twin's silu.
+// SiLU for values (the decode FFN's z = SiLU(g) * u): the fast expf, within a few ulp of the CPU twin's, whose
+// outputs the tests compare with a tolerance. Ranking uses select_key.cuh's silu_cpu, the CPU's rounding exactly.
 __device__ __forceinline__ float silu_f(float g) { return g * (1.0f / (1.0f + expf(-g))); }
-
-// The value a channel is ranked by (NaN as -inf, -0 as +0) and its order-preserving key: larger value,
-// larger key; every real key is >= key(-inf) = 0x007fffff > 0.
-__device__ __forceinline__ float rank_value(float g, int rule) {
-  float v = g;
-  if (rule == static_cast<int>(SelectRule::silu)) v = silu_f(g);
-  if (rule == static_cast<int>(SelectRule::abs_silu)) v = fabsf(silu_f(g));
-  if (v != v) v = -INFINITY;
-  if (v == 0.0f) v = 0.0f;
-  return v;
-}
-__device__ __forceinline__ unsigned key_of(float v) {
-  const unsigned u = __float_as_uint(v);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-__device__ __forceinline__ unsigned sel_key(float g, int rule) { return key_of(rank_value(g, rule)); }
 
 // ---- tensor-core GEMV tiles (the decode FFN's gate and up/down kernels, the decode GEMVs): 16 weight rows x up
 // to 8 rows of x per mma.sync step.

@@ -27,7 +27,7 @@ namespace ffn {
 namespace {
 
 namespace cg = cooperative_groups;
-using namespace moc::cuda::dev;  // ld_stream, prefetch_l2, bf_lo/bf_hi, silu_f, keys (decode_device.cuh)
+using namespace moc::cuda::dev;  // ld_stream, prefetch_l2, bf_lo/bf_hi, silu_f (decode_device.cuh); sel_key (select_key.cuh)
 
 constexpr int kThreads = 256;  // gate, up/down and prep kernels: 8 warps per block
 constexpr int kWarps = kThreads / 32;

@@ -1,6 +1,6 @@
 // Exact row top-K of the decode FFN's gate values inside one thread block (ffn_decode.cu: the selection
 // kernel, and the up/down kernel that selects its own row at batch 1). The caller has built a shared-memory
-// histogram of the top kHistBits bits of every channel's order-preserving key (decode_device.cuh sel_key);
+// histogram of the top kHistBits bits of every channel's order-preserving key (select_key.cuh sel_key);
 // then:
 //   threshold_bin  the bin that holds the K-th largest key (block scan of the bins from the top);
 //   keep_bits      channels above that bin are kept; the bin's candidates are ranked pairwise (larger key

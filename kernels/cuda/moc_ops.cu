@@ -31,6 +31,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/raft_topk.h"
+#include "kernels/cuda/select_key.cuh"
 
 namespace moc::cuda {
 namespace {
@@ -44,26 +45,13 @@ int grid_for(long long total, int threads) {
   return static_cast<int>(std::min<long long>((total + threads - 1) / threads, 65536LL * 8));
 }
 
-// The CPU's SiLU, x * (1 / (1 + exp(-x))), rounded step by step; exp in double then rounded to float is
-// the correctly rounded expf that glibc's expf matches.
-__device__ __forceinline__ float rule_key(float x, int rule) {
-  if (rule == static_cast<int>(SelectRule::gate)) return x;
-  const float e = static_cast<float>(exp(-static_cast<double>(x)));
-  const float y = __fmul_rn(x, __fdiv_rn(1.0f, __fadd_rn(1.0f, e)));
-  return rule == static_cast<int>(SelectRule::abs_silu) ? fabsf(y) : y;
-}
-
-// Larger key -> larger unsigned; NaN ranks as -inf and -0 as +0.
-__device__ __forceinline__ std::uint32_t order_key(float key) {
-  std::uint32_t u = __float_as_uint(key);
-  if (isnan(key)) u = 0xff800000u;
-  if (u == 0x80000000u) u = 0u;
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
+// The ranking key: select_key.cuh, the one definition the decode FFN's selection uses too.
+using dev::rank_value;
+using dev::key_of;
 
 template <class T>
 __device__ __forceinline__ std::uint32_t select_key(const T* p, int rule) {
-  return order_key(rule_key(to_f32(*p), rule));
+  return dev::sel_key(to_f32(*p), rule);
 }
 
 // Exclusive prefix sum over the block (kSelThreads threads) and, in *total, the block's sum; scratch holds
@@ -137,7 +125,7 @@ __global__ void __launch_bounds__(kSelThreads) topk_radix_kernel(const T* __rest
           for (int u = 0; u < kBatch; ++u) {
             const int i = base + tid + u * kSelThreads;
             if (i < len) {
-              const std::uint32_t key = order_key(rule_key(x[u], rule));
+              const std::uint32_t key = key_of(rank_value(x[u], rule));
               if constexpr (kSmemKeys) keys[i] = key;
               atomicAdd(&hist[key >> shift], 1u);
             }
@@ -418,7 +406,7 @@ __global__ void __launch_bounds__(kRowThreads) row_topk_kernel(const T* __restri
         std::uint32_t bits;
         if constexpr (sizeof(T) == 4) bits = w[e];
         else bits = (e & 1) ? (w[e >> 1] & 0xffff0000u) : (w[e >> 1] << 16);
-        key[e] = order_key(rule_key(__uint_as_float(bits), rule));
+        key[e] = key_of(rank_value(__uint_as_float(bits), rule));
         const int c = vi * kVec + e - off;
         if (!whole && (c < 0 || c >= F)) key[e] = 0;
         atomicAdd(&hist[key[e] >> 21], 1u);  // padding lands in bin 0, below the threshold's
@@ -735,8 +723,7 @@ __global__ void rule_keys_kernel(const T* __restrict__ g, float* __restrict__ ke
                                  long long ld, int rule) {
   for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * F;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const float k = rule_key(to_f32(g[i / F * ld + i % F]), rule);
-    keys[i] = isnan(k) ? __int_as_float(static_cast<int>(0xff800000u)) : k == 0.0f ? 0.0f : k;
+    keys[i] = rank_value(to_f32(g[i / F * ld + i % F]), rule);  // NaN as -inf, -0 as +0
   }
 }
 
@@ -838,7 +825,7 @@ __global__ void __launch_bounds__(256) group8_select_kernel(const T* __restrict_
     const int len = min(8, F - grp * 8), take = min(a, len);
     std::uint32_t k[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) k[j] = j < len ? order_key(rule_key(v[j], rule)) : 0u;
+    for (int j = 0; j < 8; ++j) k[j] = j < len ? key_of(rank_value(v[j], rule)) : 0u;
     std::uint16_t* dst = idx + row * kept + static_cast<long long>(grp) * a;
     int w = 0;
 #pragma unroll
