@@ -364,38 +364,38 @@ void print_csv(const RunSummary& s, std::ostream& out) {
     }
 }
 
+// Through nlohmann-json: a cell that is not a finite number (NaN, +-Inf, or no value) is null.
 void print_json(const RunSummary& s, std::ostream& out) {
-  out << "{\"run\":" << s.run_id << ",\"heading\":\"" << json_escape(s.heading) << "\",\"error\":\"" << json_escape(s.error)
-      << "\",\"environment\":[";
-  for (std::size_t i = 0; i < s.environment.size(); ++i) out << (i ? "," : "") << json_quote(s.environment[i]);
-  out << "],\"tables\":[";
-  for (std::size_t i = 0; i < s.tables.size(); ++i) {
-    const auto& t = s.tables[i];
-    out << (i ? "," : "") << "{\"mode\":\"" << json_escape(t.mode) << "\",\"title\":\"" << json_escape(t.title)
-        << "\",\"columns\":[";
-    for (std::size_t c = 0; c < t.columns.size(); ++c)
-      out << (c ? "," : "") << "{\"key\":\"" << json_escape(t.columns[c].key) << "\",\"title\":\""
-          << json_escape(t.columns[c].title) << "\",\"unit\":\"" << json_escape(t.columns[c].unit) << "\"}";
-    out << "],\"rows\":[";
-    for (std::size_t r = 0; r < t.rows.size(); ++r) {
-      out << (r ? "," : "") << "{";
+  using J = nlohmann::ordered_json;
+  J doc;
+  doc["run"] = s.run_id;
+  doc["heading"] = s.heading;
+  doc["error"] = s.error;
+  doc["environment"] = s.environment;
+  J tables = J::array();
+  for (const auto& t : s.tables) {
+    J tj;
+    tj["mode"] = t.mode;
+    tj["title"] = t.title;
+    J cols = J::array();
+    for (const auto& c : t.columns) cols.push_back(J{{"key", c.key}, {"title", c.title}, {"unit", c.unit}});
+    tj["columns"] = cols;
+    J rows = J::array();
+    for (const auto& row : t.rows) {
+      J rj = J::object();
       for (std::size_t c = 0; c < t.columns.size(); ++c) {
-        out << (c ? "," : "") << "\"" << json_escape(t.columns[c].key) << "\":";
-        const auto& cell = t.rows[r][c];
-        if (t.columns[c].axis) out << "\"" << json_escape(cell.text) << "\"";
-        else if (cell.value) {
-          char buf[64];
-          std::snprintf(buf, sizeof buf, "%.9g", *cell.value);
-          out << buf;
-        } else out << "null";
+        const auto& cell = row[c];
+        if (t.columns[c].axis) rj[t.columns[c].key] = cell.text;
+        else rj[t.columns[c].key] = cell.value && std::isfinite(*cell.value) ? J(*cell.value) : J();
       }
-      out << "}";
+      rows.push_back(rj);
     }
-    out << "],\"headlines\":[";
-    for (std::size_t h = 0; h < t.headlines.size(); ++h) out << (h ? "," : "") << "\"" << json_escape(t.headlines[h]) << "\"";
-    out << "]}";
+    tj["rows"] = rows;
+    tj["headlines"] = t.headlines;
+    tables.push_back(tj);
   }
-  out << "]}\n";
+  doc["tables"] = tables;
+  out << doc.dump(-1, ' ', false, J::error_handler_t::replace) << "\n";
 }
 
 }  // namespace

@@ -241,6 +241,30 @@ TEST_F(Summary, ColoursOnlyWhenAskedFor) {
   EXPECT_THROW(parse_summary_format("xml"), std::invalid_argument);
 }
 
+TEST(SummaryJson, ANonFiniteValueIsNullAndTheEnvironmentIsCarried) {
+  RunSummary s;
+  s.run_id = 7;
+  s.heading = "run 7: \"quoted\"";
+  s.environment = {"MOCBENCH_ATTN=own"};
+  SummaryTable t;
+  t.mode = "decode";
+  t.title = "decode";
+  t.columns = {{"ffn", "ffn", "", true}, {"speedup_vs_dense", "vs dense", "x"}};
+  t.rows = {{{"moc", std::nullopt}, {"inf", std::numeric_limits<double>::infinity()}},
+            {{"dense", std::nullopt}, {"nan", std::nan("")}},
+            {{"moc_2:8", std::nullopt}, {"1.25", 1.25}}};
+  s.tables.push_back(t);
+  std::ostringstream o;
+  print_summary(s, SummaryFormat::json, o);
+  const auto j = nlohmann::json::parse(o.str());  // throws on a bare inf or nan
+  EXPECT_EQ(j["heading"], "run 7: \"quoted\"");
+  EXPECT_EQ(j["environment"][0], "MOCBENCH_ATTN=own");
+  EXPECT_TRUE(j["tables"][0]["rows"][0]["speedup_vs_dense"].is_null());
+  EXPECT_TRUE(j["tables"][0]["rows"][1]["speedup_vs_dense"].is_null());
+  EXPECT_DOUBLE_EQ(j["tables"][0]["rows"][2]["speedup_vs_dense"].get<double>(), 1.25);
+  EXPECT_EQ(j["tables"][0]["rows"][2]["ffn"], "moc_2:8");
+}
+
 TEST(RunJsonLine, NonFiniteMetricsAreNullAndTheLineParses) {
   const std::string line =
       run_json_line(3, "decode", "ok", {{"ffn", "moc"}, {"batch", "2"}},
