@@ -27,7 +27,7 @@ namespace ffn {
 namespace {
 
 namespace cg = cooperative_groups;
-using namespace moc::cuda::dev;  // ld_stream, prefetch_l2, bf_lo/bf_hi, silu_f (decode_device.cuh); sel_key (select_key.cuh)
+using namespace moc::cuda::dev;  // ld_stream, prefetch_l2, bf_lo/hi, silu_f (decode_device.cuh); sel_key (select_key.cuh)
 
 constexpr int kThreads = 256;  // gate, up/down and prep kernels: 8 warps per block
 constexpr int kWarps = kThreads / 32;
@@ -421,65 +421,65 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
     if (a.list && tid == 0) *a.ucount = tot;
     return;
   }
-  if constexpr (!ONE) {
-  if (emit_idx) {
-    unsigned c = 0;
-    for (int w = w0; w < w1; ++w) c += __popc(sel[w]);
-    unsigned tot;
-    unsigned pos = block_excl_scan<NT>(c, scratch, tot);
-    for (int w = w0; w < w1; ++w) {
-      unsigned m = sel[w];
-      while (m) {
-        const int bit = __ffs(m) - 1;
-        m &= m - 1;
-        if (pos < kept) idx[pos] = static_cast<std::uint16_t>(32 * w + bit);
-        ++pos;
+  if constexpr (!ONE) {  // more than one row: idx_out per row, then the cluster's union list
+    if (emit_idx) {
+      unsigned c = 0;
+      for (int w = w0; w < w1; ++w) c += __popc(sel[w]);
+      unsigned tot;
+      unsigned pos = block_excl_scan<NT>(c, scratch, tot);
+      for (int w = w0; w < w1; ++w) {
+        unsigned m = sel[w];
+        while (m) {
+          const int bit = __ffs(m) - 1;
+          m &= m - 1;
+          if (pos < kept) idx[pos] = static_cast<std::uint16_t>(32 * w + bit);
+          ++pos;
+        }
       }
     }
-  }
-  if (!a.list) return;
-  cg::cluster_group cl = cg::this_cluster();
-  cl.sync();
-  const unsigned* rs[kMaxRows];
-#pragma unroll
-  for (int rr = 0; rr < kMaxRows; ++rr) rs[rr] = rr < a.R ? cl.map_shared_rank(sel, rr) : sel;
-  // This block's share of the words, split over its threads in order.
-  const int W0 = r * Wp / a.C, W1 = (r + 1) * Wp / a.C, wn = W1 - W0;
-  const int upt = (wn + NT - 1) / NT;
-  const int u0 = W0 + min(wn, tid * upt), u1 = W0 + min(wn, tid * upt + upt);
-  unsigned c = 0;
-  for (int w = u0; w < u1; ++w) {
-    unsigned u = 0;
-#pragma unroll
-    for (int rr = 0; rr < kMaxRows; ++rr)
-      if (rr < a.R) u |= rs[rr][w];
-    c += __popc(u);
-  }
-  unsigned tot;
-  unsigned pos = block_excl_scan<NT>(c, scratch, tot);
-  if (tid == 0) info[8] = tot;
-  cl.sync();
-  unsigned base = 0;
-  for (int rr = 0; rr < r; ++rr) base += cl.map_shared_rank(info, rr)[8];
-  pos += base;
-  for (int w = u0; w < u1; ++w) {
-    unsigned rows[kMaxRows], u = 0;
-#pragma unroll
-    for (int rr = 0; rr < kMaxRows; ++rr) {
-      rows[rr] = rr < a.R ? rs[rr][w] : 0u;
-      u |= rows[rr];
+    if (!a.list) return;
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    const unsigned* rs[kMaxRows];
+  #pragma unroll
+    for (int rr = 0; rr < kMaxRows; ++rr) rs[rr] = rr < a.R ? cl.map_shared_rank(sel, rr) : sel;
+    // This block's share of the words, split over its threads in order.
+    const int W0 = r * Wp / a.C, W1 = (r + 1) * Wp / a.C, wn = W1 - W0;
+    const int upt = (wn + NT - 1) / NT;
+    const int u0 = W0 + min(wn, tid * upt), u1 = W0 + min(wn, tid * upt + upt);
+    unsigned c = 0;
+    for (int w = u0; w < u1; ++w) {
+      unsigned u = 0;
+  #pragma unroll
+      for (int rr = 0; rr < kMaxRows; ++rr)
+        if (rr < a.R) u |= rs[rr][w];
+      c += __popc(u);
     }
-    while (u) {
-      const int bit = __ffs(u) - 1;
-      u &= u - 1;
-      unsigned m = 0;
-#pragma unroll
-      for (int rr = 0; rr < kMaxRows; ++rr) m |= ((rows[rr] >> bit) & 1u) << rr;
-      a.list[pos++] = static_cast<unsigned>(32 * w + bit) | (m << 16);
+    unsigned tot;
+    unsigned pos = block_excl_scan<NT>(c, scratch, tot);
+    if (tid == 0) info[8] = tot;
+    cl.sync();
+    unsigned base = 0;
+    for (int rr = 0; rr < r; ++rr) base += cl.map_shared_rank(info, rr)[8];
+    pos += base;
+    for (int w = u0; w < u1; ++w) {
+      unsigned rows[kMaxRows], u = 0;
+  #pragma unroll
+      for (int rr = 0; rr < kMaxRows; ++rr) {
+        rows[rr] = rr < a.R ? rs[rr][w] : 0u;
+        u |= rows[rr];
+      }
+      while (u) {
+        const int bit = __ffs(u) - 1;
+        u &= u - 1;
+        unsigned m = 0;
+  #pragma unroll
+        for (int rr = 0; rr < kMaxRows; ++rr) m |= ((rows[rr] >> bit) & 1u) << rr;
+        a.list[pos++] = static_cast<unsigned>(32 * w + bit) | (m << 16);
+      }
     }
-  }
-  if (r == a.C - 1 && tid == 0) *a.ucount = base + tot;
-  cl.sync();  // remote shared memory stays alive until every block has read it
+    if (r == a.C - 1 && tid == 0) *a.ucount = base + tot;
+    cl.sync();  // remote shared memory stays alive until every block has read it
   }
 }
 
@@ -1130,7 +1130,8 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
   const DeviceLimits lim = device_limits();
   const auto grid = static_cast<unsigned>(std::max(1, std::min(kGateBlocksPerSm * lim.sms, a.nunits)));
   if (opt.gate_unroll >= 8) launch_ex(k_gate<8>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
-  else if (opt.specialized && mode == kGateOnly) launch_ex(k_gate<4, kGateOnly>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
+  else if (opt.specialized && mode == kGateOnly)
+    launch_ex(k_gate<4, kGateOnly>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
   else launch_ex(k_gate<4>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
   MOC_CUDA_LAUNCHED("k_gate");
 }
