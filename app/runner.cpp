@@ -392,8 +392,8 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     std::printf("scenario %s (%s): %zu points on %s\n", sc.name.c_str(), path.c_str(), points.size(), backend.c_str());
     for (const auto& a : applied)
       std::printf("  %s override: %s.%s = %s\n", backend.c_str(), a.section.c_str(), a.key.c_str(), a.value.c_str());
-    for (const auto& k : run_environment_knobs())  // stored with the run: they change what runs
-      if (const char* v = std::getenv(k.c_str()); v != nullptr && *v != '\0') std::printf("  environment: %s=%s\n", k.c_str(), v);
+    for (const auto& [k, v] : run_environment_now())  // stored with the run: they change what runs
+      std::printf("  environment: %s=%s\n", k.c_str(), v.c_str());
   }
   if (opt.dry_run) {
     for (const auto& p : points) std::printf("%s\n", p.describe().c_str());

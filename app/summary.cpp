@@ -445,10 +445,12 @@ void print_summary(const RunSummary& s, SummaryFormat format, std::ostream& out,
   }
 }
 
-const std::vector<std::string>& run_environment_knobs() {
-  static const std::vector<std::string> k = {"MOCBENCH_ATTN", "MOCBENCH_SKINNY", "MOCBENCH_SKINNY_BIG",
-                                             "MOCBENCH_CUPTI_KINDS", "MOCBENCH_HOST_MEMORY_MIB"};
-  return k;
+std::vector<std::pair<std::string, std::string>> run_environment_now() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const char* k : {"MOCBENCH_ATTN", "MOCBENCH_SKINNY", "MOCBENCH_SKINNY_BIG", "MOCBENCH_CUPTI_KINDS",
+                        "MOCBENCH_HOST_MEMORY_MIB"})
+    if (const char* v = std::getenv(k); v != nullptr && *v != '\0') out.emplace_back(k, v);
+  return out;
 }
 
 std::string run_config_json(const std::string& backend, std::size_t points) {
@@ -456,8 +458,7 @@ std::string run_config_json(const std::string& backend, std::size_t points) {
   o["backend"] = backend;
   o["points"] = points;
   nlohmann::ordered_json env = nlohmann::ordered_json::object();
-  for (const auto& k : run_environment_knobs())
-    if (const char* v = std::getenv(k.c_str()); v != nullptr && *v != '\0') env[k] = v;
+  for (const auto& [k, v] : run_environment_now()) env[k] = v;
   o["env"] = env;
   return o.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }

@@ -9,6 +9,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "db/results_db.h"
@@ -40,7 +41,7 @@ struct RunSummary {
   std::int64_t run_id = 0;
   std::string heading;  // "run 3: decode_bs1_4 on cuda NVIDIA H100 80GB HBM3, ok, 48 points"
   std::string error;    // why the run failed or was abandoned ("" otherwise)
-  // The environment switches that changed what ran (run_environment_knobs), "NAME=value" each, as recorded.
+  // The environment switches that changed what ran (run_environment_now), "NAME=value" each, as recorded.
   std::vector<std::string> environment;
   std::vector<SummaryTable> tables;
 };
@@ -60,10 +61,9 @@ bool colour_terminal(std::FILE* f);
 // The environment variables that change which kernels run or what is measured, and so belong to a run's
 // record: MOCBENCH_ATTN (attention on own kernels instead of cuDNN), MOCBENCH_SKINNY / MOCBENCH_SKINNY_BIG
 // (decode GEMM kernels), MOCBENCH_CUPTI_KINDS (what the profiler traces), MOCBENCH_HOST_MEMORY_MIB (the CPU
-// memory limit, so which points run out of memory).
-const std::vector<std::string>& run_environment_knobs();
-// The run's config_json (db::RunRecord): backend, point count and the knobs of run_environment_knobs() that are
-// set in this process ("env": {name: value}).
+// memory limit, so which points run out of memory). The ones set (non-empty) in this process, in that order.
+std::vector<std::pair<std::string, std::string>> run_environment_now();
+// The run's config_json (db::RunRecord): backend, point count and run_environment_now() ("env": {name: value}).
 std::string run_config_json(const std::string& backend, std::size_t points);
 
 // One point of `run --json` as one line of JSON (JSON Lines): index, mode, status, the point's axes, its
