@@ -101,7 +101,18 @@ MemoryTimeline build_memory(const std::vector<db::MemEventRecord>& events, const
       m.folded_gap_ms = static_cast<double>(widest) / 1e6;
     }
   }
-  for (std::size_t i = 0; i < first; ++i) live[index[memory_class(events[i].category, events[i].module)]] += static_cast<double>(events[i].bytes);
+  // Folded events are not drawn, but the level they reach still counts: a transient peak before the gap (how
+  // wide the gap is depends on scheduling, so any event can end up folded) stands at t = 0, where the fold is.
+  for (std::size_t i = 0; i < first; ++i) {
+    live[index[memory_class(events[i].category, events[i].module)]] += static_cast<double>(events[i].bytes);
+    double acc = 0;
+    for (double v : live) acc += v;
+    if (acc > m.peak_bytes) {
+      m.peak_bytes = acc;
+      m.peak_t_ms = 0;
+      m.at_peak = live;
+    }
+  }
   const std::int64_t t0 = events.empty() ? 0 : events[first].t_ns;
   auto emit = [&](double t_ms) {
     m.t_ms.push_back(t_ms);

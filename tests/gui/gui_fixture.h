@@ -28,13 +28,22 @@ inline std::uint32_t fresh_seed() {
   return rd();
 }
 
+// One directory per test process, removed when the process exits (CTest runs each test in its own process:
+// left behind, they piled up by the hundred in /tmp).
 inline std::string temp_dir() {
-  static const std::string dir = [] {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "mocbench_gui_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    return tmpl;
-  }();
-  return dir;
+  struct Dir {
+    std::string path;
+    Dir() {
+      path = (std::filesystem::temp_directory_path() / "mocbench_gui_XXXXXX").string();
+      if (!mkdtemp(path.data())) throw std::runtime_error("mkdtemp failed");
+    }
+    ~Dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Dir dir;
+  return dir.path;
 }
 
 inline int run_command(const std::string& cmd) {

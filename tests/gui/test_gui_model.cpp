@@ -378,6 +378,28 @@ TEST(GuiMemory, TimelineReachesThePointsPeakAndSplitsActivationsByModule) {
   }
 }
 
+// Whether events fall before the folded idle gap depends on scheduling (a loaded machine stretches any gap):
+// a transient level reached before the fold is still the timeline's peak, standing at the fold (t = 0).
+TEST(GuiMemory, APeakBeforeAFoldedIdleGapIsStillThePeak) {
+  db::PointRecord p;
+  p.mode = "train";
+  p.status = "ok";
+  p.metrics = {{"peak_weights_bytes", 1000}, {"peak_activations_bytes", 300}, {"peak_bytes", 1300}};
+  const std::vector<db::MemEventRecord> ev = {
+      {0, "activations", "ffn", 0, 300},        {1000, "activations", "ffn", 0, -300},
+      {2000, "activations", "ffn", 0, 100},     {1000000000, "activations", "attention", 0, 50},
+      {1000001000, "activations", "attention", 0, -50}, {1000002000, "activations", "ffn", 0, -100}};
+  const MemoryTimeline m = build_memory(ev, p);
+  ASSERT_EQ(m.folded_events, 3) << "the one-second gap is folded";
+  EXPECT_DOUBLE_EQ(m.peak_bytes, 1300);
+  EXPECT_DOUBLE_EQ(m.peak_t_ms, 0);
+  double at_peak = 0;
+  for (double v : m.at_peak) at_peak += v;
+  EXPECT_DOUBLE_EQ(at_peak, 1300);
+  // What is drawn starts after the fold: weights plus the 100 bytes still live.
+  EXPECT_DOUBLE_EQ(m.top.back().front(), 1100);
+}
+
 TEST(GuiTimeline, LanesPerStreamAndPerPhaseDepthFromARealProfile) {
   Store s;
   s.open(fixture_db());
