@@ -26,6 +26,7 @@
 #include "app/profile_stats.h"
 #include "app/report.h"
 #include "app/runner.h"
+#include "app/scenario_keys.h"
 #include "model/data/token_data.h"
 #include "model/data/tokenizer.h"
 #include "app/summary.h"
@@ -581,6 +582,44 @@ int cmd_data(const moc::data::DataSpec& spec, const std::string& encode) {
   return 0;
 }
 
+// `mocbench keys [SECTION]`: the scenario key tables (app/scenario_keys.h), as text or as the markdown that
+// scenarios/README.md holds.
+int cmd_keys(const std::string& section, const std::string& format) {
+  std::vector<moc::KeySection> sections;
+  if (section.empty()) {
+    sections.assign(std::begin(moc::kAllSections), std::end(moc::kAllSections));
+  } else {
+    moc::KeySection s{};
+    if (!moc::parse_section(section, &s)) {
+      std::fprintf(stderr, "mocbench: no section '%s'\n  hint: sections: top, model, measure, profile, data, axes\n",
+                   section.c_str());
+      return kExitBadInput;
+    }
+    sections.push_back(s);
+  }
+  for (std::size_t i = 0; i < sections.size(); ++i) {
+    const moc::KeySection s = sections[i];
+    const std::string head = s == moc::KeySection::top ? "top level" : "[" + std::string(moc::section_name(s)) + "]";
+    if (format == "md") {
+      std::printf("%s### %s\n\n%s", i ? "\n" : "", head.c_str(), moc::key_table_markdown(s).c_str());
+      continue;
+    }
+    std::printf("%s%s\n", i ? "\n" : "", head.c_str());
+    for (const auto& k : moc::scenario_keys(s)) {
+      std::printf("  %-18s default: %s\n", k.name, k.fallback);
+      // The documentation wrapped at word boundaries under the key.
+      std::string line;
+      std::istringstream words(k.doc);
+      for (std::string w; words >> w;) {
+        if (!line.empty() && line.size() + 1 + w.size() > 78) std::printf("    %s\n", line.c_str()), line.clear();
+        line += (line.empty() ? "" : " ") + w;
+      }
+      if (!line.empty()) std::printf("    %s\n", line.c_str());
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -631,6 +670,13 @@ int main(int argc, char** argv) {
   dat->add_option("--seed", dat_spec.seed, "The split and the tokenizer's sampling")->capture_default_str();
   dat->add_option("--cache", dat_spec.cache_root, "Token cache directory (default: $MOCBENCH_DATA_CACHE or .local/data)");
   dat->add_option("--encode", dat_encode, "Also print the ids of this text and the text they decode to");
+
+  auto* keys = app.add_subcommand("keys", "List the keys a scenario file may hold, by section: default and meaning");
+  std::string keys_section, keys_format = "text";
+  keys->add_option("SECTION", keys_section, "top | model | measure | profile | data | axes (default: every section)");
+  keys->add_option("--format", keys_format, "text | md (the tables of scenarios/README.md)")
+      ->check(CLI::IsMember({"text", "md"}))
+      ->capture_default_str();
 
   auto* run = app.add_subcommand("run", "Run a scenario's sweep and store every point in the results database");
   std::string run_file;
@@ -765,6 +811,7 @@ int main(int argc, char** argv) {
     if (*mm) return cmd_memory_model(mm_preset, mm_batch, mm_seq, mm_ffn, mm_k, mm_gcp, mm_sets);
     if (*dev) return cmd_devices(dev_measure);
     if (*dat) return cmd_data(dat_spec, dat_encode);
+    if (*keys) return cmd_keys(keys_section, keys_format);
     if (*run) {
       run_opt.output = run_json ? RunOptions::Output::json : run_quiet ? RunOptions::Output::quiet : RunOptions::Output::progress;
       run_opt.cpu_memory_limit_bytes = run_mem_mib << 20;

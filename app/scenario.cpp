@@ -1,5 +1,7 @@
 #include "app/scenario.h"
 
+#include "app/scenario_keys.h"
+
 #include "model/data/corpus.h"
 #include "model/data/tokenizer.h"
 
@@ -40,11 +42,8 @@ std::vector<std::string> scenario_backends() { return {"cpu", "cuda"}; }
 
 namespace {
 
-const std::vector<std::string> kTopKeys = {"name",    "description", "mode",    "device",  "model",    "measure",
-                                           "profile", "data",        "axes",    "exclude", "include", "overrides"};
-const std::vector<std::string> kProfileKeys = {"kernels", "steps"};
-const std::vector<std::string> kMeasureKeys = {"warmup", "min_reps",  "max_reps", "time_bound_s",
-                                               "target_noise", "cold", "prompt", "generate"};
+// The tables of the top level (each has its own key table, app/scenario_keys.h).
+const std::vector<std::string> kTopTables = {"model", "measure", "profile", "data", "axes", "exclude", "include", "overrides"};
 const std::vector<std::string> kOverrideKeys = {"model", "measure", "data", "axes"};
 const std::vector<std::string> kDevices = {"auto", "cpu", "cuda"};
 const std::vector<std::string> kSelectRules = {"gate", "silu", "abs_silu"};
@@ -62,28 +61,42 @@ bool contains(const std::vector<std::string>& v, std::string_view s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
+std::vector<std::string> top_keys() {
+  auto k = scenario_key_names(KeySection::top);
+  k.insert(k.end(), kTopTables.begin(), kTopTables.end());
+  return k;
+}
+
 std::string join(const std::vector<std::string>& v) {
   std::string out;
   for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
   return out;
 }
 
-// Keys [model] accepts: the preset and everything apply_override understands.
-std::vector<std::string> model_keys() {
-  std::vector<std::string> k = {"preset", "weights"};
-  for (auto& o : override_keys()) k.push_back(o);
-  return k;
-}
+// Keys [model] accepts: the preset, weights and everything apply_override understands (the key table lists
+// them; a test checks it against moc::override_keys()).
+std::vector<std::string> model_keys() { return scenario_key_names(KeySection::model); }
 
 // Axis names: the study's own dimensions, then any model key (the selection rule is called
 // topk_position here, as in the paper's ablation, so `select` is not a second name for it).
 std::vector<std::string> axis_keys() {
-  std::vector<std::string> k = {"mode", "batch", "seq",           "preset",       "ffn",
-                                "k",    "gcp",   "topk_position", "topk_backend", "precision", "decode_impl",
-                                "weights", "gpus", "zero1", "comm_overlap"};
-  for (auto& o : override_keys())
+  std::vector<std::string> k = scenario_key_names(KeySection::axes);
+  for (auto& o : model_keys())
     if (!contains(k, o) && o != "select") k.push_back(o);
   return k;
+}
+
+// A key's declaration: an axis that is not one of the study's own dimensions is a model key.
+const ScenarioKey& key_spec(KeySection s, std::string_view key) {
+  const ScenarioKey* k = find_scenario_key(s, key);
+  if (!k && s == KeySection::axes) k = find_scenario_key(KeySection::model, key);
+  if (!k) throw std::logic_error("scenario key '" + std::string(key) + "' has no declaration in scenario_keys.cpp");
+  return *k;
+}
+
+// For hints: "batch = 4".
+std::string example_of(KeySection s, std::string_view key) {
+  return std::string(key) + " = " + key_spec(s, key).example;
 }
 
 // The ModelConfig key an axis sets, or "" for axes that are not model keys.
@@ -189,69 +202,16 @@ std::string describe_node(const toml::node& n) {
   return "a date/time";
 }
 
-// What each key accepts. Keys apply_override knows but this table does not (added later) pass through
-// verbatim and are checked when the model is resolved.
-enum class Rule : std::uint8_t {
-  pos_int, nonneg_int, pos_number, nonneg_number, boolean, text, mode, device, preset, ffn, k, select, topk_backend, precision,
-  dtype, decode_impl, verbatim
-};
-
-Rule rule_of(std::string_view key) {
-  static const std::vector<std::pair<Rule, std::vector<std::string>>> groups = {
-      {Rule::pos_int, {"gpus", "batch", "seq", "vocab", "hidden", "d_ffn", "heads", "kv_heads", "layers", "seq_len",
-                       "min_reps", "max_reps", "steps", "prompt", "generate", "experts_per_token"}},
-      {Rule::nonneg_int, {"seed", "warmup", "experts", "eval_every", "eval_windows", "stop_at"}},
-      {Rule::pos_number, {"rope_theta", "norm_eps", "init_std", "time_bound_s", "target_noise", "val_fraction", "lr",
-                          "min_lr_ratio"}},
-      {Rule::nonneg_number, {"weight_decay"}},
-      {Rule::boolean, {"gcp", "cold", "kernels", "qk_norm", "analyze", "resume", "zero1", "comm_overlap"}},
-      {Rule::text, {"name", "description", "weights", "corpus", "save", "cache"}},
-      {Rule::mode, {"mode"}},
-      {Rule::device, {"device"}},
-      {Rule::preset, {"preset"}},
-      {Rule::ffn, {"ffn"}},
-      {Rule::k, {"k"}},
-      {Rule::select, {"select", "topk_position"}},
-      {Rule::topk_backend, {"topk_backend"}},
-      {Rule::decode_impl, {"decode_impl"}},
-      {Rule::precision, {"precision"}},
-      {Rule::dtype, {"param_dtype", "act_dtype"}},
-  };
-  for (const auto& [rule, keys] : groups)
-    if (contains(keys, key)) return rule;
-  return Rule::verbatim;
-}
-
-// For hints: "batch = 4".
-std::string example_of(std::string_view key) {
-  static const std::vector<std::pair<std::string, std::string>> examples = {
-      {"batch", "4"}, {"seq", "256"}, {"min_reps", "5"}, {"max_reps", "100"}, {"warmup", "3"}, {"steps", "10"},
-      {"prompt", "128"}, {"generate", "128"}, {"seed", "1"}, {"time_bound_s", "10.0"}, {"target_noise", "0.02"},
-      {"gcp", "true"}, {"cold", "true"}, {"kernels", "true"}, {"mode", "\"decode\""}, {"device", "\"auto\""}, {"preset", "\"1b\""},
-      {"ffn", "\"moc_2:8\""}, {"k", "1024 (or 0.2, a fraction of d_ffn)"}, {"select", "\"gate\""},
-      {"topk_position", "\"gate\""}, {"topk_backend", "\"own\""}, {"precision", "\"bf16\""},
-      {"decode_impl", "\"kernels\""},
-      {"param_dtype", "\"bf16\""}, {"act_dtype", "\"bf16\""}, {"name", "\"decode_bs1_4\""},
-      {"description", "\"...\""}, {"rope_theta", "10000.0"}, {"norm_eps", "1e-6"}, {"init_std", "0.02"},
-      {"layers", "4"}, {"hidden", "2048"}, {"d_ffn", "5461"}, {"heads", "32"}, {"kv_heads", "8"},
-      {"vocab", "32000"}, {"seq_len", "256"}, {"qk_norm", "true"}, {"experts", "8"}, {"experts_per_token", "2"},
-      {"gpus", "2"}, {"zero1", "true"}, {"comm_overlap", "false"}, {"corpus", "\"python3.11-doc\""}, {"val_fraction", "0.05"}, {"eval_every", "100"}, {"eval_windows", "0 (all)"},
-      {"lr", "0.001"}, {"min_lr_ratio", "0.1"}, {"weight_decay", "0.1"}, {"save", "\"ckpt/{ffn}.safetensors\""},
-      {"cache", "\".local/data\""}, {"analyze", "true"}, {"resume", "true"},
-  };
-  for (const auto& [k, ex] : examples)
-    if (k == key) return k + " = " + ex;
-  return std::string(key) + " = ...";
-}
-
 // Reads one scalar and checks it against its key's rule. `where` names the section for messages.
-ScenarioValue read_value(const std::string& file, const toml::node& n, std::string_view key, std::string_view where) {
+ScenarioValue read_value(const std::string& file, const toml::node& n, KeySection section, std::string_view key,
+                         std::string_view where) {
   ScenarioValue v;
   v.pos = pos_of(n.source());
-  const Rule rule = rule_of(key);
+  using Rule = KeyRule;
+  const Rule rule = key_spec(section, key).rule;
   // where: "[axes]", "[overrides.cpu].model", ... or "at the top level".
   const std::string k(key), in = (where.starts_with("[") ? " in " : " ") + std::string(where);
-  const std::string hint = "e.g. " + example_of(key);
+  const std::string hint = "e.g. " + example_of(section, key);
   auto wrong_type = [&](const std::string& expected) {
     fail(file, v.pos, k + in + ": expected " + expected + ", got " + describe_node(n), hint);
   };
@@ -377,8 +337,6 @@ ScenarioValue read_value(const std::string& file, const toml::node& n, std::stri
         wrong_type("an integer or a fraction of d_ffn");
       }
       break;
-    case Rule::verbatim:
-      break;
   }
   return v;
 }
@@ -405,27 +363,27 @@ class Parser {
       const SourcePos kp = pos_of(key->source());
       if (k == "name" || k == "description") {
         // Shown by list, show and the dashboard: no control characters (a terminal would act on them).
-        const ScenarioValue v = read_value(file_, *node, k, "at the top level");
+        const ScenarioValue v = read_value(file_, *node, KeySection::top, k, "at the top level");
         for (unsigned char ch : v.s)
           if (ch < 0x20 || ch == 0x7f)
             fail(file_, pos_of(node->source()), k + " contains a control character (code " + std::to_string(ch) + ")",
                  "write it as plain text on one line, without tabs, escapes or terminal sequences");
         (k == "name" ? sc_.name : sc_.description) = v.s;
       } else if (k == "mode") {
-        sc_.mode = read_value(file_, *node, k, "at the top level");
+        sc_.mode = read_value(file_, *node, KeySection::top, k, "at the top level");
       } else if (k == "device") {
-        sc_.device = read_value(file_, *node, k, "at the top level").s;
+        sc_.device = read_value(file_, *node, KeySection::top, k, "at the top level").s;
       } else if (k == "model") {
-        settings(table(*node, "[model]", "[model] with preset = \"1b\" below it"), "[model]", model_keys(), sc_.model);
+        settings(table(*node, "[model]", "[model] with preset = \"1b\" below it"), "[model]", KeySection::model, sc_.model);
       } else if (k == "measure") {
-        settings(table(*node, "[measure]", "[measure] with warmup = 3 below it"), "[measure]", kMeasureKeys,
+        settings(table(*node, "[measure]", "[measure] with warmup = 3 below it"), "[measure]", KeySection::measure,
                  sc_.measure);
       } else if (k == "profile") {
-        settings(table(*node, "[profile]", "[profile] with kernels = true below it"), "[profile]", kProfileKeys,
+        settings(table(*node, "[profile]", "[profile] with kernels = true below it"), "[profile]", KeySection::profile,
                  sc_.profile);
       } else if (k == "data") {
         sc_.data_pos = kp;
-        settings(table(*node, "[data]", "[data] with corpus = \"python3.11-doc\" below it"), "[data]", text_data_keys(),
+        settings(table(*node, "[data]", "[data] with corpus = \"python3.11-doc\" below it"), "[data]", KeySection::data,
                  sc_.data);
       } else if (k == "axes") {
         axes(table(*node, "[axes]", "[axes] with batch = [1, 2, 4] below it"), "[axes]", false, sc_.axes);
@@ -436,7 +394,7 @@ class Parser {
       } else if (k == "overrides") {
         overrides(table(*node, "[overrides]", "[overrides.cpu] with measure = { max_reps = 5 } below it"));
       } else {
-        unknown(k, kp, "at the top level", kTopKeys);
+        unknown(k, kp, "at the top level", top_keys());
       }
     }
     if (sc_.name.empty()) sc_.name = std::filesystem::path(file_).stem().string();
@@ -444,13 +402,9 @@ class Parser {
 
  private:
   [[noreturn]] void unknown(const std::string& k, SourcePos p, const std::string& where,
-                            const std::vector<std::string>& valid) {
-    if (k == "steps" && where.find("measure") != std::string::npos)
-      fail(file_, p,
-           "[measure] steps was removed: it never changed what ran (a timed repetition of train and ffn-train "
-           "is one optimizer step; how many repetitions run comes from min_reps, max_reps, time_bound_s and "
-           "target_noise)",
-           "remove the line; to train on real text for N steps, use [data] steps = N");
+                            const std::vector<std::string>& valid, const KeySection* section = nullptr) {
+    if (section)
+      if (const RetiredKey* r = find_retired_key(*section, k)) fail(file_, p, r->reason, r->hint);
     fail(file_, p, "unknown key '" + k + "' " + where + did_you_mean(k, valid),
          "valid keys " + where + ": " + join(valid));
   }
@@ -479,13 +433,13 @@ class Parser {
     return out;
   }
 
-  void settings(const toml::table& t, const std::string& where, const std::vector<std::string>& valid,
-                std::vector<ScenarioSetting>& out) {
+  void settings(const toml::table& t, const std::string& where, KeySection section, std::vector<ScenarioSetting>& out) {
+    const std::vector<std::string> valid = scenario_key_names(section);
     for (auto [key, node] : ordered(t)) {
       const std::string k(key->str());
       const SourcePos kp = pos_of(key->source());
-      if (!contains(valid, k)) unknown(k, kp, "in " + where, valid);
-      out.push_back({k, read_value(file_, *node, k, where), kp});
+      if (!contains(valid, k)) unknown(k, kp, "in " + where, valid, &section);
+      out.push_back({k, read_value(file_, *node, section, k, where), kp});
     }
   }
 
@@ -504,10 +458,10 @@ class Parser {
       if (auto arr = node->as_array()) {
         if (arr->empty())
           fail(file_, pos_of(node->source()), "axis '" + k + "' in " + where + " has no values",
-               "give at least one value, e.g. " + k + " = [" + example_of(k).substr(k.size() + 3) + "], or remove it");
-        for (const auto& e : *arr) axis.values.push_back(read_value(file_, e, k, where));
+               "give at least one value, e.g. " + k + " = [" + key_spec(KeySection::axes, k).example + "], or remove it");
+        for (const auto& e : *arr) axis.values.push_back(read_value(file_, e, KeySection::axes, k, where));
       } else {
-        axis.values.push_back(read_value(file_, *node, k, where));  // a scalar is a one-value axis
+        axis.values.push_back(read_value(file_, *node, KeySection::axes, k, where));  // a scalar is a one-value axis
       }
       // Duplicates in linear time (an axis of 10^6 values took ~45 minutes pairwise).
       std::unordered_set<std::string_view> seen;
@@ -537,9 +491,9 @@ class Parser {
         if (arr->empty())
           fail(file_, pos_of(node->source()), "[[exclude]] key '" + k + "' has no values",
                "give a value or a list of values");
-        for (const auto& e : *arr) m.values.push_back(read_value(file_, e, k, "[[exclude]]"));
+        for (const auto& e : *arr) m.values.push_back(read_value(file_, e, KeySection::axes, k, "[[exclude]]"));
       } else {
-        m.values.push_back(read_value(file_, *node, k, "[[exclude]]"));
+        m.values.push_back(read_value(file_, *node, KeySection::axes, k, "[[exclude]]"));
       }
       entry.push_back(std::move(m));
     }
@@ -556,7 +510,7 @@ class Parser {
       if (node->is_array())
         fail(file_, pos_of(node->source()), "[[include]] key '" + k + "' has a list; an include adds one point",
              "write one [[include]] entry per extra point with single values, e.g. batch = 8");
-      entry.push_back({k, read_value(file_, *node, k, "[[include]]"), kp});
+      entry.push_back({k, read_value(file_, *node, KeySection::axes, k, "[[include]]"), kp});
     }
     sc_.include.push_back(std::move(entry));
   }
@@ -575,11 +529,11 @@ class Parser {
         const SourcePos sp = pos_of(skey->source());
         const std::string sub = where + "." + s;
         if (s == "model")
-          settings(table(*snode, sub, "model = { preset = \"tiny\" }"), sub, model_keys(), ov.model);
+          settings(table(*snode, sub, "model = { preset = \"tiny\" }"), sub, KeySection::model, ov.model);
         else if (s == "measure")
-          settings(table(*snode, sub, "measure = { max_reps = 5 }"), sub, kMeasureKeys, ov.measure);
+          settings(table(*snode, sub, "measure = { max_reps = 5 }"), sub, KeySection::measure, ov.measure);
         else if (s == "data")
-          settings(table(*snode, sub, "data = { steps = 20 }"), sub, text_data_keys(), ov.data);
+          settings(table(*snode, sub, "data = { steps = 20 }"), sub, KeySection::data, ov.data);
         else if (s == "axes")
           axes(table(*snode, sub, "axes = { batch = [1, 2] }"), sub, true, ov.axes);
         else
@@ -700,23 +654,20 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
     }
   }
 
-  Measurement m;
+  // [measure], [profile] and [data] settings apply through their key table (app/scenario_keys.h) to a base
+  // point that every point starts from.
+  ScenarioPoint base;
+  auto apply_setting = [&](KeySection sec, const ScenarioSetting& s) { key_spec(sec, s.key).apply(base, s.value); };
+  for (const auto& ps : profile) apply_setting(KeySection::profile, ps);
   const ScenarioSetting *min_set = nullptr, *max_set = nullptr;
   std::size_t min_at = 0, max_at = 0;
   for (std::size_t i = 0; i < meas.size(); ++i) {
     const auto& s = meas[i];
-    const auto& v = s.value;
-    const std::pair<const char*, int*> ints[] = {{"warmup", &m.warmup}, {"min_reps", &m.min_reps},
-                                                 {"max_reps", &m.max_reps}, {"prompt", &m.prompt},
-                                                 {"generate", &m.generate}};
-    for (auto [key, field] : ints)
-      if (s.key == key) *field = static_cast<int>(v.i);
-    if (s.key == "time_bound_s") m.time_bound_s = v.f;
-    if (s.key == "target_noise") m.target_noise = v.f;
-    if (s.key == "cold") m.cold = v.b;
+    apply_setting(KeySection::measure, s);
     if (s.key == "min_reps") min_set = &s, min_at = i;
     if (s.key == "max_reps") max_set = &s, max_at = i;
   }
+  const Measurement& m = base.measure;
   if (m.min_reps > m.max_reps) {
     // Blame whichever of the two was written last (an override, when one made them clash).
     const ScenarioSetting* blame = !max_set || (min_set && min_at > max_at) ? min_set : max_set;
@@ -728,32 +679,19 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
   }
 
   // [data] (this backend's view): one TextData for every point, placeholders filled in per point below.
-  TextData data_base;
   const ScenarioValue *corpus_value = nullptr, *save_value = nullptr;
   for (const auto& st : dat) {
     const auto& v = st.value;
-    if (st.key == "corpus") data_base.corpus = v.s, corpus_value = &v;
-    if (st.key == "val_fraction") {
-      if (v.f >= 1) fail(path, v.pos, "val_fraction must be below 1, got " + v.text, "e.g. val_fraction = 0.05");
-      data_base.val_fraction = v.f;
-    }
-    if (st.key == "seed") data_base.seed = static_cast<std::uint64_t>(v.i);
-    if (st.key == "steps") data_base.steps = static_cast<int>(v.i);
-    if (st.key == "stop_at") data_base.stop_at = static_cast<int>(v.i);
-    if (st.key == "eval_every") data_base.eval_every = static_cast<int>(v.i);
-    if (st.key == "eval_windows") data_base.eval_windows = static_cast<int>(v.i);
-    if (st.key == "lr") data_base.lr = v.f;
-    if (st.key == "warmup") data_base.warmup = static_cast<int>(v.i);
-    if (st.key == "min_lr_ratio") {
-      if (v.f > 1) fail(path, v.pos, "min_lr_ratio must be at most 1, got " + v.text, "e.g. min_lr_ratio = 0.1");
-      data_base.min_lr_ratio = v.f;
-    }
-    if (st.key == "weight_decay") data_base.weight_decay = v.f;
-    if (st.key == "save") data_base.save = v.s, save_value = &v;
-    if (st.key == "cache") data_base.cache = v.s;
-    if (st.key == "analyze") data_base.analyze = v.b;
-    if (st.key == "resume") data_base.resume = v.b;
+    // Bounds the key rules do not state (a fraction below 1, a ratio at most 1).
+    if (st.key == "val_fraction" && v.f >= 1)
+      fail(path, v.pos, "val_fraction must be below 1, got " + v.text, "e.g. val_fraction = 0.05");
+    if (st.key == "min_lr_ratio" && v.f > 1)
+      fail(path, v.pos, "min_lr_ratio must be at most 1, got " + v.text, "e.g. min_lr_ratio = 0.1");
+    apply_setting(KeySection::data, st);
+    if (st.key == "corpus") corpus_value = &v;
+    if (st.key == "save") save_value = &v;
   }
+  const TextData& data_base = base.data;
   if (!dat.empty() && !corpus_value)
     fail(path, data_pos, "[data] has no corpus",
          "name the text to train on: corpus = \"python3.11-doc\" (Debian's python3.11-doc, installed by "
@@ -887,7 +825,7 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
         apply_override(pt.model, k, v->text);
       } catch (const ConfigError& e) {
         auto [msg, hint] = split_hint(e.what());
-        fail(path, v->pos, msg + context, hint.empty() ? "e.g. " + example_of(k) : hint);
+        fail(path, v->pos, msg + context, hint.empty() ? "e.g. " + example_of(KeySection::model, k) : hint);
       }
     };
     for (const auto& [k, v] : keys)
@@ -897,10 +835,8 @@ std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vec
         if (k == late) apply(k, v);
 
     pt.measure = m;
-    for (const auto& ps : profile) {
-      if (ps.key == "kernels") pt.profile_kernels = ps.value.b;
-      if (ps.key == "steps") pt.profile_steps = static_cast<int>(ps.value.i);
-    }
+    pt.profile_kernels = base.profile_kernels;
+    pt.profile_steps = base.profile_steps;
     pt.batch = 1;
     if (const ScenarioValue* v = find_value(rp, "batch")) pt.batch = static_cast<int>(v->i);
     pt.seq = pt.model.seq_len;

@@ -34,6 +34,7 @@ struct Measurement {
   bool cold = true;            // cold timing: ffn-decode rotates weight copies, other modes flush the cache
   int prompt = 128;            // decode mode: prompt tokens per sequence
   int generate = 128;          // decode mode: generated tokens per sequence
+  bool operator==(const Measurement&) const = default;
 };
 
 struct SourcePos {

@@ -28,13 +28,8 @@ struct TextData {
   bool analyze = true;         // gate histograms, overlap and unions after training
   bool resume = false;         // [model] weights is a checkpoint with optimizer state: continue it to `steps`
   bool active() const { return !corpus.empty(); }
+  bool operator==(const TextData&) const = default;
 };
-
-// Keys of [data], for the scenario parser's messages.
-inline std::vector<std::string> text_data_keys() {
-  return {"corpus", "val_fraction", "seed", "steps", "eval_every", "eval_windows", "lr", "warmup", "min_lr_ratio",
-          "weight_decay", "save", "cache", "analyze", "resume", "stop_at"};
-}
 
 class Ops;
 class Transformer;

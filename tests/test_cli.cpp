@@ -206,6 +206,22 @@ TEST_F(Cli, RunListShowExportCompare) {
   }
 }
 
+// `mocbench keys`: every section's keys from the declaration the parser uses; one section as README markdown;
+// an unknown section refused with the list.
+TEST_F(Cli, KeysListsTheScenarioKeysBySection) {
+  const auto all = mocbench("keys");
+  ASSERT_EQ(all.code, 0) << all.out;
+  for (const char* k : {"[measure]", "min_reps", "[profile]", "[data]", "eval_every", "[axes]", "topk_position"})
+    EXPECT_NE(all.out.find(k), std::string::npos) << k;
+  const auto md = mocbench("keys measure --format md");
+  ASSERT_EQ(md.code, 0) << md.out;
+  EXPECT_NE(md.out.find("| `cold` | true |"), std::string::npos) << md.out;
+  EXPECT_EQ(md.out.find("[data]"), std::string::npos) << "one section only";
+  const auto bad = mocbench("keys mesure");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("sections: top, model, measure"), std::string::npos) << bad.out;
+}
+
 // Three ffn-train points on the tiny preset: batch 1 and 2 fit in 2 MiB, batch 512 x 16 rows of d_ffn 85 does not.
 // A CPU scenario of `points` ffn-train points (batch 1..points) that each measure for about a second (a
 // noise target never met, bounded by time_bound_s): a sweep long enough to interrupt or lock mid-way.
