@@ -202,6 +202,30 @@ std::string describe_node(const toml::node& n) {
   return "a date/time";
 }
 
+// ffn = dense | moc | moc_a:b with 0 < a <= b.
+void check_ffn(const std::string& file, const ScenarioValue& v, const std::string& in) {
+  const std::string& s = v.s;
+  if (s == "dense" || s == "moc") return;
+  const auto colon = s.find(':');
+  int a = 0, b = 0;
+  bool ok = s.starts_with("moc_") && colon != std::string::npos;
+  if (ok) {
+    auto ra = std::from_chars(s.data() + 4, s.data() + colon, a);
+    auto rb = std::from_chars(s.data() + colon + 1, s.data() + s.size(), b);
+    ok = ra.ec == std::errc() && ra.ptr == s.data() + colon && rb.ec == std::errc() && rb.ptr == s.data() + s.size();
+  }
+  if (!ok)
+    fail(file, v.pos, "unknown ffn '" + s + "'" + in + did_you_mean(s, {"dense", "moc", "moc_2:8"}),
+         "ffn is dense, moc (row top-K) or moc_a:b (a kept out of every b channels), e.g. \"moc_2:8\"");
+  if (a <= 0 || b <= 0)
+    fail(file, v.pos, "ffn '" + s + "'" + in + ": a and b of moc_a:b must be positive",
+         "a channels are kept out of every b, e.g. \"moc_2:8\"");
+  if (a > b)
+    fail(file, v.pos, "ffn '" + s + "'" + in + ": a > b keeps more channels than each group has",
+         "a channels are kept out of every b: swap them, e.g. \"moc_" + std::to_string(b) + ":" + std::to_string(a) +
+             "\"");
+}
+
 // Reads one scalar and checks it against its key's rule. `where` names the section for messages.
 ScenarioValue read_value(const std::string& file, const toml::node& n, KeySection section, std::string_view key,
                          std::string_view where) {
@@ -298,31 +322,10 @@ ScenarioValue read_value(const std::string& file, const toml::node& n, KeySectio
     case Rule::dtype:
       one_of(kDtypes, "dtype");
       break;
-    case Rule::ffn: {
+    case Rule::ffn:
       if (v.type != T::string) wrong_type("a string: dense, moc or moc_a:b");
-      const std::string& s = v.s;
-      if (s == "dense" || s == "moc") break;
-      const auto colon = s.find(':');
-      int a = 0, b = 0;
-      bool ok = s.starts_with("moc_") && colon != std::string::npos;
-      if (ok) {
-        auto ra = std::from_chars(s.data() + 4, s.data() + colon, a);
-        auto rb = std::from_chars(s.data() + colon + 1, s.data() + s.size(), b);
-        ok =
-            ra.ec == std::errc() && ra.ptr == s.data() + colon && rb.ec == std::errc() && rb.ptr == s.data() + s.size();
-      }
-      if (!ok)
-        fail(file, v.pos, "unknown ffn '" + s + "'" + in + did_you_mean(s, {"dense", "moc", "moc_2:8"}),
-             "ffn is dense, moc (row top-K) or moc_a:b (a kept out of every b channels), e.g. \"moc_2:8\"");
-      if (a <= 0 || b <= 0)
-        fail(file, v.pos, "ffn '" + s + "'" + in + ": a and b of moc_a:b must be positive",
-             "a channels are kept out of every b, e.g. \"moc_2:8\"");
-      if (a > b)
-        fail(file, v.pos, "ffn '" + s + "'" + in + ": a > b keeps more channels than each group has",
-             "a channels are kept out of every b: swap them, e.g. \"moc_" + std::to_string(b) + ":" +
-                 std::to_string(a) + "\"");
+      check_ffn(file, v, in);
       break;
-    }
     case Rule::k:
       if (v.type == T::integer) {
         if (v.i <= 0)
@@ -621,341 +624,395 @@ std::vector<std::string> Scenario::axis_names() const {
   return out;
 }
 
-std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vector<AppliedOverride>* applied) const {
-  if (!contains(scenario_backends(), backend))
-    throw ScenarioError(path, 0, 0, "unknown backend '" + backend + "'", "backends: " + join(scenario_backends()));
-  if (applied) applied->clear();
-  auto report = [&](const char* section, const std::string& key, const std::string& value) {
-    if (applied) applied->push_back({section, key, value});
+namespace {
+
+// Scenario::expand in stages: this backend's view of the tables, the settings every point starts from, the
+// raw points of the sweep, then each point resolved and checked.
+class Expander {
+ public:
+  Expander(const Scenario& sc, const std::string& backend, std::vector<AppliedOverride>* applied)
+      : sc_(sc), path_(sc.path), backend_(backend), applied_(applied) {}
+
+  std::vector<ScenarioPoint> run() {
+    merge_overrides();
+    apply_settings();
+    bound_sweep();
+    const std::vector<RawPoint> raw = raw_points();
+    for (const auto& s : mdl_)
+      if (s.key == "preset") preset_setting_ = &s;
+    std::vector<ScenarioPoint> points;
+    for (std::size_t idx = 0; idx < raw.size(); ++idx) points.push_back(resolve(idx, raw[idx]));
+    return points;
+  }
+
+ private:
+  // The model keys a point sets (file order, last write wins) and their values.
+  using ModelKeys = std::vector<std::pair<std::string, const ScenarioValue*>>;
+
+  // One point being resolved: its raw values, the text that names it in messages, where to point.
+  struct At {
+    const RawPoint& rp;
+    std::string context;
+    SourcePos here;
+    const ScenarioValue* preset = nullptr;
+    ModelKeys keys;
+    SourcePos model_pos(const std::string& key) const {
+      for (const auto& [k, v] : keys)
+        if (k == key) return v->pos;
+      return preset->pos;
+    }
   };
 
+  void report(const char* section, const std::string& key, const std::string& value) {
+    if (applied_) applied_->push_back({section, key, value});
+  }
+
   // This backend's view of the tables: override settings replace same-named ones in place.
-  std::vector<ScenarioAxis> ax = axes;
-  std::vector<ScenarioSetting> mdl = model, meas = measure, dat = data;
-  auto merge = [](std::vector<ScenarioSetting>& into, const ScenarioSetting& s) {
-    for (auto& x : into)
-      if (x.key == s.key) return void(x = s);
-    into.push_back(s);
-  };
-  for (const auto& ov : overrides) {
-    if (ov.backend != backend) continue;
-    for (const auto& s : ov.model) merge(mdl, s), report("model", s.key, s.value.text);
-    for (const auto& s : ov.data) merge(dat, s), report("data", s.key, s.value.text);
-    for (const auto& s : ov.measure) {
-      // Moved to the end rather than replaced in place: the order tells which of min_reps/max_reps to blame.
-      meas.erase(std::remove_if(meas.begin(), meas.end(), [&](const auto& x) { return x.key == s.key; }), meas.end());
-      meas.push_back(s);
-      report("measure", s.key, s.value.text);
-    }
-    for (const auto& a : ov.axes) {
-      for (auto& x : ax)
-        if (x.name == a.name) x.values = a.values;
-      report("axes", a.name, values_text(a.values));
+  void merge_overrides() {
+    ax_ = sc_.axes;
+    mdl_ = sc_.model, meas_ = sc_.measure, dat_ = sc_.data;
+    auto merge = [](std::vector<ScenarioSetting>& into, const ScenarioSetting& s) {
+      for (auto& x : into)
+        if (x.key == s.key) return void(x = s);
+      into.push_back(s);
+    };
+    for (const auto& ov : sc_.overrides) {
+      if (ov.backend != backend_) continue;
+      for (const auto& s : ov.model) merge(mdl_, s), report("model", s.key, s.value.text);
+      for (const auto& s : ov.data) merge(dat_, s), report("data", s.key, s.value.text);
+      for (const auto& s : ov.measure) {
+        // Moved to the end rather than replaced in place: the order tells which of min_reps/max_reps to blame.
+        meas_.erase(std::remove_if(meas_.begin(), meas_.end(), [&](const auto& x) { return x.key == s.key; }),
+                    meas_.end());
+        meas_.push_back(s);
+        report("measure", s.key, s.value.text);
+      }
+      for (const auto& a : ov.axes) {
+        for (auto& x : ax_)
+          if (x.name == a.name) x.values = a.values;
+        report("axes", a.name, values_text(a.values));
+      }
     }
   }
 
   // [measure], [profile] and [data] settings apply through their key table (app/scenario_keys.h) to a base
   // point that every point starts from.
-  ScenarioPoint base;
-  auto apply_setting = [&](KeySection sec, const ScenarioSetting& s) { key_spec(sec, s.key).apply(base, s.value); };
-  for (const auto& ps : profile) apply_setting(KeySection::profile, ps);
-  const ScenarioSetting *min_set = nullptr, *max_set = nullptr;
-  std::size_t min_at = 0, max_at = 0;
-  for (std::size_t i = 0; i < meas.size(); ++i) {
-    const auto& s = meas[i];
-    apply_setting(KeySection::measure, s);
-    if (s.key == "min_reps") min_set = &s, min_at = i;
-    if (s.key == "max_reps") max_set = &s, max_at = i;
-  }
-  const Measurement& m = base.measure;
-  if (m.min_reps > m.max_reps) {
-    // Blame whichever of the two was written last (an override, when one made them clash).
-    const ScenarioSetting* blame = !max_set || (min_set && min_at > max_at) ? min_set : max_set;
-    const SourcePos p = blame ? blame->value.pos : SourcePos{};
-    fail(path, p,
-         "min_reps (" + std::to_string(m.min_reps) + ") exceeds max_reps (" + std::to_string(m.max_reps) +
-             ") for backend " + backend,
-         "raise max_reps or lower min_reps (defaults: min_reps 5, max_reps 100)");
-  }
+  void apply_settings() {
+    auto apply_setting = [&](KeySection sec, const ScenarioSetting& s) { key_spec(sec, s.key).apply(base_, s.value); };
+    for (const auto& ps : sc_.profile) apply_setting(KeySection::profile, ps);
+    const ScenarioSetting *min_set = nullptr, *max_set = nullptr;
+    std::size_t min_at = 0, max_at = 0;
+    for (std::size_t i = 0; i < meas_.size(); ++i) {
+      const auto& s = meas_[i];
+      apply_setting(KeySection::measure, s);
+      if (s.key == "min_reps") min_set = &s, min_at = i;
+      if (s.key == "max_reps") max_set = &s, max_at = i;
+    }
+    const Measurement& m = base_.measure;
+    if (m.min_reps > m.max_reps) {
+      // Blame whichever of the two was written last (an override, when one made them clash).
+      const ScenarioSetting* blame = !max_set || (min_set && min_at > max_at) ? min_set : max_set;
+      const SourcePos p = blame ? blame->value.pos : SourcePos{};
+      fail(path_, p,
+           "min_reps (" + std::to_string(m.min_reps) + ") exceeds max_reps (" + std::to_string(m.max_reps) +
+               ") for backend " + backend_,
+           "raise max_reps or lower min_reps (defaults: min_reps 5, max_reps 100)");
+    }
 
-  // [data] (this backend's view): one TextData for every point, placeholders filled in per point below.
-  const ScenarioValue *corpus_value = nullptr, *save_value = nullptr;
-  for (const auto& st : dat) {
-    const auto& v = st.value;
-    // Bounds the key rules do not state (a fraction below 1, a ratio at most 1).
-    if (st.key == "val_fraction" && v.f >= 1)
-      fail(path, v.pos, "val_fraction must be below 1, got " + v.text, "e.g. val_fraction = 0.05");
-    if (st.key == "min_lr_ratio" && v.f > 1)
-      fail(path, v.pos, "min_lr_ratio must be at most 1, got " + v.text, "e.g. min_lr_ratio = 0.1");
-    apply_setting(KeySection::data, st);
-    if (st.key == "corpus") corpus_value = &v;
-    if (st.key == "save") save_value = &v;
-  }
-  const TextData& data_base = base.data;
-  if (!dat.empty() && !corpus_value)
-    fail(path, data_pos, "[data] has no corpus",
-         "name the text to train on: corpus = \"python3.11-doc\" (Debian's python3.11-doc, installed by "
-         "scripts/setup.sh) or a directory of text files");
-  if (corpus_value) {
-    try {
-      (void)data::resolve_corpus(data_base.corpus);
-    } catch (const data::DataError& e) {
-      fail(path, corpus_value->pos, std::string("[data] ") + e.what(),
-           "run scripts/setup.sh, or give a directory of text files");
+    // [data] (this backend's view): one TextData for every point, placeholders filled in per point.
+    for (const auto& st : dat_) {
+      const auto& v = st.value;
+      // Bounds the key rules do not state (a fraction below 1, a ratio at most 1).
+      if (st.key == "val_fraction" && v.f >= 1)
+        fail(path_, v.pos, "val_fraction must be below 1, got " + v.text, "e.g. val_fraction = 0.05");
+      if (st.key == "min_lr_ratio" && v.f > 1)
+        fail(path_, v.pos, "min_lr_ratio must be at most 1, got " + v.text, "e.g. min_lr_ratio = 0.1");
+      apply_setting(KeySection::data, st);
+      if (st.key == "corpus") corpus_value_ = &v;
+      if (st.key == "save") save_value_ = &v;
+    }
+    if (!dat_.empty() && !corpus_value_)
+      fail(path_, sc_.data_pos, "[data] has no corpus",
+           "name the text to train on: corpus = \"python3.11-doc\" (Debian's python3.11-doc, installed by "
+           "scripts/setup.sh) or a directory of text files");
+    if (corpus_value_) {
+      try {
+        (void)data::resolve_corpus(base_.data.corpus);
+      } catch (const data::DataError& e) {
+        fail(path_, corpus_value_->pos, std::string("[data] ") + e.what(),
+             "run scripts/setup.sh, or give a directory of text files");
+      }
     }
   }
 
   // The sweep's size is bounded before anything is built: a few long axes in a 1 KiB file would otherwise
   // ask for billions of points (and the memory to hold them) before the run could refuse them.
-  {
+  void bound_sweep() const {
     double product = 1;  // a double: no overflow, exact far beyond any count worth printing
     const ScenarioAxis* longest = nullptr;
-    for (const auto& a : ax) {
+    for (const auto& a : ax_) {
       product *= static_cast<double>(a.values.size());
       if (!longest || a.values.size() > longest->values.size()) longest = &a;
     }
-    if (product > static_cast<double>(kMaxSweepPoints)) {
-      char count[64];
-      std::snprintf(count, sizeof count, "%.0f", product);
-      fail(path, longest->pos,
-           std::string("the sweep has ") + count + " points for backend " + backend +
-               " (the product of the axes' lengths, before [[exclude]]); at most " + std::to_string(kMaxSweepPoints) +
-               " are allowed",
-           "shorten the axes (the longest, '" + longest->name + "', has " + std::to_string(longest->values.size()) +
-               " values) or split the study into several scenarios");
-    }
+    if (product <= static_cast<double>(kMaxSweepPoints)) return;
+    char count[64];
+    std::snprintf(count, sizeof count, "%.0f", product);
+    fail(path_, longest->pos,
+         std::string("the sweep has ") + count + " points for backend " + backend_ +
+             " (the product of the axes' lengths, before [[exclude]]); at most " + std::to_string(kMaxSweepPoints) +
+             " are allowed",
+         "shorten the axes (the longest, '" + longest->name + "', has " + std::to_string(longest->values.size()) +
+             " values) or split the study into several scenarios");
   }
 
-  // Cartesian product, first axis slowest.
-  std::vector<RawPoint> raw;
-  {
-    std::vector<std::size_t> at(ax.size(), 0);
+  bool excluded(const RawPoint& p) const {
+    for (const auto& ex : sc_.exclude) {
+      bool all = true;
+      for (const auto& cond : ex) {
+        const ScenarioValue* v = find_value(p, cond.name);
+        all = all && v && std::any_of(cond.values.begin(), cond.values.end(), [&](const ScenarioValue& c) {
+                return c.text == v->text;
+              });
+      }
+      if (all) return true;
+    }
+    return false;
+  }
+
+  // The cartesian product (first axis slowest) less the excludes, then the includes; duplicates dropped.
+  std::vector<RawPoint> raw_points() const {
+    std::vector<RawPoint> raw;
+    std::vector<std::size_t> at(ax_.size(), 0);
     for (;;) {
       RawPoint p;
-      for (std::size_t i = 0; i < ax.size(); ++i) p.emplace_back(ax[i].name, &ax[i].values[at[i]]);
-      bool dropped = false;
-      for (const auto& ex : exclude) {
-        bool all = true;
-        for (const auto& cond : ex) {
-          const ScenarioValue* v = find_value(p, cond.name);
-          all = all && v && std::any_of(cond.values.begin(), cond.values.end(), [&](const ScenarioValue& c) {
-                  return c.text == v->text;
-                });
-        }
-        dropped = dropped || all;
-      }
-      if (!dropped) raw.push_back(std::move(p));
-      std::size_t i = ax.size();
-      while (i > 0 && ++at[i - 1] == ax[i - 1].values.size()) at[--i] = 0;
+      for (std::size_t i = 0; i < ax_.size(); ++i) p.emplace_back(ax_[i].name, &ax_[i].values[at[i]]);
+      if (!excluded(p)) raw.push_back(std::move(p));
+      std::size_t i = ax_.size();
+      while (i > 0 && ++at[i - 1] == ax_[i - 1].values.size()) at[--i] = 0;
       if (i == 0) break;
     }
-  }
-  // Includes: the declared axes at their first value, overwritten by the entry, then its other keys.
-  for (const auto& inc : include) {
-    RawPoint p;
-    for (const auto& a : ax) p.emplace_back(a.name, &a.values.front());
-    for (const auto& s : inc) {
-      auto it = std::find_if(p.begin(), p.end(), [&](const auto& x) { return x.first == s.key; });
-      if (it != p.end())
-        it->second = &s.value;
-      else
-        p.emplace_back(s.key, &s.value);
+    // Includes: the declared axes at their first value, overwritten by the entry, then its other keys.
+    for (const auto& inc : sc_.include) {
+      RawPoint p;
+      for (const auto& a : ax_) p.emplace_back(a.name, &a.values.front());
+      for (const auto& s : inc) {
+        auto it = std::find_if(p.begin(), p.end(), [&](const auto& x) { return x.first == s.key; });
+        if (it != p.end())
+          it->second = &s.value;
+        else
+          p.emplace_back(s.key, &s.value);
+      }
+      raw.push_back(std::move(p));
     }
-    raw.push_back(std::move(p));
-  }
-  {
     std::set<std::string> seen;
     std::vector<RawPoint> unique;
     for (auto& p : raw)
       if (seen.insert(raw_key(p)).second) unique.push_back(std::move(p));
-    raw = std::move(unique);
+    return unique;
   }
 
-  const ScenarioSetting* preset_setting = nullptr;
-  for (const auto& s : mdl)
-    if (s.key == "preset") preset_setting = &s;
-  const std::string precision_default = backend == "cpu" ? "fp32" : "bf16";
-
-  std::vector<ScenarioPoint> points;
-  for (std::size_t idx = 0; idx < raw.size(); ++idx) {
-    const RawPoint& rp = raw[idx];
+  ScenarioPoint resolve(std::size_t idx, const RawPoint& rp) {
     ScenarioPoint pt;
     pt.index = static_cast<int>(idx);
     for (const auto& [n, v] : rp) pt.axes.emplace_back(n, v->text);
-    const std::string context =
-        " (backend " + backend + ", point #" + std::to_string(idx) + (rp.empty() ? "" : ": " + raw_text(rp)) + ")";
     // Where to point for a problem no single key of this point owns: the point's first value.
-    const SourcePos here = !rp.empty() ? rp.front().second->pos : SourcePos{1, 1};
-
+    At at{rp, " (backend " + backend_ + ", point #" + std::to_string(idx) + (rp.empty() ? "" : ": " + raw_text(rp)) + ")",
+          !rp.empty() ? rp.front().second->pos : SourcePos{1, 1}, nullptr, {}};
     if (const ScenarioValue* v = find_value(rp, "mode"))
       pt.mode = v->text;
-    else if (mode)
-      pt.mode = mode->text;
+    else if (sc_.mode)
+      pt.mode = sc_.mode->text;
     else
-      fail(path, here, "no mode" + context,
+      fail(path_, at.here, "no mode" + at.context,
            "set mode = \"decode\" at the top level or sweep [axes] mode = [...]; modes: " + join(scenario_modes()));
+    resolve_model(pt, at);
+    pt.measure = base_.measure;
+    pt.profile_kernels = base_.profile_kernels;
+    pt.profile_steps = base_.profile_steps;
+    if (const ScenarioValue* v = find_value(rp, "batch")) pt.batch = static_cast<int>(v->i);
+    pt.seq = pt.model.seq_len;
+    if (const ScenarioValue* v = find_value(rp, "seq")) pt.seq = static_cast<int>(v->i);
+    fit_and_validate(pt, at);
+    if (const ScenarioValue* v = find_value(rp, "topk_backend")) pt.topk_backend = v->text;
+    if (const ScenarioValue* v = find_value(rp, "decode_impl")) pt.decode_impl = v->text;
+    pt.precision = backend_ == "cpu" ? "fp32" : "bf16";
+    if (const ScenarioValue* v = find_value(rp, "precision")) pt.precision = v->text;
+    // What the engine cannot run is refused here, before any point runs.
+    resolve_weights_and_data(pt, at);
+    resolve_parallel(pt, at);
+    if (pt.model.moe() && pt.mode != "train")
+      fail(path_, at.model_pos("experts"),
+           "a mixture-of-experts model (" + std::to_string(pt.model.experts) + " experts) runs in mode train only, not " +
+               pt.mode + at.context,
+           "the router groups tokens per expert on the host, which the decode step's captured graph cannot do; "
+           "use mode = \"train\", or experts = 0 (a dense-FFN model) for " + pt.mode);
+    return pt;
+  }
 
-    const ScenarioValue* preset_value = find_value(rp, "preset");
-    if (!preset_value && preset_setting) preset_value = &preset_setting->value;
-    if (!preset_value)
-      fail(path, here, "no model preset" + context,
+  // The preset (the point's axis, else [model]), then [model] keys (with this backend's overrides), then the
+  // point's own model axes; shape keys before kLateModelKeys.
+  void resolve_model(ScenarioPoint& pt, At& at) {
+    at.preset = find_value(at.rp, "preset");
+    if (!at.preset && preset_setting_) at.preset = &preset_setting_->value;
+    if (!at.preset)
+      fail(path_, at.here, "no model preset" + at.context,
            "set [model] preset = \"1b\" or sweep [axes] preset = [...]; presets: " + join(preset_names()));
     try {
-      pt.model = preset(preset_value->text);
+      pt.model = preset(at.preset->text);
     } catch (const ConfigError& e) {
-      fail(path, preset_value->pos, e.what(), "presets: " + join(preset_names()));
+      fail(path_, at.preset->pos, e.what(), "presets: " + join(preset_names()));
     }
-
-    // Model keys: [model] (with this backend's overrides), then the point's own model axes.
-    std::vector<std::pair<std::string, const ScenarioValue*>> keys;
     auto set_key = [&](const std::string& k, const ScenarioValue* v) {
-      for (auto& x : keys)
+      for (auto& x : at.keys)
         if (x.first == k) return void(x.second = v);
-      keys.emplace_back(k, v);
+      at.keys.emplace_back(k, v);
     };
-    const ScenarioValue* weights = nullptr;
-    for (const auto& s : mdl) {
-      if (s.key == "weights") weights = &s.value;
-      else if (s.key != "preset") set_key(s.key, &s.value);
-    }
-    for (const auto& [n, v] : rp)
+    for (const auto& s : mdl_)
+      if (s.key != "weights" && s.key != "preset") set_key(s.key, &s.value);
+    for (const auto& [n, v] : at.rp)
       if (auto mk = model_key_of_axis(n); !mk.empty()) set_key(mk, v);
     auto apply = [&](const std::string& k, const ScenarioValue* v) {
       try {
         apply_override(pt.model, k, v->text);
       } catch (const ConfigError& e) {
         auto [msg, hint] = split_hint(e.what());
-        fail(path, v->pos, msg + context, hint.empty() ? "e.g. " + example_of(KeySection::model, k) : hint);
+        fail(path_, v->pos, msg + at.context, hint.empty() ? "e.g. " + example_of(KeySection::model, k) : hint);
       }
     };
-    for (const auto& [k, v] : keys)
+    for (const auto& [k, v] : at.keys)
       if (!contains(kLateModelKeys, k)) apply(k, v);
     for (const auto& late : kLateModelKeys)
-      for (const auto& [k, v] : keys)
+      for (const auto& [k, v] : at.keys)
         if (k == late) apply(k, v);
+  }
 
-    pt.measure = m;
-    pt.profile_kernels = base.profile_kernels;
-    pt.profile_steps = base.profile_steps;
-    pt.batch = 1;
-    if (const ScenarioValue* v = find_value(rp, "batch")) pt.batch = static_cast<int>(v->i);
-    pt.seq = pt.model.seq_len;
-    if (const ScenarioValue* v = find_value(rp, "seq")) pt.seq = static_cast<int>(v->i);
-    // The model must hold every position the point runs through (as `mocbench smoke` does).
+  // The model must hold every position the point runs through (as `mocbench smoke` does); then validated,
+  // a problem blamed on the key that set the field.
+  void fit_and_validate(ScenarioPoint& pt, const At& at) const {
+    const Measurement& m = base_.measure;
     const long need = pt.mode == "decode" ? static_cast<long>(m.prompt) + m.generate : pt.seq;
-    if (need > INT_MAX) fail(path, here, "prompt + generate is too large" + context, "lower prompt or generate");
+    if (need > INT_MAX) fail(path_, at.here, "prompt + generate is too large" + at.context, "lower prompt or generate");
     pt.model.seq_len = std::max(pt.model.seq_len, static_cast<int>(need));
     try {
       pt.model.validate();
     } catch (const ConfigError& e) {
       auto [msg, hint] = split_hint(e.what());
-      SourcePos p = preset_value->pos;
+      SourcePos p = at.preset->pos;
       bool found = false;
       for (const auto& field : blame_candidates(msg)) {
-        for (const auto& [k, v] : keys)
+        for (const auto& [k, v] : at.keys)
           if (k == field && !found) p = v->pos, found = true;
       }
-      fail(path, p, msg + context, hint.empty() ? "change this value or the model keys it depends on" : hint);
+      fail(path_, p, msg + at.context, hint.empty() ? "change this value or the model keys it depends on" : hint);
     }
-    pt.topk_backend = "own";
-    if (const ScenarioValue* v = find_value(rp, "topk_backend")) pt.topk_backend = v->text;
-    pt.decode_impl = kDefaultDecodeImpl;
-    if (const ScenarioValue* v = find_value(rp, "decode_impl")) pt.decode_impl = v->text;
-    pt.precision = precision_default;
-    if (const ScenarioValue* v = find_value(rp, "precision")) pt.precision = v->text;
-    // What the engine cannot run is refused here, before any point runs.
-    auto model_pos = [&](const std::string& key) {
-      for (const auto& [k, v] : keys)
-        if (k == key) return v->pos;
-      return preset_value->pos;
-    };
-    // {name} in weights and [data] save: the point's value of axis `name` (or of preset, batch, seq, mode,
-    // precision when they are not swept).
-    auto fill = [&](const ScenarioValue& v, const char* what) {
-      std::string out;
-      for (std::size_t i = 0; i < v.s.size(); ++i) {
-        if (v.s[i] != '{') {
-          out += v.s[i];
-          continue;
-        }
-        const auto close = v.s.find('}', i);
-        if (close == std::string::npos)
-          fail(path, v.pos, std::string(what) + ": '{' without '}'", "placeholders look like {ffn}");
-        const std::string key = v.s.substr(i + 1, close - i - 1);
-        if (const ScenarioValue* av = find_value(rp, key)) out += av->text;
-        else if (key == "preset") out += preset_value->text;
-        else if (key == "mode") out += pt.mode;
-        else if (key == "batch") out += std::to_string(pt.batch);
-        else if (key == "seq") out += std::to_string(pt.seq);
-        else if (key == "precision") out += pt.precision;
-        else
-          fail(path, v.pos, std::string(what) + ": unknown placeholder {" + key + "}" + context,
-               "use an axis of the scenario (" + join(axis_names()) + ") or preset, mode, batch, seq, precision");
-        i = close;
+  }
+
+  // {name} in weights and [data] save: the point's value of axis `name` (or of preset, batch, seq, mode,
+  // precision when they are not swept).
+  std::string fill(const ScenarioPoint& pt, const At& at, const ScenarioValue& v, const char* what) const {
+    std::string out;
+    for (std::size_t i = 0; i < v.s.size(); ++i) {
+      if (v.s[i] != '{') {
+        out += v.s[i];
+        continue;
       }
-      return out;
-    };
-    if (const ScenarioValue* v = find_value(rp, "weights")) weights = v;  // a weights axis: per point
+      const auto close = v.s.find('}', i);
+      if (close == std::string::npos)
+        fail(path_, v.pos, std::string(what) + ": '{' without '}'", "placeholders look like {ffn}");
+      const std::string key = v.s.substr(i + 1, close - i - 1);
+      if (const ScenarioValue* av = find_value(at.rp, key)) out += av->text;
+      else if (key == "preset") out += at.preset->text;
+      else if (key == "mode") out += pt.mode;
+      else if (key == "batch") out += std::to_string(pt.batch);
+      else if (key == "seq") out += std::to_string(pt.seq);
+      else if (key == "precision") out += pt.precision;
+      else
+        fail(path_, v.pos, std::string(what) + ": unknown placeholder {" + key + "}" + at.context,
+             "use an axis of the scenario (" + join(sc_.axis_names()) + ") or preset, mode, batch, seq, precision");
+      i = close;
+    }
+    return out;
+  }
+
+  void resolve_weights_and_data(ScenarioPoint& pt, const At& at) const {
+    const ScenarioValue* weights = nullptr;
+    for (const auto& s : mdl_)
+      if (s.key == "weights") weights = &s.value;
+    if (const ScenarioValue* v = find_value(at.rp, "weights")) weights = v;  // a weights axis: per point
     if (weights && (weights->s.empty() || weights->s == "random")) weights = nullptr;
     if (weights) {
       if (pt.mode != "train" && pt.mode != "decode")
-        fail(path, weights->pos, "[model] weights apply to train and decode points, not " + pt.mode + context,
+        fail(path_, weights->pos, "[model] weights apply to train and decode points, not " + pt.mode + at.context,
              "drop weights for this mode, or exclude its points");
-      pt.weights = fill(*weights, "[model] weights");
+      pt.weights = fill(pt, at, *weights, "[model] weights");
       // A path with placeholders usually names checkpoints another scenario writes ([data] save): it is
       // checked when a run starts, before any point, rather than whenever the scenario is read.
       pt.weights_deferred = weights->s.find('{') != std::string::npos;
       std::error_code ec;
       if (!pt.weights_deferred && !std::filesystem::is_regular_file(pt.weights, ec))
-        fail(path, weights->pos, "[model] weights: no file '" + pt.weights + "'",
+        fail(path_, weights->pos, "[model] weights: no file '" + pt.weights + "'",
              "a safetensors checkpoint (mocbench's save_checkpoint, or [data] save); a relative path is taken from "
              "the current directory");
     }
-    if (corpus_value) {
-      if (pt.mode != "train" && pt.mode != "decode")
-        fail(path, data_pos, "[data] applies to train and decode points, not " + pt.mode + context,
-             "drop [data], or exclude this mode's points");
-      if (pt.model.vocab < data::kMinVocab)
-        fail(path, model_pos("vocab"),
-             "[data] trains a tokenizer of the model's vocabulary, " + std::to_string(pt.model.vocab) +
-                 " ids; it needs at least " + std::to_string(data::kMinVocab) + context,
-             "set [model] vocab = 512 (or more) for small models");
-      pt.data = data_base;
-      if (pt.data.resume && pt.mode == "train" && pt.weights.empty())
-        fail(path, data_pos, "[data] resume = true needs [model] weights: the checkpoint to continue" + context,
-             "set [model] weights = \"ckpt.safetensors\" (a checkpoint [data] save wrote), or drop resume");
-      if (save_value) {
-        if (pt.mode != "train")
-          fail(path, save_value->pos, "[data] save writes a checkpoint after training; a " + pt.mode + " point has none" + context,
-               "exclude non-train points or drop save");
-        pt.data.save = fill(*save_value, "[data] save");
-      }
+    if (!corpus_value_) return;
+    if (pt.mode != "train" && pt.mode != "decode")
+      fail(path_, sc_.data_pos, "[data] applies to train and decode points, not " + pt.mode + at.context,
+           "drop [data], or exclude this mode's points");
+    if (pt.model.vocab < data::kMinVocab)
+      fail(path_, at.model_pos("vocab"),
+           "[data] trains a tokenizer of the model's vocabulary, " + std::to_string(pt.model.vocab) +
+               " ids; it needs at least " + std::to_string(data::kMinVocab) + at.context,
+           "set [model] vocab = 512 (or more) for small models");
+    pt.data = base_.data;
+    if (pt.data.resume && pt.mode == "train" && pt.weights.empty())
+      fail(path_, sc_.data_pos, "[data] resume = true needs [model] weights: the checkpoint to continue" + at.context,
+           "set [model] weights = \"ckpt.safetensors\" (a checkpoint [data] save wrote), or drop resume");
+    if (save_value_) {
+      if (pt.mode != "train")
+        fail(path_, save_value_->pos,
+             "[data] save writes a checkpoint after training; a " + pt.mode + " point has none" + at.context,
+             "exclude non-train points or drop save");
+      pt.data.save = fill(pt, at, *save_value_, "[data] save");
     }
-    if (const ScenarioValue* v = find_value(rp, "gpus")) {
+  }
+
+  void resolve_parallel(ScenarioPoint& pt, const At& at) const {
+    if (const ScenarioValue* v = find_value(at.rp, "gpus")) {
       pt.gpus = static_cast<int>(v->i);
       if (pt.gpus > 1 && pt.mode != "train")
-        fail(path, v->pos, "gpus = " + v->text + ": data parallelism is for train points, not " + pt.mode + context,
+        fail(path_, v->pos, "gpus = " + v->text + ": data parallelism is for train points, not " + pt.mode + at.context,
              "use gpus = 1 for this mode, or exclude its points");
       if (pt.gpus > 1 && pt.data.active())
-        fail(path, v->pos, "gpus = " + v->text + ": training on [data] text runs on one GPU (data-parallel text "
-             "training is not built)" + context, "use gpus = 1 with [data], or drop [data] to measure throughput");
+        fail(path_, v->pos, "gpus = " + v->text + ": training on [data] text runs on one GPU (data-parallel text "
+             "training is not built)" + at.context, "use gpus = 1 with [data], or drop [data] to measure throughput");
     }
     for (const char* key : {"zero1", "comm_overlap"})
-      if (const ScenarioValue* v = find_value(rp, key)) {
+      if (const ScenarioValue* v = find_value(at.rp, key)) {
         (std::string(key) == "zero1" ? pt.zero1 : pt.comm_overlap) = v->b;
         if (pt.gpus == 1 && (std::string(key) == "zero1" ? v->b : !v->b))
-          fail(path, v->pos, std::string(key) + " = " + v->text + " applies to data-parallel points (gpus > 1); this one "
-               "has gpus = 1" + context, "exclude it: [[exclude]] gpus = 1, " + std::string(key) + " = " + v->text);
+          fail(path_, v->pos, std::string(key) + " = " + v->text + " applies to data-parallel points (gpus > 1); this one "
+               "has gpus = 1" + at.context, "exclude it: [[exclude]] gpus = 1, " + std::string(key) + " = " + v->text);
       }
-    if (pt.model.moe() && pt.mode != "train")
-      fail(path, model_pos("experts"),
-           "a mixture-of-experts model (" + std::to_string(pt.model.experts) + " experts) runs in mode train only, not " +
-               pt.mode + context,
-           "the router groups tokens per expert on the host, which the decode step's captured graph cannot do; "
-           "use mode = \"train\", or experts = 0 (a dense-FFN model) for " + pt.mode);
-    points.push_back(std::move(pt));
   }
-  return points;
+
+  const Scenario& sc_;
+  const std::string& path_;
+  const std::string& backend_;
+  std::vector<AppliedOverride>* applied_;
+  std::vector<ScenarioAxis> ax_;
+  std::vector<ScenarioSetting> mdl_, meas_, dat_;
+  ScenarioPoint base_;
+  const ScenarioValue *corpus_value_ = nullptr, *save_value_ = nullptr;
+  const ScenarioSetting* preset_setting_ = nullptr;
+};
+
+}  // namespace
+
+std::vector<ScenarioPoint> Scenario::expand(const std::string& backend, std::vector<AppliedOverride>* applied) const {
+  if (!contains(scenario_backends(), backend))
+    throw ScenarioError(path, 0, 0, "unknown backend '" + backend + "'", "backends: " + join(scenario_backends()));
+  if (applied) applied->clear();
+  return Expander(*this, backend, applied).run();
 }
 
 Scenario parse_scenario(std::string_view text, const std::string& path) {
