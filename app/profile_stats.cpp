@@ -306,10 +306,11 @@ Table nvtx_gpu_proj_sum(const prof::ProfileTrace& t) {
   return tb;
 }
 
-std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics, const std::string& mode,
-                             TimeMode time) {
+namespace {
+
+// Each op in its innermost range, with the idle time between ops: the rows sum to the step's span.
+Table phase_table(const prof::ProfileTrace& t, const prof::DeviceTimes& dt, TimeMode time) {
   const prof::PhaseIndex ix(t);
-  const prof::DeviceTimes dt = prof::device_times(t, time);
   const auto ops = device_ops(t, dt);
   const double steps = std::max(1, t.steps);
   const bool cpu = t.source == "cpu";
@@ -332,9 +333,6 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
     a.kernels += o.kernel ? 1 : 0;
     a.ns += o.dur;
   }
-  const prof::PaperBreakdown pb = prof::paper_breakdown(t, dt);
-  const auto& parts = pb.ns;
-  const bool in_decode = pb.in_decode, fused_decode = pb.fused_decode;
   const double busy = static_cast<double>(prof::busy_ns(t));
   const double span = static_cast<double>(prof::step_span_ns(t));
   const double idle = std::max(0.0, span - busy);
@@ -360,8 +358,17 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
     ph.notes.push_back(time_note(time));
   }
   if (ops.empty()) ph.notes.push_back("no kernel, memcpy or memset records in this profile");
+  return ph;
+}
 
-  // The paper's breakdown: profiled (device time of the ops under each part's ranges) beside timed.
+// The paper's breakdown: profiled (device time of the ops under each part's ranges) beside timed.
+Table breakdown_table(const prof::ProfileTrace& t, const prof::DeviceTimes& dt, const Metrics& metrics,
+                      const std::string& mode, TimeMode time) {
+  const prof::PaperBreakdown pb = prof::paper_breakdown(t, dt);
+  const auto& parts = pb.ns;
+  const bool in_decode = pb.in_decode, fused_decode = pb.fused_decode;
+  const double steps = std::max(1, t.steps);
+  const bool cpu = t.source == "cpu";
   Table bd;
   bd.id = "phase_sum_breakdown";
   bd.title = "Latency Breakdown (profiled vs timed)";
@@ -428,9 +435,10 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
                        share(prof_cell, prof_total, true),
                        share(timed_part[p], timed_total, total_found)});
   }
-  const Cell timed_total_cell = total_found ? Cell(timed_total) : Cell(std::monostate{});
+  Cell timed_total_cell, timed_total_share;  // empty unless the total was timed
+  if (total_found) timed_total_cell = timed_total, timed_total_share = 100.0;
   bd.rows.push_back({std::string(decode ? "total (call)" : "total (step)"), prof_total, timed_total_cell,
-                     Cell(prof_total > 0 ? 100.0 : 0.0), total_found ? Cell(100.0) : Cell(std::monostate{})});
+                     Cell(prof_total > 0 ? 100.0 : 0.0), timed_total_share});
   if (decode)
     bd.notes.push_back("per ffn-decode call: the profiled step divided by its weight copies; timed: gate_us, "
                        "up_down_us, topk_us, other_us, latency_us (each part timed alone)");
@@ -462,7 +470,15 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
     bd.notes.push_back("ops inside ffn.decode that no part can be told for (the CPU backend's one ffn_decode op, "
                        "an unstamped dense k_updown, which computes gate, up and down in one kernel) are counted as "
                        "other");
-  return {ph, bd};
+  return bd;
+}
+
+}  // namespace
+
+std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics, const std::string& mode,
+                             TimeMode time) {
+  const prof::DeviceTimes dt = prof::device_times(t, time);
+  return {phase_table(t, dt, time), breakdown_table(t, dt, metrics, mode, time)};
 }
 
 Table stage_sum(const prof::ProfileTrace& t) {
