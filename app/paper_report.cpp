@@ -12,7 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "app/json_text.h"
+#include <nlohmann/json.hpp>
 #include "app/report.h"
 #include "app/scenario.h"
 #include "db/results_db.h"
@@ -25,44 +25,41 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string num(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
+// Key order kept as written: the file is read by people and by scripts/paper_report.py.
+using Json = nlohmann::ordered_json;
 
 // The resolved model of a point, and for training points the memory model's estimate of a step's memory:
 // weights, gradients and optimizer states of the precision mode, plus the activations the engine keeps
 // (a lower bound of the peak: workspace is left out).
-std::string model_json(const ScenarioPoint& p) {
+Json model_json(const ScenarioPoint& p) {
   ModelConfig c = p.model;
   if (p.precision == "bf16" || p.precision == "bf16-fp32master") c.param_dtype = c.act_dtype = DType::bf16;
   if (p.precision == "fp32") c.param_dtype = c.act_dtype = DType::f32;
-  std::ostringstream o;
   const double params = parameter_count(c);
-  o << "{\"preset\": " << json_quote(c.preset) << ", \"hidden\": " << c.hidden << ", \"d_ffn\": " << c.d_ffn
-    << ", \"heads\": " << c.heads << ", \"kv_heads\": " << c.kv_heads << ", \"layers\": " << c.layers
-    << ", \"vocab\": " << c.vocab << ", \"experts\": " << c.experts << ", \"experts_per_token\": " << c.experts_per_token
-    << ", \"qk_norm\": " << (c.qk_norm ? "true" : "false") << ", \"ffn\": " << json_quote(c.ffn_name())
-    << ", \"kept\": " << c.kept_channels() << ", \"act_bytes\": " << dtype_bytes(c.act_dtype)
-    << ", \"param_bytes\": " << dtype_bytes(c.param_dtype) << ", \"precision\": " << json_quote(p.precision)
-    << ", \"parameters\": " << num(params);
+  Json o{{"preset", c.preset},         {"hidden", c.hidden},
+         {"d_ffn", c.d_ffn},           {"heads", c.heads},
+         {"kv_heads", c.kv_heads},     {"layers", c.layers},
+         {"vocab", c.vocab},           {"experts", c.experts},
+         {"experts_per_token", c.experts_per_token}, {"qk_norm", c.qk_norm},
+         {"ffn", c.ffn_name()},        {"kept", c.kept_channels()},
+         {"act_bytes", dtype_bytes(c.act_dtype)}, {"param_bytes", dtype_bytes(c.param_dtype)},
+         {"precision", p.precision},   {"parameters", params}};
   if (p.mode == "train") {
     const double pb = static_cast<double>(dtype_bytes(c.param_dtype));
     const bool master = p.precision == "bf16-fp32master";
     const double state = master ? 4.0 : pb;  // AdamW m and v (model/trainer.cpp)
     const double weights = params * pb, grads = params * pb, optimizer = params * (2 * state + (master ? 4.0 : 0.0));
     const double acts = engine_activation_model(c, p.batch, p.seq).total();
-    o << ", \"estimate\": {\"weights_bytes\": " << num(weights) << ", \"gradients_bytes\": " << num(grads)
-      << ", \"optimizer_state_bytes\": " << num(optimizer) << ", \"activations_bytes\": " << num(acts)
-      << ", \"total_bytes\": " << num(weights + grads + optimizer + acts) << "}";
+    o["estimate"] = Json{{"weights_bytes", weights},
+                         {"gradients_bytes", grads},
+                         {"optimizer_state_bytes", optimizer},
+                         {"activations_bytes", acts},
+                         {"total_bytes", weights + grads + optimizer + acts}};
   }
-  o << "}";
-  return o.str();
+  return o;
 }
 
-std::string metric_text(double v) { return num(v); }
+
 
 }  // namespace
 
@@ -70,9 +67,7 @@ std::string paper_report_data(const std::vector<std::string>& db_paths, const st
   if (db_paths.empty()) throw ConfigError("report: no results database given");
   if (!run_ids.empty() && db_paths.size() > 1)
     throw ConfigError("report: --run needs exactly one --db (run ids are per database)");
-  std::ostringstream o;
-  o << "{\"points\": [";
-  bool first = true;
+  Json points = Json::array();
   for (const auto& path : db_paths) {
     auto store = db::ResultsDb::open(path, db::OpenMode::read_only);
     std::vector<db::RunRecord> runs;
@@ -101,27 +96,34 @@ std::string paper_report_data(const std::vector<std::string>& db_paths, const st
         expanded.clear();  // an older scenario this build no longer reads: points without a model
       }
       for (const auto& p : store.points(run.id)) {
-        o << (first ? "\n" : ",\n") << "{\"db\": " << json_quote(path) << ", \"run\": " << run.id
-          << ", \"scenario\": " << json_quote(run.scenario_name) << ", \"run_status\": " << json_quote(run.status)
-          << ", \"device_kind\": " << json_quote(run.device_kind) << ", \"device_name\": " << json_quote(run.device_name)
-          << ", \"mocbench_version\": " << json_quote(run.mocbench_version) << ", \"started_unix_ms\": " << run.started_unix_ms
-          << ", \"point\": " << p.index << ", \"status\": " << json_quote(p.status)
-          << ", \"mode\": " << json_quote(point_mode(run, p)) << ", \"error\": " << json_quote(p.error) << ", \"axes\": {";
-        first = false;
-        for (std::size_t i = 0; i < p.axes.size(); ++i)
-          o << (i ? ", " : "") << json_quote(p.axes[i].first) << ": " << json_quote(p.axes[i].second);
-        o << "}, \"metrics\": {";
-        for (std::size_t i = 0; i < p.metrics.size(); ++i)
-          o << (i ? ", " : "") << json_quote(p.metrics[i].first) << ": " << metric_text(p.metrics[i].second);
-        o << "}";
+        Json axes = Json::object(), metrics = Json::object();
+        for (const auto& [k, v] : p.axes) axes[k] = v;
+        for (const auto& [k, v] : p.metrics) metrics[k] = v;  // NaN / inf: null
+        Json e{{"db", path},
+               {"run", run.id},
+               {"scenario", run.scenario_name},
+               {"run_status", run.status},
+               {"device_kind", run.device_kind},
+               {"device_name", run.device_name},
+               {"mocbench_version", run.mocbench_version},
+               {"started_unix_ms", run.started_unix_ms},
+               {"point", p.index},
+               {"status", p.status},
+               {"mode", point_mode(run, p)},
+               {"error", p.error},
+               {"axes", std::move(axes)},
+               {"metrics", std::move(metrics)}};
         if (p.index >= 0 && static_cast<std::size_t>(p.index) < expanded.size())
-          o << ", \"model\": " << model_json(expanded[static_cast<std::size_t>(p.index)]);
-        o << "}";
+          e["model"] = model_json(expanded[static_cast<std::size_t>(p.index)]);
+        points.push_back(std::move(e));
       }
     }
   }
-  o << "\n]}\n";
-  return o.str();
+  // One point per line; non-finite numbers are written as null.
+  std::string out = "{\"points\": [";
+  for (std::size_t i = 0; i < points.size(); ++i)
+    out += (i ? ",\n" : "\n") + points[i].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return out + "\n]}\n";
 }
 
 namespace {

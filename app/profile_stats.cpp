@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "app/json_text.h"
+#include <nlohmann/json.hpp>
 #include "profiling/phases.h"
 
 namespace moc::stats {
@@ -761,25 +762,23 @@ void print_csv(const Table& tb, std::ostream& out, const std::vector<std::pair<s
 }
 
 void print_json(const Table& tb, std::ostream& out) {
-  out << "{\"report\": " << json_quote(tb.id) << ", \"title\": " << json_quote(tb.title) << ", \"columns\": [";
+  using Json = nlohmann::ordered_json;  // key order as the table has it
+  Json columns = Json::array(), rows = Json::array();
   for (std::size_t c = 0; c < tb.columns.size(); ++c)
-    out << (c ? ", " : "") << "{\"name\": " << json_quote(tb.header(c))
-        << ", \"unit\": " << json_quote(tb.columns[c].text ? "text" : unit_suffix(tb.columns[c].unit)) << "}";
-  out << "], \"rows\": [";
-  for (std::size_t r = 0; r < tb.rows.size(); ++r) {
-    out << (r ? ",\n    {" : "\n    {");
+    columns.push_back(Json{{"name", tb.header(c)}, {"unit", tb.columns[c].text ? "text" : unit_suffix(tb.columns[c].unit)}});
+  for (const auto& row : tb.rows) {
+    Json r = Json::object();
     for (std::size_t c = 0; c < tb.columns.size(); ++c) {
-      const Cell& x = c < tb.rows[r].size() ? tb.rows[r][c] : Cell{};
-      out << (c ? ", " : "") << json_quote(tb.header(c)) << ": ";
-      if (std::holds_alternative<std::string>(x)) out << json_quote(std::get<std::string>(x));
-      else if (std::holds_alternative<double>(x)) out << exact_num(std::get<double>(x));
-      else out << "null";
+      const Cell& x = c < row.size() ? row[c] : Cell{};
+      if (std::holds_alternative<std::string>(x)) r[tb.header(c)] = std::get<std::string>(x);
+      else if (std::holds_alternative<double>(x)) r[tb.header(c)] = std::get<double>(x);  // NaN / inf: null
+      else r[tb.header(c)] = nullptr;
     }
-    out << "}";
+    rows.push_back(std::move(r));
   }
-  out << (tb.rows.empty() ? "]" : "\n  ]") << ", \"notes\": [";
-  for (std::size_t i = 0; i < tb.notes.size(); ++i) out << (i ? ", " : "") << json_quote(tb.notes[i]);
-  out << "]}";
+  const Json doc{{"report", tb.id}, {"title", tb.title}, {"columns", std::move(columns)}, {"rows", std::move(rows)},
+                 {"notes", tb.notes}};
+  out << doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace moc::stats
