@@ -8,6 +8,7 @@
 #include "app/modes/mode.h"
 #include "app/point_bench.h"
 #include "app/runner.h"
+#include "app/scenario.h"
 #include "kernels/op_cost.h"
 
 namespace moc {
@@ -47,6 +48,8 @@ std::size_t position(const PointOutcome& o, const std::string& name) {
 TEST(Modes, TheRegistryListsEveryModeInItsOrder) {
   const std::vector<std::string> names{"train", "decode", "ffn-train", "ffn-decode", "topk"};
   EXPECT_EQ(point_modes(), names);
+  // The scenario parser keeps its own list (app/scenario.cpp): a mode added here must be added there too.
+  EXPECT_EQ(scenario_modes(), names);
   ASSERT_EQ(all_modes().size(), names.size());
   for (const auto& n : names) {
     const Mode* m = find_mode(n);
