@@ -57,6 +57,7 @@ TEST(Modes, TheRegistryListsEveryModeInItsOrder) {
     EXPECT_EQ(m->name, n);
     EXPECT_NE(m->run, nullptr) << n;
     EXPECT_FALSE(m->repetition.empty()) << n;
+    EXPECT_FALSE(m->needs.empty()) << n;
     // ffn-decode makes its repetitions cold with rotating weight copies; the others flush the caches.
     EXPECT_EQ(m->flush_when_cold, n != "ffn-decode") << n;
   }

@@ -130,6 +130,8 @@ void run_decode(PointState& st) {
 extern const Mode kDecodeMode;
 const Mode kDecodeMode{
     .name = "decode",
+    .needs = "the model in the decode layout (random, or [model] weights); prompts (random, or [data]'s "
+             "validation text)",
     .repetition = "one greedy decode step of batch rows, replayed from its captured graph",
     .flush_when_cold = true,
     .refuse = nullptr,

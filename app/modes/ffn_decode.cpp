@@ -80,7 +80,8 @@ void run_ffn_decode(PointState& st) {
   const std::int64_t rows = spec.batch;
   const std::size_t layer_bytes = 3 * static_cast<std::size_t>(cfg.hidden) * static_cast<std::size_t>(cfg.d_ffn) *
                                   dtype_bytes(cfg.param_dtype);
-  const int copies = spec.cold ? static_cast<int>(std::clamp<std::size_t>(spec.cold_bytes / layer_bytes + 1, 2, 64)) : 1;
+  const int copies =
+      spec.cold ? static_cast<int>(std::clamp<std::size_t>(spec.cold_bytes / layer_bytes + 1, 2, 64)) : 1;
   // Measured before anything else is allocated, so its buffers stay out of the point's peak memory.
   const double copy_GBps = copy_bandwidth_GBps(ops);
   FfnLayerBuffers b = ffn_layer_buffers(st, /*train=*/false, rows, copies);
@@ -114,7 +115,8 @@ void run_ffn_decode(PointState& st) {
   const double d = cfg.hidden, F = cfg.d_ffn, K = union_channels;
   const double elems = moc ? d * F + 2 * K * d : 3 * d * F;
   const double floor_bytes = elems * static_cast<double>(dtype_bytes(cfg.param_dtype));
-  const cost::FfnDecodeShape shape = cost::ffn_decode_shape(b.x, {&b.wg[0], &b.wu[0], &b.wd[0]}, moc ? &fb.sel : nullptr);
+  const cost::FfnDecodeShape shape =
+      cost::ffn_decode_shape(b.x, {&b.wg[0], &b.wu[0], &b.wd[0]}, moc ? &fb.sel : nullptr);
   st.set_cost({.bytes = floor_bytes, .flops = static_cast<double>(cost::ffn_decode(shape, kFfnAll).flops)});
   const double achieved = st.outcome().cost.bytes / stats.median_s / 1e9;
   st.metric("latency_us", total_us);
@@ -137,6 +139,7 @@ void run_ffn_decode(PointState& st) {
 extern const Mode kFfnDecodeMode;
 const Mode kFfnDecodeMode{
     .name = "ffn-decode",
+    .needs = "one FFN layer's random weights in the decode layout, as many copies as cold needs; the copy bandwidth",
     .repetition = "one FFN layer decode call on batch rows (a replay over the weight copies, divided by them)",
     .flush_when_cold = false,
     .refuse = nullptr,

@@ -45,6 +45,7 @@ void run_ffn_train(PointState& st) {
 extern const Mode kFfnTrainMode;
 const Mode kFfnTrainMode{
     .name = "ffn-train",
+    .needs = "one FFN layer's random weights and gradients",
     .repetition = "one FFN layer's forward and backward on batch x seq rows",
     .flush_when_cold = true,
     .refuse = nullptr,

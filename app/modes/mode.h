@@ -1,8 +1,9 @@
 // The modes of a sweep point as benchmarks over one harness (nvbench's benchmark + state shape): a Mode
-// declares its name, what one repetition is, how it gets cold, and what it refuses before allocating; its
-// run() builds what it needs and hands the harness (PointState) one repetition. The harness (run_point,
-// app/point_bench.cpp) owns the ranges, the tracer, warm-up and timed repetitions, the profile pass and the
-// metrics every point shares (median_ms .. noise_met, peak memory, phases), appended after the mode's own.
+// declares its name, what it needs, what one repetition is, how it gets cold, and what it refuses before
+// allocating; its run() builds what it needs and hands the harness (PointState) one repetition. The harness
+// (run_point, app/point_bench.cpp) owns the ranges, the tracer, warm-up and timed repetitions, the profile
+// pass and the metrics every point shares (median_ms .. noise_met, peak memory, phases), appended after the
+// mode's own.
 #pragma once
 #include <functional>
 #include <random>
@@ -47,8 +48,8 @@ class PointState {
   // Warm-up and timed repetitions of sample (each one repetition() or a fixed number of them), then the
   // profile pass when the point asks for one. Sets and returns outcome().stats.
   const Stats& exec(const std::function<double()>& sample, const ExecOptions& opt = {}) const;
-  // In the timed repetitions (exec's measuring loop), not the profile pass: work a mode records per
-  // repetition (a loss, a phase's time) is the timed repetitions' only.
+  // In exec's measuring loop (warm-up and timed repetitions), not the profile pass: what a mode records per
+  // repetition (a loss, a phase's time) leaves the profile pass's repetitions out.
   bool timing() const;
   bool flushes() const;  // caches are flushed before each repetition (cold, and the mode flushes)
   // The profile's tracer where one is up: on the CPU from the start of a profiled point (the recording
@@ -63,6 +64,7 @@ class PointState {
 
 struct Mode {
   std::string_view name;
+  std::string_view needs;       // what it builds or reads beyond the point's shapes (for the reader)
   std::string_view repetition;  // what one timed repetition is (for the reader; stats are per repetition)
   // cold = true: the harness flushes the caches before each repetition, unless the mode makes its work cold
   // itself (ffn-decode rotates weight copies inside a repetition).

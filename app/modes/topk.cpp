@@ -36,6 +36,7 @@ void run_topk(PointState& st) {
 extern const Mode kTopkMode;
 const Mode kTopkMode{
     .name = "topk",
+    .needs = "random gate values; the selection rule of the model's FFN (ffn.k for a dense model)",
     .repetition = "one selection of the kept channels of batch x seq rows of gate values",
     .flush_when_cold = true,
     .refuse = nullptr,

@@ -128,6 +128,7 @@ void run_train(PointState& st) {
 extern const Mode kTrainMode;
 const Mode kTrainMode{
     .name = "train",
+    .needs = "the model (random, or [model] weights); with [data] the corpus; data-parallel, the ranks' communicator",
     .repetition = "one optimizer step (forward, backward, AdamW) of batch x seq tokens; with [data], one step of "
                   "the training run",
     .flush_when_cold = true,
