@@ -61,6 +61,14 @@ struct Series {
   std::vector<double> x, y;
 };
 
+// What one repetition must move and compute, where the code already knows it (from the model config and the
+// cost models of model/ and kernels/op_cost.h): the numerators of achieved GB/s, TFLOP/s and % of a floor.
+// 0: the mode does not know it. Not stored as metrics.
+struct RepetitionCost {
+  double bytes = 0;
+  double flops = 0;
+};
+
 struct PointOutcome {
   Stats stats;  // per repetition: a training step, a decode step, an FFN call, a selection
   std::vector<std::pair<std::string, double>> metrics;
@@ -73,12 +81,18 @@ struct PointOutcome {
   std::string profile_note;                   // why a requested profile is missing (e.g. CUPTI is busy)
   std::vector<std::pair<std::string, double>> profile_metrics;  // profile_*: appended to metrics at the end
   std::vector<Series> series;
+  RepetitionCost cost;  // of one repetition, as the mode declares it (app/modes/mode.h)
 };
 
+// The mode names, in the registry's order (app/modes/mode.h).
 std::vector<std::string> point_modes();
 // Model FLOPs per token of a training step (PaLM's convention: 6 x the matmul parameters a token runs
 // through, as executed, plus the attention's 12 x layers x hidden x seq); MFU's numerator.
 double train_flops_per_token(const ModelConfig& cfg, int seq);
+// The matmul parameters one token runs through in one FFN layer as executed (dense 3 d d_ffn; MoC's down
+// projection on its kept channels only): the FFN term of train_flops_per_token.
+double ffn_matmul_params(const ModelConfig& cfg);
+// Runs the point's mode (app/modes/) through the harness: warm-up, repetitions, profile pass, shared metrics.
 // Throws OutOfMemory when the point does not fit, ConfigError for an impossible point.
 PointOutcome run_point(Ops& ops, const PointSpec& spec);
 

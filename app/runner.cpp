@@ -279,18 +279,34 @@ StoredPoint stored_from(PointOutcome& out) {
   sp.profile = std::move(out.profile);
   return sp;
 }
-}  // namespace
 
-int run_scenario_file(const std::string& path, const RunOptions& opt) {
-  bind_worker_to_launcher();  // a worker of a multi-rank point dies with its launcher
+// --- Planning: what runs, decided before the run record exists. Each step prints why a run cannot start and
+// returns the exit code (2: bad input, 1: no usable backend), or nothing to go on.
+
+// What the run is: the scenario, the backend, the points left after the filters, the launch this process is
+// part of, and what it prints.
+struct RunPlan {
   Scenario sc;
+  std::string backend;
+  std::vector<AppliedOverride> applied;
+  std::vector<ScenarioPoint> points;
+  DistEnv dist;
+  bool writer = true;  // rank 0 alone writes the database
+  bool quiet = false, json = false;
+};
+
+using ExitCode = std::optional<int>;
+
+// The scenario, the backend that runs it, and its points.
+ExitCode load_points(const std::string& path, const RunOptions& opt, RunPlan& plan) {
   try {
-    sc = load_scenario(path);
+    plan.sc = load_scenario(path);
   } catch (const ScenarioError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
-  std::string backend = opt.device.empty() ? sc.device : opt.device;
+  std::string& backend = plan.backend;
+  backend = opt.device.empty() ? plan.sc.device : opt.device;
   if (backend == "auto") backend = gpu_present() ? "cuda" : "cpu";
   if (backend == "cuda" && !gpu_present()) {
 #ifdef MOCBENCH_HAVE_CUDA
@@ -306,78 +322,92 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
     std::fprintf(stderr, "mocbench: unknown device '%s' (auto, cpu or cuda)\n", backend.c_str());
     return 2;
   }
-  std::vector<AppliedOverride> applied;
-  std::vector<ScenarioPoint> points;
   try {
-    points = sc.expand(backend, &applied);
+    plan.points = plan.sc.expand(backend, &plan.applied);
   } catch (const ScenarioError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
-  if (!opt.only.empty()) {
-    std::vector<ScenarioPoint> kept;
+  return {};
+}
+
+// --only axis=value ...: the points whose axes (or mode) have every value asked for.
+ExitCode apply_only(const std::string& path, const RunOptions& opt, std::vector<ScenarioPoint>& points) {
+  if (opt.only.empty()) return {};
+  for (const auto& f : opt.only) {
+    const auto eq = f.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::fprintf(stderr, "mocbench: --only expects axis=value (e.g. --only mode=decode), got '%s'\n", f.c_str());
+      return 2;
+    }
+  }
+  std::vector<ScenarioPoint> kept;
+  for (const auto& p : points) {
+    bool match = true;
     for (const auto& f : opt.only) {
-      const auto eq = f.find('=');
-      if (eq == std::string::npos || eq == 0) {
-        std::fprintf(stderr, "mocbench: --only expects axis=value (e.g. --only mode=decode), got '%s'\n", f.c_str());
-        return 2;
-      }
+      const std::string key = f.substr(0, f.find('=')), val = f.substr(f.find('=') + 1);
+      const std::string* have = key == "mode" ? &p.mode : p.axis(key);
+      match = match && have && *have == val;
     }
-    for (const auto& p : points) {
-      bool match = true;
-      for (const auto& f : opt.only) {
-        const std::string key = f.substr(0, f.find('=')), val = f.substr(f.find('=') + 1);
-        const std::string* have = key == "mode" ? &p.mode : p.axis(key);
-        match = match && have && *have == val;
-      }
-      if (match) kept.push_back(p);
-    }
-    if (kept.empty()) {
-      std::fprintf(stderr, "mocbench: no point of %s matches --only", path.c_str());
-      for (const auto& f : opt.only) std::fprintf(stderr, " %s", f.c_str());
-      std::fprintf(stderr, " (see --dry-run for the points)\n");
+    if (match) kept.push_back(p);
+  }
+  if (kept.empty()) {
+    std::fprintf(stderr, "mocbench: no point of %s matches --only", path.c_str());
+    for (const auto& f : opt.only) std::fprintf(stderr, " %s", f.c_str());
+    std::fprintf(stderr, " (see --dry-run for the points)\n");
+    return 2;
+  }
+  points = std::move(kept);
+  return {};
+}
+
+// --gpus N: every train point data-parallel on N GPUs.
+ExitCode apply_gpus(const std::string& path, const RunOptions& opt, std::vector<ScenarioPoint>& points) {
+  if (opt.gpus <= 0) return {};
+  for (auto& p : points) {
+    if (p.mode != "train") continue;
+    if (p.data.active() && opt.gpus > 1) {
+      std::fprintf(stderr, "%s: point #%d trains on [data] text, which runs on one GPU (data-parallel text training "
+                           "is not built)\n  hint: --only to leave it out, or drop --gpus\n", path.c_str(), p.index);
       return 2;
     }
-    points = std::move(kept);
-  }
-  if (opt.gpus > 0) {  // --gpus N: every train point data-parallel on N GPUs
-    for (auto& p : points) {
-      if (p.mode != "train") continue;
-      if (p.data.active() && opt.gpus > 1) {
-        std::fprintf(stderr, "%s: point #%d trains on [data] text, which runs on one GPU (data-parallel text training "
-                             "is not built)\n  hint: --only to leave it out, or drop --gpus\n", path.c_str(), p.index);
-        return 2;
+    p.gpus = opt.gpus;
+    bool found = false;
+    for (auto& [k, v] : p.axes)
+      if (k == "gpus") {
+        v = std::to_string(opt.gpus);
+        found = true;
       }
-      p.gpus = opt.gpus;
-      bool found = false;
-      for (auto& [k, v] : p.axes)
-        if (k == "gpus") {
-          v = std::to_string(opt.gpus);
-          found = true;
-        }
-      if (!found) p.axes.push_back({"gpus", std::to_string(opt.gpus)});
-    }
+    if (!found) p.axes.push_back({"gpus", std::to_string(opt.gpus)});
   }
-  if (opt.point_index >= 0) {
-    std::vector<ScenarioPoint> kept;
-    for (const auto& p : points)
-      if (p.index == opt.point_index) kept.push_back(p);
-    if (kept.empty()) {
-      std::fprintf(stderr, "mocbench: %s has no point #%d (see --dry-run)\n", path.c_str(), opt.point_index);
-      return 2;
-    }
-    points = std::move(kept);
+  return {};
+}
+
+// --point I: the point of sweep index I alone (what the launcher's workers run).
+ExitCode apply_point_index(const std::string& path, const RunOptions& opt, std::vector<ScenarioPoint>& points) {
+  if (opt.point_index < 0) return {};
+  std::vector<ScenarioPoint> kept;
+  for (const auto& p : points)
+    if (p.index == opt.point_index) kept.push_back(p);
+  if (kept.empty()) {
+    std::fprintf(stderr, "mocbench: %s has no point #%d (see --dry-run)\n", path.c_str(), opt.point_index);
+    return 2;
   }
-  // Ranks of a launch (mocbench's own workers, MPI, Slurm): every train point runs over all of them.
-  DistEnv dist;
+  points = std::move(kept);
+  return {};
+}
+
+// Ranks of a launch (mocbench's own workers, MPI, Slurm): every train point runs over all of them.
+ExitCode read_launch(const std::string& path, RunPlan& plan) {
   try {
-    dist = read_dist_env();
+    plan.dist = read_dist_env();
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "mocbench: %s\n", e.what());
     return 2;
   }
+  const DistEnv& dist = plan.dist;
   if (dist.distributed())
-    for (const auto& p : points)
+    for (const auto& p : plan.points)
       if (p.mode != "train" || p.gpus != dist.world) {
         std::fprintf(stderr,
                      "%s: point #%d (%s, gpus = %d) cannot run in this %s launch of %d ranks: every point must train "
@@ -386,44 +416,37 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
                      dist.world, dist.world);
         return 2;
       }
-  const bool writer = !dist.distributed() || dist.rank == 0;  // rank 0 alone writes the database
-  const bool quiet = opt.output == RunOptions::Output::quiet || !writer, json = writer && opt.output == RunOptions::Output::json;
-  if (!quiet && !json) {
-    std::printf("scenario %s (%s): %zu points on %s\n", sc.name.c_str(), path.c_str(), points.size(), backend.c_str());
-    for (const auto& a : applied)
-      std::printf("  %s override: %s.%s = %s\n", backend.c_str(), a.section.c_str(), a.key.c_str(), a.value.c_str());
-    for (const auto& [k, v] : run_environment_now())  // stored with the run: they change what runs
-      std::printf("  environment: %s=%s\n", k.c_str(), v.c_str());
-  }
-  if (opt.dry_run) {
-    for (const auto& p : points) std::printf("%s\n", p.describe().c_str());
-    return 0;
-  }
-  // GPU counts: what the machine cannot hold is refused before any work (a launch's ranks each bring theirs).
-  if (!dist.distributed()) {
-    int most = 1;
-    for (const auto& p : points) most = std::max(most, p.gpus);
-    if (most > 1 && backend == "cuda") {
-      int available = 0;
-      bool nccl = false;
+  return {};
+}
+
+// GPU counts: what the machine cannot hold is refused before any work (a launch's ranks each bring theirs).
+ExitCode check_gpu_capacity(const std::string& path, const RunPlan& plan) {
+  if (plan.dist.distributed()) return {};
+  int most = 1;
+  for (const auto& p : plan.points) most = std::max(most, p.gpus);
+  if (most <= 1 || plan.backend != "cuda") return {};
+  int available = 0;
+  bool nccl = false;
 #ifdef MOCBENCH_HAVE_CUDA
-      available = static_cast<int>(cuda::list_gpus().size());
-      nccl = cuda::nccl_available();
+  available = static_cast<int>(cuda::list_gpus().size());
+  nccl = cuda::nccl_available();
 #endif
-      try {
-        check_gpu_count(most, available);
-      } catch (const ConfigError& e) {
-        std::fprintf(stderr, "%s: %s\n", path.c_str(), e.what());
-        return 2;
-      }
-      if (!nccl) {
-        std::fprintf(stderr, "%s: gpus = %d needs NCCL, which this build does not link (see the build log)\n", path.c_str(), most);
-        return 2;
-      }
-    }
+  try {
+    check_gpu_count(most, available);
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "%s: %s\n", path.c_str(), e.what());
+    return 2;
   }
-  // Checkpoints named with placeholders (e.g. written by a training scenario's [data] save) must exist
-  // before any point runs.
+  if (!nccl) {
+    std::fprintf(stderr, "%s: gpus = %d needs NCCL, which this build does not link (see the build log)\n", path.c_str(), most);
+    return 2;
+  }
+  return {};
+}
+
+// Checkpoints named with placeholders (e.g. written by a training scenario's [data] save) must exist before
+// any point runs.
+ExitCode check_weights_exist(const std::string& path, const std::vector<ScenarioPoint>& points) {
   for (const auto& p : points) {
     std::error_code ec;
     if (p.weights_deferred && !std::filesystem::is_regular_file(p.weights, ec)) {
@@ -435,40 +458,78 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
       return 2;
     }
   }
+  return {};
+}
 
-  // Ranks other than 0 keep their run in a scratch file of their own, removed at the end.
-  std::string db_path = opt.db_path;
-  if (!writer) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / ("mocbench-rank" + std::to_string(dist.rank) + "-XXXXXX")).string();
-    const int fd = mkstemp(tmpl.data());
-    if (fd < 0) {
-      std::fprintf(stderr, "mocbench: rank %d cannot create a scratch database in %s\n", dist.rank,
-                   std::filesystem::temp_directory_path().c_str());
-      return 1;
-    }
-    ::close(fd);
-    db_path = tmpl;
+// The whole plan: the steps above in order, the run's header printed, and --dry-run's list of points (exit 0).
+ExitCode plan_run(const std::string& path, const RunOptions& opt, RunPlan& plan) {
+  if (ExitCode code = load_points(path, opt, plan)) return code;
+  if (ExitCode code = apply_only(path, opt, plan.points)) return code;
+  if (ExitCode code = apply_gpus(path, opt, plan.points)) return code;
+  if (ExitCode code = apply_point_index(path, opt, plan.points)) return code;
+  if (ExitCode code = read_launch(path, plan)) return code;
+  plan.writer = !plan.dist.distributed() || plan.dist.rank == 0;
+  plan.quiet = opt.output == RunOptions::Output::quiet || !plan.writer;
+  plan.json = plan.writer && opt.output == RunOptions::Output::json;
+  if (!plan.quiet && !plan.json) {
+    std::printf("scenario %s (%s): %zu points on %s\n", plan.sc.name.c_str(), path.c_str(), plan.points.size(),
+                plan.backend.c_str());
+    for (const auto& a : plan.applied)
+      std::printf("  %s override: %s.%s = %s\n", plan.backend.c_str(), a.section.c_str(), a.key.c_str(), a.value.c_str());
+    for (const auto& [k, v] : run_environment_now())  // stored with the run: they change what runs
+      std::printf("  environment: %s=%s\n", k.c_str(), v.c_str());
   }
-  struct ScratchDb {
-    std::string path;
-    ~ScratchDb() {
-      if (path.empty()) return;
-      std::error_code ec;
-      for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix, ec);
-    }
-  } scratch_db{writer ? std::string() : db_path};
-  db::ResultsDb store = db::ResultsDb::open(db_path, db::OpenMode::read_write);
-  db::RunRecord run;
-  run.scenario_name = sc.name;
-  run.scenario_path = path;
-  run.scenario_text = sc.text;
-  run.scenario_hash = sc.hash;
+  if (opt.dry_run) {
+    for (const auto& p : plan.points) std::printf("%s\n", p.describe().c_str());
+    return 0;
+  }
+  if (ExitCode code = check_gpu_capacity(path, plan)) return code;
+  return check_weights_exist(path, plan.points);
+}
+
+// --- The run record: the database the run goes to and what it keeps of the run before any point.
+
+// Ranks other than 0 keep their run in a scratch file of their own, removed at the end ("" when it could not
+// be made, said on stderr).
+std::string scratch_db_path(const DistEnv& dist) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / ("mocbench-rank" + std::to_string(dist.rank) + "-XXXXXX")).string();
+  const int fd = mkstemp(tmpl.data());
+  if (fd < 0) {
+    std::fprintf(stderr, "mocbench: rank %d cannot create a scratch database in %s\n", dist.rank,
+                 std::filesystem::temp_directory_path().c_str());
+    return "";
+  }
+  ::close(fd);
+  return tmpl;
+}
+
+struct ScratchDb {
+  std::string path;
+  ~ScratchDb() {
+    if (path.empty()) return;
+    std::error_code ec;
+    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix, ec);
+  }
+};
+
+std::string overrides_json(const std::vector<AppliedOverride>& applied) {
   std::string ov = "[";
   for (std::size_t i = 0; i < applied.size(); ++i)
     ov += std::string(i ? "," : "") + "{\"section\":\"" + json_escape(applied[i].section) + "\",\"key\":\"" +
           json_escape(applied[i].key) + "\",\"value\":\"" + json_escape(applied[i].value) + "\"}";
-  run.overrides_json = ov + "]";
-  run.config_json = run_config_json(backend, points.size());
+  return ov + "]";
+}
+
+// Begins the run in the database: the scenario, the machine, its devices and roofline ceilings. Returns its id.
+std::int64_t begin_run_record(db::ResultsDb& store, const std::string& path, const RunPlan& plan) {
+  const std::string& backend = plan.backend;
+  db::RunRecord run;
+  run.scenario_name = plan.sc.name;
+  run.scenario_path = path;
+  run.scenario_text = plan.sc.text;
+  run.scenario_hash = plan.sc.hash;
+  run.overrides_json = overrides_json(plan.applied);
+  run.config_json = run_config_json(backend, plan.points.size());
   run.machine_json = machine_json(backend);
   run.device_kind = backend;
   run.device_name = cpu_model();
@@ -487,100 +548,141 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
                                   g.sm_clock_khz, g.mem_clock_khz, g.mem_bus_bits});
 #endif
   record_ceilings(store, run_id, backend, run.device_name);
+  return run_id;
+}
 
+// --- The loop over points.
+
+// Measures the points of a plan one at a time, in this process or on worker processes, and keeps what the
+// points share across the run: a launch's communicator and the one-GPU twins of data-parallel points.
+class PointRunner {
+ public:
+  PointRunner(const std::string& path, const RunOptions& opt, const RunPlan& plan)
+      : path_(path), opt_(opt), plan_(plan) {}
+
+  // Point p measured: rec's status, error and metrics set, and what the database keeps of it.
+  StoredPoint measure(const ScenarioPoint& p, db::PointRecord& rec, PointStatus& status) {
+    StoredPoint stored;
+    try {
+      if (!plan_.dist.distributed() && p.gpus > 1) {
+        stored = run_on_workers(path_, plan_.sc.text, p, opt_, plan_.backend);
+        status = parse_point_status(stored.rec.status);
+        rec.error = stored.rec.error;
+        rec.metrics = stored.rec.metrics;
+      } else {
+        PointOutcome out = run_here(p, opt_, plan_.backend, plan_.dist, comm_, host_limit_note_);
+        if (!out.profile_note.empty())
+          std::fprintf(stderr, "\nmocbench: point %d not profiled: %s\n", p.index, out.profile_note.c_str());
+        status = PointStatus::ok;
+        rec.metrics = out.metrics;
+        stored = stored_from(out);
+      }
+    } catch (const Interrupted&) {
+      status = PointStatus::interrupted;
+      rec.error = "stopped by SIGINT";
+    } catch (const OutOfMemory& e) {
+      status = PointStatus::oom;
+      rec.error = std::string(e.what()) + host_limit_note_;
+    } catch (const std::exception& e) {
+      status = PointStatus::failed;
+      rec.error = e.what();
+    }
+    rec.status = std::string(point_status_name(status));
+    if (plan_.dist.distributed() && status != PointStatus::ok) report_worker_failure(plan_.dist, rec.status, rec.error);
+    if (status == PointStatus::ok && p.mode == "train") add_scaling_efficiency(p, rec.metrics);
+    return stored;
+  }
+
+ private:
+  // Scaling efficiency of a data-parallel train point against the same point on one GPU (its twin: the same
+  // axes but gpus, zero1 and comm_overlap), when the run measured that one first.
+  void add_scaling_efficiency(const ScenarioPoint& p, std::vector<std::pair<std::string, double>>& metrics) {
+    std::string key = p.mode;
+    for (const auto& [a, v] : p.axes)
+      if (a != "gpus" && a != "zero1" && a != "comm_overlap") key += ";" + a + "=" + v;
+    double tps = -1;
+    for (const auto& [k, v] : metrics)
+      if (k == "tokens_per_s") tps = v;
+    if (p.gpus == 1 && tps > 0) one_gpu_tokens_per_s_[key] = tps;
+    const auto twin = one_gpu_tokens_per_s_.find(key);
+    if (p.gpus > 1 && tps > 0 && twin != one_gpu_tokens_per_s_.end())
+      metrics.push_back({"scaling_efficiency_pct", 100.0 * tps / (p.gpus * twin->second)});
+  }
+
+  const std::string& path_;
+  const RunOptions& opt_;
+  const RunPlan& plan_;
+  std::string host_limit_note_;          // how the CPU backend's memory limit was set, for an oom point's message
+  std::unique_ptr<Communicator> comm_;   // a launch's ranks: made at the first point, kept for the others
+  std::map<std::string, double> one_gpu_tokens_per_s_;  // the gpus = 1 twins, for scaling efficiency
+};
+
+// Stores a measured point. Another process holding the results file's write lock past the busy timeout (a
+// long transaction, a `sqlite3` shell in BEGIN) does not cost the measured point: it is kept and stored once
+// the lock is free. Throws the database's error once waiting is over.
+void store_point(db::ResultsDb& store, const db::PointRecord& rec, const StoredPoint& stored, const RunOptions& opt) {
+  const auto wait_from = std::chrono::steady_clock::now();
+  const double kLockWaitS = lock_wait_s();
+  for (int attempt = 0;; ++attempt) {
+    try {
+      store.add_point(rec, stored.ranges, stored.memory, stored.profile ? &*stored.profile : nullptr, stored.series);
+      if (attempt > 0) std::fprintf(stderr, "mocbench: the lock is free again: point #%d stored\n", rec.index);
+      return;
+    } catch (const db::DbError& e) {
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_from).count();
+      if (!e.busy() || waited > kLockWaitS || g_stop.load()) throw;
+      if (attempt == 0)
+        std::fprintf(stderr,
+                     "\nmocbench: %s is locked by another process; point #%d is measured and kept in memory, "
+                     "waiting up to %.0f min for the lock (the process holding it: `fuser %s`)\n",
+                     opt.db_path.c_str(), rec.index, kLockWaitS / 60.0, opt.db_path.c_str());
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
+}
+
+void print_progress(std::size_t i, const std::vector<ScenarioPoint>& points, bool tty,
+                    std::chrono::steady_clock::time_point t0) {
+  const auto& p = points[i];
+  const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string eta = i ? fmt_duration(el / static_cast<double>(i) * static_cast<double>(points.size() - i)) : "?";
+  const std::string what = (p.axis("mode") ? "" : "mode=" + p.mode + " ") + axes_text(p);
+  std::printf(tty ? "\r\033[K[%zu/%zu] %s  ETA %s" : "[%zu/%zu] %s  ETA %s\n", i + 1, points.size(), what.c_str(),
+              eta.c_str());
+  std::fflush(stdout);
+}
+
+struct RunTally {
+  std::string status = "ok";  // the run's: ok, interrupted or failed
+  int ok = 0, oom = 0, failed = 0;
+  void count(PointStatus s) {
+    if (s == PointStatus::ok) ++ok;
+    else if (s == PointStatus::oom) ++oom;
+    else if (s == PointStatus::failed) ++failed;
+  }
+};
+
+// Every point of the plan, measured and stored in turn; SIGINT stops the run after the point it interrupts.
+RunTally run_points(db::ResultsDb& store, std::int64_t run_id, const std::string& path, const RunOptions& opt,
+                    const RunPlan& plan, std::chrono::steady_clock::time_point t0) {
   g_stop.store(false);
   auto previous = std::signal(SIGINT, on_sigint);
   const bool tty = isatty(STDOUT_FILENO) != 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  std::string status = "ok";
-  int ok = 0, oom = 0, failed = 0;
-  std::string host_limit_note;  // how the CPU backend's memory limit was set, for an oom point's message
-  std::unique_ptr<Communicator> comm;  // a launch's ranks: made at the first point, kept for the others
-  std::map<std::string, double> one_gpu_tokens_per_s;  // the gpus = 1 twins, for scaling efficiency
-  auto twin_key = [](const ScenarioPoint& p) {
-    std::string k = p.mode;
-    for (const auto& [a, v] : p.axes)
-      if (a != "gpus" && a != "zero1" && a != "comm_overlap") k += ";" + a + "=" + v;
-    return k;
-  };
-  for (std::size_t i = 0; i < points.size(); ++i) {
-    const auto& p = points[i];
-    if (!quiet && !json) {
-      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const std::string eta = i ? fmt_duration(el / static_cast<double>(i) * static_cast<double>(points.size() - i)) : "?";
-      const std::string what = (p.axis("mode") ? "" : "mode=" + p.mode + " ") + axes_text(p);
-      std::printf(tty ? "\r\033[K[%zu/%zu] %s  ETA %s" : "[%zu/%zu] %s  ETA %s\n", i + 1, points.size(), what.c_str(),
-                  eta.c_str());
-      std::fflush(stdout);
-    }
+  RunTally tally;
+  PointRunner runner(path, opt, plan);
+  for (std::size_t i = 0; i < plan.points.size(); ++i) {
+    const auto& p = plan.points[i];
+    if (!plan.quiet && !plan.json) print_progress(i, plan.points, tty, t0);
     db::PointRecord rec;
     rec.run_id = run_id;
     rec.index = p.index;  // the sweep position, also when --only runs a subset
     rec.mode = p.mode;
     rec.axes = p.axes;
-    StoredPoint stored;
+    PointStatus status = PointStatus::failed;
+    const StoredPoint stored = runner.measure(p, rec, status);
+    tally.count(status);
     try {
-      if (!dist.distributed() && p.gpus > 1) {
-        stored = run_on_workers(path, sc.text, p, opt, backend);
-        rec.status = stored.rec.status;
-        rec.error = stored.rec.error;
-        rec.metrics = stored.rec.metrics;
-        if (rec.status == "ok") ++ok;
-        else if (rec.status == "oom") ++oom;
-        else if (rec.status != "interrupted") ++failed;
-      } else {
-        PointOutcome out = run_here(p, opt, backend, dist, comm, host_limit_note);
-        if (!out.profile_note.empty())
-          std::fprintf(stderr, "\nmocbench: point %d not profiled: %s\n", p.index, out.profile_note.c_str());
-        rec.status = "ok";
-        rec.metrics = out.metrics;
-        stored = stored_from(out);
-        ++ok;
-      }
-    } catch (const Interrupted&) {
-      rec.status = "interrupted";
-      rec.error = "stopped by SIGINT";
-    } catch (const OutOfMemory& e) {
-      rec.status = "oom";
-      rec.error = std::string(e.what()) + host_limit_note;
-      ++oom;
-    } catch (const std::exception& e) {
-      rec.status = "failed";
-      rec.error = e.what();
-      ++failed;
-    }
-    if (dist.distributed() && rec.status != "ok") report_worker_failure(dist, rec.status, rec.error);
-    if (rec.status == "ok" && p.mode == "train") {  // scaling efficiency against the same point on one GPU
-      double tps = -1;
-      for (const auto& [k, v] : rec.metrics)
-        if (k == "tokens_per_s") tps = v;
-      if (p.gpus == 1 && tps > 0) one_gpu_tokens_per_s[twin_key(p)] = tps;
-      const auto twin = one_gpu_tokens_per_s.find(twin_key(p));
-      if (p.gpus > 1 && tps > 0 && twin != one_gpu_tokens_per_s.end())
-        rec.metrics.push_back({"scaling_efficiency_pct", 100.0 * tps / (p.gpus * twin->second)});
-    }
-    try {
-      // Another process holding the results file's write lock past the busy timeout (a long transaction, a
-      // `sqlite3` shell in BEGIN) does not cost the measured point: it is kept and stored once the lock is free.
-      const auto wait_from = std::chrono::steady_clock::now();
-      const double kLockWaitS = lock_wait_s();
-      for (int attempt = 0;; ++attempt) {
-        try {
-          store.add_point(rec, stored.ranges, stored.memory, stored.profile ? &*stored.profile : nullptr,
-                          stored.series);
-          if (attempt > 0) std::fprintf(stderr, "mocbench: the lock is free again: point #%d stored\n", p.index);
-          break;
-        } catch (const db::DbError& e) {
-          const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_from).count();
-          if (!e.busy() || waited > kLockWaitS || g_stop.load()) throw;
-          if (attempt == 0)
-            std::fprintf(stderr,
-                         "\nmocbench: %s is locked by another process; point #%d is measured and kept in memory, "
-                         "waiting up to %.0f min for the lock (the process holding it: `fuser %s`)\n",
-                         opt.db_path.c_str(), p.index, kLockWaitS / 60.0, opt.db_path.c_str());
-          std::this_thread::sleep_for(std::chrono::seconds(1));
-        }
-      }
+      store_point(store, rec, stored, opt);
     } catch (const std::exception& e) {
       // The run stops on a database error (disk full, I/O error, a lock that never freed): the measured point
       // goes to a side file named here, and the run is closed as failed where the file can still be written,
@@ -592,40 +694,60 @@ int run_scenario_file(const std::string& path, const RunOptions& opt) {
       mark_failed(store, run_id, e.what());
       throw;
     }
-    if (json) {
+    if (plan.json) {
       std::printf("%s\n", run_json_line(i, p.mode, rec.status, p.axes, rec.metrics, rec.error).c_str());
       std::fflush(stdout);
     }
-    if (rec.status == "interrupted") {
-      status = "interrupted";
+    if (status == PointStatus::interrupted) {
+      tally.status = "interrupted";
       break;
     }
-    if (dist.distributed() && rec.status != "ok") {
+    if (plan.dist.distributed() && status != PointStatus::ok) {
       // The other ranks may be blocked in a collective: end this process; the launcher ends the rest.
-      std::fprintf(stderr, "mocbench: rank %d: point #%d %s: %s\n", dist.rank, p.index, rec.status.c_str(), rec.error.c_str());
-      status = "failed";
+      std::fprintf(stderr, "mocbench: rank %d: point #%d %s: %s\n", plan.dist.rank, p.index, rec.status.c_str(),
+                   rec.error.c_str());
+      tally.status = "failed";
       break;
     }
   }
   std::signal(SIGINT, previous);
-  store.finish_run(run_id, status, unix_ms());
-  if (!quiet && !json) {
-    if (tty) std::printf("\n");
-    std::printf("run %lld %s: %d ok, %d oom, %d failed of %zu points in %s -> %s\n", static_cast<long long>(run_id),
-                status.c_str(), ok, oom, failed, points.size(),
-                fmt_duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()).c_str(),
-                opt.db_path.c_str());
-    // The answer the scenario asks for, in human units (what `mocbench show RUN` prints again). The run is
-    // stored by now: a summary that cannot be read back is a note, not a failed run.
-    try {
-      std::ostringstream summary;
-      print_summary(summarize_run(store, run_id), SummaryFormat::table, summary, colour_terminal(stdout));
-      std::printf("\n%s", summary.str().c_str());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "mocbench: the run is stored, but its summary could not be read back: %s\n", e.what());
-    }
+  return tally;
+}
+
+// The run's last lines: the counts, and the answer the scenario asks for in human units (what `mocbench show
+// RUN` prints again). The run is stored by now: a summary that cannot be read back is a note, not a failed run.
+void print_run_end(db::ResultsDb& store, std::int64_t run_id, const RunTally& t, const RunPlan& plan,
+                   const RunOptions& opt, std::chrono::steady_clock::time_point t0) {
+  if (isatty(STDOUT_FILENO) != 0) std::printf("\n");
+  std::printf("run %lld %s: %d ok, %d oom, %d failed of %zu points in %s -> %s\n", static_cast<long long>(run_id),
+              t.status.c_str(), t.ok, t.oom, t.failed, plan.points.size(),
+              fmt_duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()).c_str(),
+              opt.db_path.c_str());
+  try {
+    std::ostringstream summary;
+    print_summary(summarize_run(store, run_id), SummaryFormat::table, summary, colour_terminal(stdout));
+    std::printf("\n%s", summary.str().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mocbench: the run is stored, but its summary could not be read back: %s\n", e.what());
   }
-  return status == "interrupted" ? 130 : (failed || status == "failed" ? 1 : 0);
+}
+
+}  // namespace
+
+int run_scenario_file(const std::string& path, const RunOptions& opt) {
+  bind_worker_to_launcher();  // a worker of a multi-rank point dies with its launcher
+  RunPlan plan;
+  if (const ExitCode code = plan_run(path, opt, plan)) return *code;
+  std::string db_path = opt.db_path;
+  if (!plan.writer && (db_path = scratch_db_path(plan.dist)).empty()) return 1;
+  const ScratchDb scratch_db{plan.writer ? std::string() : db_path};  // removed after the store closes
+  db::ResultsDb store = db::ResultsDb::open(db_path, db::OpenMode::read_write);
+  const std::int64_t run_id = begin_run_record(store, path, plan);
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunTally tally = run_points(store, run_id, path, opt, plan, t0);
+  store.finish_run(run_id, tally.status, unix_ms());
+  if (!plan.quiet && !plan.json) print_run_end(store, run_id, tally, plan, opt, t0);
+  return tally.status == "interrupted" ? 130 : (tally.failed || tally.status == "failed" ? 1 : 0);
 }
 
 }  // namespace moc
