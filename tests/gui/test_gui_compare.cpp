@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -47,10 +49,26 @@ std::string two_smoke_runs_db() {
   return path;
 }
 
+// A data-parallel training point (gpus = 2: two worker processes meeting in shared memory on the CPU) after
+// its one-rank twin: the ranks' own values, the communication and the scaling efficiency.
+std::string data_parallel_db() {
+  const std::string dir = test::temp_dir() + "/dp";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/dp.toml") << "name = \"dp\"\nmode = \"train\"\ndevice = \"cpu\"\n[model]\npreset = \"tiny\"\n"
+                                     "[measure]\nwarmup = 1\nmin_reps = 2\nmax_reps = 2\n[axes]\nffn = [\"moc\"]\n"
+                                     "gpus = [1, 2]\n";
+  const std::string p = dir + "/dp.db";
+  const std::string cmd = std::string(MOCBENCH_BIN) + " run " + dir + "/dp.toml --quiet --db " + p + " > " + dir +
+                          "/dp.log 2>&1";
+  if (test::run_command(cmd) != 0) throw std::runtime_error("the data-parallel run failed: " + cmd);
+  return p;
+}
+
 TEST(MetricRegistry, EveryMetricOfRealCpuRunsHasAUnitDirectionAndLabel) {
-  // Every mode (smoke_cpu), profiled points (the fixture) and training on text (the text fixture).
+  // Every mode (smoke_cpu), profiled points (the fixture), training on text with the gate analysis (the text
+  // fixture) and data-parallel training.
   std::set<std::string> seen;
-  for (const auto& path : {two_smoke_runs_db(), test::fixture_db(), test::text_fixture_db()}) {
+  for (const auto& path : {two_smoke_runs_db(), test::fixture_db(), test::text_fixture_db(), data_parallel_db()}) {
     auto store = db::ResultsDb::open(path, db::OpenMode::read_only);
     for (const auto& run : store.runs())
       for (const auto& p : store.points(run.id))
@@ -68,7 +86,8 @@ TEST(MetricRegistry, EveryMetricOfRealCpuRunsHasAUnitDirectionAndLabel) {
           }
         }
   }
-  for (const char* m : {"latency_us", "tokens_per_s", "peak_bytes", "profile_kernels", "val_ppl", "rows_per_s"})
+  for (const char* m : {"latency_us", "tokens_per_s", "peak_bytes", "profile_kernels", "val_ppl", "rows_per_s",
+                        "prefill_ms", "union_b1", "gate_threshold_pre.L0", "rank1_step_ms", "scaling_efficiency_pct"})
     EXPECT_TRUE(seen.count(m)) << m << ": the runs did not cover the mode that writes it";
 }
 
