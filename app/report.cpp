@@ -1,12 +1,12 @@
 #include "app/report.h"
 
 #include "app/json_text.h"
+#include "db/metrics.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <map>
 #include <ostream>
 #include <stdexcept>
 
@@ -44,11 +44,6 @@ const V* find_kv(const std::vector<std::pair<std::string, V>>& kv, const std::st
   return nullptr;
 }
 
-std::string axes_key(const db::PointRecord& p) {
-  std::string k;
-  for (const auto& [n, v] : p.axes) k += (k.empty() ? "" : " ") + n + "=" + v;
-  return k.empty() ? "(single point)" : k;
-}
 }  // namespace
 
 std::string point_mode(const db::RunRecord& run, const db::PointRecord& point) {
@@ -166,7 +161,7 @@ RunRef parse_run_ref(const std::string& text, const std::string& default_db) {
 }
 
 Comparison compare_runs(const db::ResultsDb& da, std::int64_t ra, const db::ResultsDb& dbb, std::int64_t rb,
-                        const std::vector<std::string>& metrics, bool allow_different_scenarios) {
+                        const std::vector<std::string>& names, bool allow_different_scenarios) {
   auto run_a = da.run(ra);
   auto run_b = dbb.run(rb);
   if (!run_a) throw std::invalid_argument("no run " + std::to_string(ra) + " in " + da.path());
@@ -187,44 +182,19 @@ Comparison compare_runs(const db::ResultsDb& da, std::int64_t ra, const db::Resu
     c.warnings.push_back("mocbench versions: A " + run_a->mocbench_version + ", B " + run_b->mocbench_version);
 
   const auto pa = da.points(ra), pb = dbb.points(rb);
-  std::map<std::string, const db::PointRecord*> by_key_b;
-  for (const auto& p : pb) by_key_b.emplace(axes_key(p), &p);
-  std::vector<std::string> names = metrics;
-  if (names.empty()) {
-    names.push_back("median_ms");
-    for (const char* m : {"tokens_per_s", "latency_us", "achieved_GBps", "peak_bytes"}) {
-      const bool any = std::any_of(pa.begin(), pa.end(), [&](const auto& p) { return find_kv(p.metrics, m); });
-      if (any) names.push_back(m);
-    }
-  }
-  std::map<std::string, bool> seen_b;
-  for (const auto& p : pa) {
-    const std::string key = axes_key(p);
-    auto it = by_key_b.find(key);
-    const db::PointRecord* q = it == by_key_b.end() ? nullptr : it->second;
-    if (q) {
-      ++c.matched;
-      seen_b[key] = true;
-    } else {
-      ++c.only_a;
-    }
-    for (const auto& m : names) {
-      CompareRow row{key, m, std::nullopt, std::nullopt, p.status, q ? q->status : "missing"};
-      if (const auto* v = find_kv(p.metrics, m); v && !std::isnan(*v)) row.a = *v;
-      if (q)
-        if (const auto* v = find_kv(q->metrics, m); v && !std::isnan(*v)) row.b = *v;
+  const metrics::PointComparison pc = metrics::compare_points(pa, pb, names);
+  c.matched = pc.matched;
+  c.only_a = pc.only_a;
+  c.only_b = pc.only_b;
+  for (const auto& pair : pc.pairs) {
+    const std::string status_a = pair.a ? pair.a->status : "missing", status_b = pair.b ? pair.b->status : "missing";
+    for (std::size_t i = 0; i < pc.metrics.size(); ++i) {
+      const metrics::MetricCell& cell = pair.cells[i];
+      CompareRow row{pair.label, pc.metrics[i], std::nullopt, std::nullopt, status_a, status_b, cell.verdict};
+      if (!std::isnan(cell.a)) row.a = cell.a;
+      if (!std::isnan(cell.b)) row.b = cell.b;
       // A default metric this point's mode does not produce (latency_us of a training point) is left out.
-      if (metrics.empty() && !row.a && !row.b && row.status_a == "ok" && row.status_b == "ok") continue;
-      c.rows.push_back(std::move(row));
-    }
-  }
-  for (const auto& q : pb) {
-    const std::string key = axes_key(q);
-    if (seen_b.count(key)) continue;
-    ++c.only_b;
-    for (const auto& m : names) {
-      CompareRow row{key, m, std::nullopt, std::nullopt, "missing", q.status};
-      if (const auto* v = find_kv(q.metrics, m); v && !std::isnan(*v)) row.b = *v;
+      if (names.empty() && !row.a && !row.b && row.status_a == "ok" && row.status_b == "ok") continue;
       c.rows.push_back(std::move(row));
     }
   }
@@ -244,25 +214,31 @@ void print_comparison(const Comparison& c, ExportFormat format, std::ostream& ou
         out << (i ? ",\n " : "\n ") << "{\"point\": " << json_str(r.key) << ", \"metric\": " << json_str(r.metric)
             << ", \"a\": " << (r.a ? json_num(*r.a) : "null") << ", \"b\": " << (r.b ? json_num(*r.b) : "null")
             << ", \"ratio_b_over_a\": " << (ratio(r) ? json_num(*ratio(r)) : "null")
-            << ", \"status_a\": " << json_str(r.status_a) << ", \"status_b\": " << json_str(r.status_b) << "}";
+            << ", \"status_a\": " << json_str(r.status_a) << ", \"status_b\": " << json_str(r.status_b)
+            << ", \"verdict\": " << json_str(metrics::verdict_name(r.verdict))
+            << ", \"unit\": " << json_str(std::string(metrics::unit(r.metric))) << "}";
       }
       out << (c.rows.empty() ? "]\n" : "\n]\n");
       return;
     }
-    out << "point,metric,a,b,ratio_b_over_a,status_a,status_b\n";
+    out << "point,metric,a,b,ratio_b_over_a,status_a,status_b,verdict,unit\n";
     for (const auto& r : c.rows)
       out << csv_cell(r.key) << "," << csv_cell(r.metric) << "," << (r.a ? num(*r.a) : "") << ","
           << (r.b ? num(*r.b) : "") << "," << (ratio(r) ? num(*ratio(r)) : "") << "," << r.status_a << ","
-          << r.status_b << "\n";
+          << r.status_b << "," << metrics::verdict_name(r.verdict) << ","
+          << csv_cell(std::string(metrics::unit(r.metric))) << "\n";
     return;
   }
   out << "A: " << c.label_a << "\nB: " << c.label_b << "\n";
   for (const auto& w : c.warnings) out << "note: " << w << "\n";
-  std::size_t kw = 5;
-  for (const auto& r : c.rows) kw = std::max(kw, r.key.size());
+  std::size_t kw = 5, mw = 14;
+  for (const auto& r : c.rows) {
+    kw = std::max(kw, r.key.size());
+    mw = std::max(mw, r.metric.size());
+  }
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%-*s  %-14s %14s %14s %9s\n", static_cast<int>(kw), "point", "metric", "A", "B",
-                "B/A");
+  std::snprintf(buf, sizeof buf, "%-*s  %-*s %14s %14s %9s  %s\n", static_cast<int>(kw), "point",
+                static_cast<int>(mw), "metric", "A", "B", "B/A", "B is");
   out << buf;
   for (const auto& r : c.rows) {
     auto cell = [](const std::optional<double>& v, const std::string& status) {
@@ -276,8 +252,11 @@ void print_comparison(const Comparison& c, ExportFormat format, std::ostream& ou
     const auto q = ratio(r);
     char rb[32] = "-";
     if (q) std::snprintf(rb, sizeof rb, "%.3fx", *q);
-    std::snprintf(buf, sizeof buf, "%-*s  %-14s %14s %14s %9s\n", static_cast<int>(kw), r.key.c_str(),
-                  r.metric.c_str(), cell(r.a, r.status_a).c_str(), cell(r.b, r.status_b).c_str(), rb);
+    // "same": within both sides' noise, or a metric with no better direction; blank when a side is missing.
+    const char* verdict = r.verdict == metrics::Verdict::missing ? "" : metrics::verdict_name(r.verdict);
+    std::snprintf(buf, sizeof buf, "%-*s  %-*s %14s %14s %9s  %s\n", static_cast<int>(kw), r.key.c_str(),
+                  static_cast<int>(mw), r.metric.c_str(), cell(r.a, r.status_a).c_str(), cell(r.b, r.status_b).c_str(),
+                  rb, verdict);
     out << buf;
   }
   out << c.matched << " points matched";

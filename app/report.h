@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "db/point_compare.h"
 #include "db/results_db.h"
 
 namespace moc {
@@ -34,10 +35,11 @@ struct RunRef {
 RunRef parse_run_ref(const std::string& text, const std::string& default_db);
 
 struct CompareRow {
-  std::string key;  // the point's axes, "name=value ..." (mode included when it varies)
+  std::string key;  // the point: its mode and axes, "ffn-decode ffn=moc batch=2" (metrics::point_label)
   std::string metric;
   std::optional<double> a, b;
   std::string status_a, status_b;  // "missing" when the other run has no such point
+  metrics::Verdict verdict = metrics::Verdict::missing;  // as the dashboard's Compare view judges it
 };
 struct Comparison {
   std::string label_a, label_b;
@@ -45,12 +47,13 @@ struct Comparison {
   std::vector<CompareRow> rows;
   int matched = 0, only_a = 0, only_b = 0;
 };
-// Points are matched by their axis values. metrics empty: median_ms plus tokens_per_s / latency_us /
-// achieved_GBps / peak_bytes where present. Throws std::invalid_argument when the runs belong to different
-// scenarios (by name) and !allow_different_scenarios.
+// Points are matched, metrics chosen and judged by metrics::compare_points (db/point_compare.h), as the
+// dashboard's Compare view does. metrics empty: metrics::default_compare_metrics() that both runs have; a
+// default metric neither side of a point has is left out of that point's rows. Throws std::invalid_argument
+// when the runs belong to different scenarios (by name) and !allow_different_scenarios.
 Comparison compare_runs(const db::ResultsDb& da, std::int64_t ra, const db::ResultsDb& dbb, std::int64_t rb,
                         const std::vector<std::string>& metrics, bool allow_different_scenarios);
-// A table (ratio = B / A), or CSV with the same columns.
+// A table (ratio = B / A, with the verdict), or CSV / JSON with the same columns plus each metric's unit.
 void print_comparison(const Comparison& c, ExportFormat format, std::ostream& out, bool table);
 
 }  // namespace moc

@@ -1,20 +1,19 @@
-// The Compare view's data: two runs point by point (matched by mode and axis values), per metric the values,
-// the ratio B/A and a verdict -- better, worse, or within both sides' noise (not highlighted).
+// The Compare view's data: two runs point by point, per metric the values, the ratio B/A and a verdict --
+// better, worse, or within both sides' noise (not highlighted). The matching, the default metrics and the
+// verdict are db/point_compare.h's, the same as `mocbench compare`'s; this keeps the matched points only.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "db/point_compare.h"
 #include "db/results_db.h"
 
 namespace moc::gui {
 
-enum class Verdict { better, worse, same, missing };
-
-struct CompareCell {
-  double a = 0, b = 0, ratio = 0;  // ratio = b / a
-  Verdict verdict = Verdict::missing;
-};
+using Verdict = metrics::Verdict;
+using CompareCell = metrics::MetricCell;
+using metrics::judge;
 
 struct CompareRow {
   std::string mode;
@@ -25,16 +24,13 @@ struct CompareRow {
 
 struct CompareTable {
   std::vector<std::string> metrics;
-  std::vector<CompareRow> rows;
-  int only_a = 0, only_b = 0;  // points without a match
+  std::vector<CompareRow> rows;  // the matched points, in A's order
+  int only_a = 0, only_b = 0;    // points without a match
 };
 
-// Timed metrics: a difference within noise_a * a + noise_b * b (each side's relative noise of its median) is
-// `same`; otherwise better/worse by the metric's direction. Other metrics (bytes): any difference counts.
-Verdict judge(const std::string& metric, double a, double b, double noise_a, double noise_b);
-
-// metrics empty: the main metrics both runs have (latency, tokens/s, MFU, peak memory, ...).
+// names empty: metrics::default_compare_metrics() that both runs have (latency, tokens/s, GB/s, MFU, peak
+// memory, ...).
 CompareTable build_compare(const std::vector<db::PointRecord>& a, const std::vector<db::PointRecord>& b,
-                           std::vector<std::string> metrics = {});
+                           std::vector<std::string> names = {});
 
 }  // namespace moc::gui

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 
+#include "db/metrics.h"
 #include "gui/model/units.h"
 
 namespace moc::gui {
@@ -105,7 +106,8 @@ SweepPlot build_sweep(const std::vector<db::PointRecord>& points, const std::str
   }
   if (!plot.x_numeric) plot.categories = cats;
 
-  const bool timed = is_timed_metric(metric);
+  // The error bars: the noise the registry names for this metric (none for exact ones).
+  const std::string noise_name(metrics::noise_metric(metric));
   const bool with_floor = metric == "latency_us";
   std::vector<std::string> order;
   std::map<std::string, SweepSeries> by_label, floors;
@@ -125,10 +127,10 @@ SweepPlot build_sweep(const std::vector<db::PointRecord>& points, const std::str
     if (!by_label.count(label)) order.push_back(label);
     auto& s = by_label[label];
     s.label = label;
-    const double noise = metric_of(p, "noise");
+    const double noise = noise_name.empty() ? std::nan("") : metric_of(p, noise_name);
     s.x.push_back(x);
     s.y.push_back(y);
-    s.err.push_back(timed && !std::isnan(noise) ? std::fabs(y) * noise : 0.0);
+    s.err.push_back(!std::isnan(noise) ? std::fabs(y) * noise : 0.0);
     s.point_ids.push_back(p.id);
     s.not_final.push_back(metric_of(p, "noise_met") == 0.0 ? 1 : 0);
     if (with_floor) {

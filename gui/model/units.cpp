@@ -37,27 +37,10 @@ std::string format_value(double v) {
   return buf;
 }
 
-namespace {
-bool ends_with(const std::string& s, const char* suffix) {
-  const std::string x(suffix);
-  return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
-}
-}  // namespace
+Better better_direction(const std::string& m) { return metrics::direction(m); }
 
-bool is_bytes_metric(const std::string& m) { return ends_with(m, "_bytes"); }
+bool is_timed_metric(const std::string& m) { return metrics::noisy(m); }
 
-bool is_timed_metric(const std::string& m) {
-  if (m.starts_with("profile_")) return false;
-  return ends_with(m, "_ms") || ends_with(m, "_us") || m == "ms_per_token" || m == "tokens_per_s" || m == "rows_per_s" ||
-         m == "mfu_pct" || m == "model_tflops" || m == "pct_of_floor";
-}
-
-Better better_direction(const std::string& m) {
-  if (m == "tokens_per_s" || m == "rows_per_s" || m == "mfu_pct" || m == "model_tflops" || m == "pct_of_floor")
-    return Better::higher;
-  if (m == "noise" || m.starts_with("profile_") || m.starts_with("loss") || m == "reps") return Better::neither;
-  if (ends_with(m, "_ms") || ends_with(m, "_us") || ends_with(m, "_bytes") || m == "ms_per_token") return Better::lower;
-  return Better::neither;
-}
+bool is_bytes_metric(const std::string& m) { return metrics::is_bytes(m); }
 
 }  // namespace moc::gui
