@@ -12,9 +12,9 @@ constexpr auto N = Direction::neither;
 // phase and range times of those steps) inherit it.
 constexpr std::string_view kNoise = "noise";
 
-// Exact names, grouped by who writes them (app/point_bench.cpp unless said).
+// Exact names, grouped by who writes them (app/harness/point_bench.cpp unless said).
 const std::vector<MetricInfo> kRegistry = {
-    // Every mode: the timed repetitions (app/point_bench.cpp, measured_point).
+    // Every mode: the timed repetitions (app/harness/point_bench.cpp, measured_point).
     {"median_ms", "ms", L, kNoise, "median time"},
     {"mean_ms", "ms", L, kNoise, "mean time"},
     {"min_ms", "ms", L, kNoise, "fastest repetition"},
@@ -44,7 +44,7 @@ const std::vector<MetricInfo> kRegistry = {
     {"act_total_bytes", "bytes", L, "", "live activations"},
     {"activation_model_bytes", "bytes", L, "", "activations (memory model)"},
     {"activation_paper_bytes", "bytes", L, "", "activations (paper's model)"},
-    // Data-parallel training (app/dist_launch.cpp, app/runner.cpp).
+    // Data-parallel training (app/harness/dist_launch.cpp, app/harness/runner.cpp).
     {"tokens_per_s_per_gpu", "tokens/s", H, kNoise, "throughput per GPU"},
     {"peak_bytes_max", "bytes", L, "", "peak memory of the fullest rank"},
     {"ranks", "count", N, "", "ranks"},
@@ -91,7 +91,7 @@ const std::vector<MetricInfo> kRegistry = {
     {"profile_stamped_kernel_ms", "ms", N, "", "stamped kernels per step"},
     {"profile_stages", "count", N, "", "stages per step"},
     {"profile_dropped_stamps", "count", N, "", "dropped stage stamps"},
-    // Training on text (app/text_train.cpp).
+    // Training on text (app/modes/text_train.cpp).
     {"train_s", "s", L, kNoise, "training time"},
     {"steps", "count", N, "", "steps"},
     {"start_step", "count", N, "", "first step (resumed)"},

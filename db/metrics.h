@@ -1,6 +1,6 @@
 // What a stored metric is, said once: its unit, which direction is an improvement, whether it carries a noise
 // estimate (so a difference within that noise is no verdict), and a human label. The CLI (`mocbench compare`,
-// app/report.cpp) and the dashboard (gui/model) both read metrics through this table instead of guessing from
+// app/report/report.cpp) and the dashboard (gui/model) both read metrics through this table instead of guessing from
 // the name; tests/gui/test_gui_compare.cpp checks that every metric a real CPU run stores has an entry.
 #pragma once
 #include <string>

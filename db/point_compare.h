@@ -1,4 +1,4 @@
-// Two runs point by point, the one way both `mocbench compare` (app/report.cpp) and the dashboard's Compare
+// Two runs point by point, the one way both `mocbench compare` (app/report/report.cpp) and the dashboard's Compare
 // view (gui/model/compare.cpp) do it: points are matched by their mode and axis values, the default metrics
 // are metrics::default_compare_metrics() that both runs have, and a verdict follows the registry (db/metrics.h):
 // a difference within both sides' noise is `same`, otherwise better or worse by the metric's direction.

@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "app/point_bench.h"
-#include "app/point_spec.h"
-#include "app/scenario.h"
+#include "app/harness/point_bench.h"
+#include "app/harness/point_spec.h"
+#include "app/scenario/scenario.h"
 #include "kernels/ops.h"
 
 namespace moc {

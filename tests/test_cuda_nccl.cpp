@@ -91,7 +91,7 @@ TEST(GpuNccl, OneRankCommunicatorKeepsValuesAndTraining) {
 #include <iterator>
 #include <sstream>
 
-#include "app/dist_launch.h"
+#include "app/harness/dist_launch.h"
 #include "kernels/cuda/cuda_info.h"
 
 extern char** environ;

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "app/point_bench.h"
+#include "app/harness/point_bench.h"
 #include "gpu_util.h"
 #include "model/config.h"
 #include "model/decoder.h"

@@ -11,7 +11,7 @@
 #include <numeric>
 #include <set>
 
-#include "app/point_bench.h"
+#include "app/harness/point_bench.h"
 #include "model/activation_analysis.h"
 #include "model/checkpoint.h"
 #include "model/data/corpus.h"

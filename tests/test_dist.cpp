@@ -10,7 +10,7 @@
 #include <set>
 #include <string>
 
-#include "app/dist_launch.h"
+#include "app/harness/dist_launch.h"
 #include "model/config.h"
 #include "model/grad_buckets.h"
 

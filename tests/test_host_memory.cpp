@@ -1,10 +1,10 @@
-// The CPU backend's default memory limit (app/host_memory.h): parsing /proc/meminfo and cgroup limit files,
+// The CPU backend's default memory limit (app/harness/host_memory.h): parsing /proc/meminfo and cgroup limit files,
 // the margin, and the environment override.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
-#include "app/host_memory.h"
+#include "app/harness/host_memory.h"
 
 namespace moc {
 namespace {

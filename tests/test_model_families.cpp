@@ -6,7 +6,7 @@
 #include <cmath>
 #include <map>
 
-#include "app/scenario.h"
+#include "app/scenario/scenario.h"
 #include "model/decoder.h"
 #include "model/memory_model.h"
 #include "model/transformer.h"

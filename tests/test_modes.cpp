@@ -6,9 +6,9 @@
 #include <algorithm>
 
 #include "app/modes/mode.h"
-#include "app/point_bench.h"
-#include "app/runner.h"
-#include "app/scenario.h"
+#include "app/harness/point_bench.h"
+#include "app/harness/runner.h"
+#include "app/scenario/scenario.h"
 #include "kernels/op_cost.h"
 
 namespace moc {
@@ -48,7 +48,7 @@ std::size_t position(const PointOutcome& o, const std::string& name) {
 TEST(Modes, TheRegistryListsEveryModeInItsOrder) {
   const std::vector<std::string> names{"train", "decode", "ffn-train", "ffn-decode", "topk"};
   EXPECT_EQ(point_modes(), names);
-  // The scenario parser keeps its own list (app/scenario.cpp): a mode added here must be added there too.
+  // The scenario parser keeps its own list (app/scenario/scenario.cpp): a mode added here must be added there too.
   EXPECT_EQ(scenario_modes(), names);
   ASSERT_EQ(all_modes().size(), names.size());
   for (const auto& n : names) {

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "app/perfetto_export.h"
-#include "app/profile_stats.h"
+#include "app/report/perfetto_export.h"
+#include "app/report/profile_stats.h"
 #include "profiling/trace.h"
 #include "test_util.h"
 

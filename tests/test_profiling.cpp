@@ -8,7 +8,7 @@
 #include <random>
 #include <set>
 
-#include "app/point_bench.h"
+#include "app/harness/point_bench.h"
 #include "kernels/ops.h"
 #include "model/config.h"
 #include "profiling/recording_ops.h"

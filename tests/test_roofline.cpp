@@ -1,6 +1,6 @@
 // The roofline on the CPU: what each decode op declares it must move (kernels/op_cost.h) against the tensor
 // sizes it touches, exactly; how a declaration's cost is split among its kernels and set against the device's
-// ceilings (profiling/roofline.h); the ceilings cache (app/ceilings.h); the `stats` roofline table; and a
+// ceilings (profiling/roofline.h); the ceilings cache (app/harness/ceilings.h); the `stats` roofline table; and a
 // profiled CPU decode point whose every op carries its declaration, per-position costs included.
 #include <gtest/gtest.h>
 
@@ -13,9 +13,9 @@
 
 #include <unistd.h>
 
-#include "app/ceilings.h"
-#include "app/point_bench.h"
-#include "app/profile_stats.h"
+#include "app/harness/ceilings.h"
+#include "app/harness/point_bench.h"
+#include "app/report/profile_stats.h"
 #include "kernels/op_cost.h"
 #include "kernels/ops.h"
 #include "model/config.h"

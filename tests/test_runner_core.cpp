@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "app/measure.h"
-#include "app/point_bench.h"
+#include "app/harness/measure.h"
+#include "app/harness/point_bench.h"
 #include "model/memory_model.h"
 
 namespace moc {

@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include "app/scenario.h"
+#include "app/scenario/scenario.h"
 
 namespace moc {
 namespace {

@@ -1,4 +1,4 @@
-// The scenario key tables (app/scenario_keys.h) are the one declaration of what a scenario file may say:
+// The scenario key tables (app/scenario/scenario_keys.h) are the one declaration of what a scenario file may say:
 // scenarios/README.md shows them verbatim, the model keys are exactly what apply_override understands, and
 // every [measure], [profile] and [data] key changes the point it is written for (a documented key that does
 // nothing -- `[measure] steps` once was parsed, documented, set by nine scenarios and did nothing -- fails).
@@ -11,8 +11,8 @@
 #include <sstream>
 #include <string>
 
-#include "app/scenario.h"
-#include "app/scenario_keys.h"
+#include "app/scenario/scenario.h"
+#include "app/scenario/scenario_keys.h"
 #include "model/config.h"
 
 namespace fs = std::filesystem;

@@ -13,8 +13,8 @@
 
 #include <sstream>
 
-#include "app/perfetto_export.h"
-#include "app/profile_stats.h"
+#include "app/report/perfetto_export.h"
+#include "app/report/profile_stats.h"
 #include "profiling/phases.h"
 #include "profiling/tracer.h"
 

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <tuple>
 
-#include "app/summary.h"
+#include "app/report/summary.h"
 #include "db/results_db.h"
 
 namespace moc {

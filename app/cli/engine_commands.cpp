@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "app/ceilings.h"
-#include "app/runner.h"
-#include "app/scenario_keys.h"
-#include "app/summary.h"
+#include "app/harness/ceilings.h"
+#include "app/harness/runner.h"
+#include "app/scenario/scenario_keys.h"
+#include "app/report/summary.h"
 #include "kernels/ops.h"
 #include "model/config.h"
 #include "model/data/token_data.h"
@@ -253,7 +253,7 @@ int cmd_data(const moc::data::DataSpec& spec, const std::string& encode) {
   return 0;
 }
 
-// `mocbench keys [SECTION]`: the scenario key tables (app/scenario_keys.h), as text or as the markdown that
+// `mocbench keys [SECTION]`: the scenario key tables (app/scenario/scenario_keys.h), as text or as the markdown that
 // scenarios/README.md holds.
 int cmd_keys(const std::string& section, const std::string& format) {
   std::vector<moc::KeySection> sections;

@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "app/json_text.h"
-#include "app/paper_report.h"
-#include "app/perfetto_export.h"
-#include "app/profile_stats.h"
-#include "app/report.h"
-#include "app/summary.h"
+#include "app/report/json_text.h"
+#include "app/report/paper_report.h"
+#include "app/report/perfetto_export.h"
+#include "app/report/profile_stats.h"
+#include "app/report/report.h"
+#include "app/report/summary.h"
 #include "db/results_db.h"
 #include "model/config.h"
 

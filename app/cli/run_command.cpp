@@ -1,9 +1,9 @@
-// `mocbench run FILE`: a scenario's sweep, every point stored in the results database (app/runner.h).
+// `mocbench run FILE`: a scenario's sweep, every point stored in the results database (app/harness/runner.h).
 #include <memory>
 #include <string>
 
 #include "app/cli/commands.h"
-#include "app/runner.h"
+#include "app/harness/runner.h"
 
 namespace moc::cli {
 

@@ -5,7 +5,7 @@
 // reports the floor against the copy bandwidth and the paper's gate / top-K / up & down breakdown.
 #include <algorithm>
 
-#include "app/ceilings.h"
+#include "app/harness/ceilings.h"
 #include "app/modes/mode.h"
 #include "app/modes/mode_util.h"
 #include "kernels/op_cost.h"

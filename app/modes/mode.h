@@ -1,7 +1,7 @@
 // The modes of a sweep point as benchmarks over one harness (nvbench's benchmark + state shape): a Mode
 // declares its name, what it needs, what one repetition is, how it gets cold, and what it refuses before
 // allocating; its run() builds what it needs and hands the harness (PointState) one repetition. The harness
-// (run_point, app/point_bench.cpp) owns the ranges, the tracer, warm-up and timed repetitions, the profile
+// (run_point, app/harness/point_bench.cpp) owns the ranges, the tracer, warm-up and timed repetitions, the profile
 // pass and the metrics every point shares (median_ms .. noise_met, peak memory, phases), appended after the
 // mode's own.
 #pragma once
@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "app/point_bench.h"
+#include "app/harness/point_bench.h"
 
 namespace moc {
 
@@ -27,7 +27,7 @@ struct ExecOptions {
   std::function<bool(bool)> agree;
 };
 
-struct Harness;  // the driver's side (app/point_bench.cpp)
+struct Harness;  // the driver's side (app/harness/point_bench.cpp)
 
 // What a mode is given: the backend, the point, its model and one source of random values, and the calls
 // that put its work through the harness.

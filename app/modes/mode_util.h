@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "app/measure.h"
+#include "app/harness/measure.h"
 #include "kernels/ops.h"
 #include "model/config.h"
 

@@ -1,10 +1,10 @@
 // train: one optimizer step of the whole model on random tokens (forward, backward, AdamW; data-parallel
 // over a communicator when the point has one), or with [data] a training run on real text
-// (app/text_train.h) whose steps are the run. Needs the model (random or [model] weights) and, data-parallel,
+// (app/modes/text_train.h) whose steps are the run. Needs the model (random or [model] weights) and, data-parallel,
 // the ranks' communicator. Declares the step's model FLOPs (PaLM's convention, train_flops_per_token).
 #include <algorithm>
 
-#include "app/dist_launch.h"
+#include "app/harness/dist_launch.h"
 #include "app/modes/mode.h"
 #include "app/modes/mode_util.h"
 #include "model/checkpoint.h"
@@ -69,7 +69,7 @@ void run_train(PointState& st) {
   const PointSpec& spec = st.spec();
   const ModelConfig& cfg = st.config();
   if (spec.data.active()) {
-    // A training run on real text (app/text_train.h): the steps are the run, not timed repetitions.
+    // A training run on real text (app/modes/text_train.h): the steps are the run, not timed repetitions.
     run_text_train(ops, spec, cfg, st.outcome());
     const std::int64_t n = static_cast<std::int64_t>(spec.batch) * spec.seq;
     st.set_cost({.flops = train_flops_per_token(cfg, spec.seq) * static_cast<double>(n)});

@@ -2,7 +2,7 @@
 // "gate", k_select "top-K", k_updown "up" or "gate & up" then "down"; an older profile's persistent k_step
 // qkv, attention, o, gate, top-K, up, down, head, ...) summed per stage name over the layers and the
 // profiled steps -- time per step, share of the kernel, barrier wait per step -- the numbers
-// `mocbench stats RUN --report stage_sum` prints (app/profile_stats.cpp), row for row.
+// `mocbench stats RUN --report stage_sum` prints (app/report/profile_stats.cpp), row for row.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,6 +1,6 @@
 // Data-parallel gradient reduction over NCCL (issue 15, part). Plain C++: callers need no CUDA or NCCL
 // headers. Each rank is one process with one GPU; a communicator is made from the 128-byte unique id rank 0
-// created (app/dist_launch.h carries it between processes).
+// created (app/harness/dist_launch.h carries it between processes).
 #pragma once
 #include <memory>
 #include <vector>

@@ -13,7 +13,7 @@
 
 #include <toml++/toml.h>
 
-#include "app/scenario.h"
+#include "app/scenario/scenario.h"
 
 namespace {
 

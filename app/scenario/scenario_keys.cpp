@@ -1,9 +1,9 @@
-#include "app/scenario_keys.h"
+#include "app/scenario/scenario_keys.h"
 
 #include <algorithm>
 #include <array>
 
-#include "app/scenario.h"
+#include "app/scenario/scenario.h"
 #include "model/config.h"
 
 namespace moc {

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "app/text_train.h"
+#include "app/modes/text_train.h"
 #include "model/config.h"
 
 namespace moc {
@@ -128,7 +128,7 @@ struct Scenario {
   std::vector<ScenarioSetting> model;                 // [model]: preset and moc::override_keys()
   std::vector<ScenarioSetting> measure;               // [measure]
   std::vector<ScenarioSetting> profile;               // [profile]: kernels, steps
-  std::vector<ScenarioSetting> data;                  // [data]: corpus, steps, ... (app/text_train.h)
+  std::vector<ScenarioSetting> data;                  // [data]: corpus, steps, ... (app/modes/text_train.h)
   SourcePos data_pos;                                 // where [data] is (for messages)
   std::vector<ScenarioAxis> axes;                     // [axes]
   std::vector<std::vector<ScenarioAxis>> exclude;     // [[exclude]]: a point goes when it matches every key

@@ -1,6 +1,6 @@
-#include "app/scenario.h"
+#include "app/scenario/scenario.h"
 
-#include "app/scenario_keys.h"
+#include "app/scenario/scenario_keys.h"
 
 #include "model/data/corpus.h"
 #include "model/data/tokenizer.h"
@@ -42,7 +42,7 @@ std::vector<std::string> scenario_backends() { return {"cpu", "cuda"}; }
 
 namespace {
 
-// The tables of the top level (each has its own key table, app/scenario_keys.h).
+// The tables of the top level (each has its own key table, app/scenario/scenario_keys.h).
 const std::vector<std::string> kTopTables = {"model", "measure", "profile", "data", "axes", "exclude", "include", "overrides"};
 const std::vector<std::string> kOverrideKeys = {"model", "measure", "data", "axes"};
 const std::vector<std::string> kDevices = {"auto", "cpu", "cuda"};
@@ -695,7 +695,7 @@ class Expander {
     }
   }
 
-  // [measure], [profile] and [data] settings apply through their key table (app/scenario_keys.h) to a base
+  // [measure], [profile] and [data] settings apply through their key table (app/scenario/scenario_keys.h) to a base
   // point that every point starts from.
   void apply_settings() {
     auto apply_setting = [&](KeySection sec, const ScenarioSetting& s) { key_spec(sec, s.key).apply(base_, s.value); };

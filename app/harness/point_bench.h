@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "app/measure.h"
-#include "app/text_train.h"
+#include "app/harness/measure.h"
+#include "app/modes/text_train.h"
 #include "kernels/comm.h"
 #include "kernels/ops.h"
 #include "model/config.h"
@@ -42,7 +42,7 @@ struct PointSpec {
   bool profile = false;
   int profile_steps = 1;
   const std::atomic<bool>* stop = nullptr;  // set (e.g. by SIGINT): the point ends with Interrupted
-  // train: one rank of a data-parallel point (app/dist_run.h); null for one GPU. Each rank trains on its
+  // train: one rank of a data-parallel point (app/harness/dist_run.h); null for one GPU. Each rank trains on its
   // own tokens (the seed offset by the rank; rank 0's are the single-GPU point's), in lockstep: the ranks
   // agree on every stop decision of the measuring loop, and rank 0 ends with every rank's metrics.
   Communicator* comm = nullptr;

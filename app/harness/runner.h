@@ -13,7 +13,7 @@ struct RunOptions {
   std::string device;            // empty: the scenario's device
   bool dry_run = false;
   enum class Output { progress, quiet, json } output = Output::progress;
-  // CPU backend memory limit; 0: the host memory available less a margin (app/host_memory.h)
+  // CPU backend memory limit; 0: the host memory available less a margin (app/harness/host_memory.h)
   std::size_t cpu_memory_limit_bytes = 0;
   // "axis=value" filters: only the points whose axis (or mode) has that value run; all filters must match.
   std::vector<std::string> only;
@@ -45,7 +45,7 @@ constexpr PointStatus parse_point_status(std::string_view name) {
 // Returns the process exit code: 0 ok, 1 runtime failure, 2 bad scenario, 130 interrupted.
 int run_scenario_file(const std::string& path, const RunOptions& opt);
 
-// The cache key of a device's roofline ceilings (app/ceilings.h): "cuda|name|sm_90|132 SMs|mem ... kHz|driver
+// The cache key of a device's roofline ceilings (app/harness/ceilings.h): "cuda|name|sm_90|132 SMs|mem ... kHz|driver
 // ...", or "cpu|model|N threads" -- what, changed, would change them.
 std::string ceilings_key(const std::string& backend, int gpu);
 

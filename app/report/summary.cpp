@@ -1,4 +1,4 @@
-#include "app/summary.h"
+#include "app/report/summary.h"
 
 #include <unistd.h>
 
@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/json_text.h"
-#include "app/report.h"
+#include "app/report/json_text.h"
+#include "app/report/report.h"
 
 namespace moc {
 namespace {

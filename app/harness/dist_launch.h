@@ -13,7 +13,7 @@
 // set: one process, world size 1. A rank uses GPU local_rank of those it sees, or the only one it sees.
 //
 // On one machine, `gpus = N` (a scenario axis) or `--gpus N` starts N workers with the first contract and
-// CUDA_VISIBLE_DEVICES of one GPU each (worker_environment; app/dist_run.h starts them). NCCL_NVLS_ENABLE=0 in every worker: NVLink
+// CUDA_VISIBLE_DEVICES of one GPU each (worker_environment; app/harness/dist_run.h starts them). NCCL_NVLS_ENABLE=0 in every worker: NVLink
 // SHARP (multicast) needs the fabric manager's multicast objects, which the lent multi-GPU machines do not
 // provide (KINDS.md), and NCCL would otherwise try it at communicator creation on NVSwitch systems.
 #pragma once

@@ -1,9 +1,9 @@
-#include "app/runner.h"
+#include "app/harness/runner.h"
 
-#include "app/ceilings.h"
-#include "app/dist_launch.h"
-#include "app/dist_run.h"
-#include "app/host_memory.h"
+#include "app/harness/ceilings.h"
+#include "app/harness/dist_launch.h"
+#include "app/harness/dist_run.h"
+#include "app/harness/host_memory.h"
 
 #include <unistd.h>
 
@@ -21,11 +21,11 @@
 #include <sstream>
 #include <thread>
 
-#include "app/json_text.h"
-#include "app/point_bench.h"
-#include "app/point_spec.h"
-#include "app/scenario.h"
-#include "app/summary.h"
+#include "app/report/json_text.h"
+#include "app/harness/point_bench.h"
+#include "app/harness/point_spec.h"
+#include "app/scenario/scenario.h"
+#include "app/report/summary.h"
 #include "db/results_db.h"
 #ifdef MOCBENCH_HAVE_CUDA
 #include "kernels/cuda/cuda_info.h"
@@ -251,7 +251,7 @@ PointOutcome run_here(const ScenarioPoint& p, const RunOptions& opt, const std::
   return run_point(*ops, spec);
 }
 
-// A data-parallel point on this machine's GPUs: one worker process per GPU (app/dist_run.h).
+// A data-parallel point on this machine's GPUs: one worker process per GPU (app/harness/dist_run.h).
 StoredPoint run_on_workers(const std::string& path, const std::string& text, const ScenarioPoint& p,
                            const RunOptions& opt, const std::string& backend) {
   WorkerLaunch w;

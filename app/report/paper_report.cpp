@@ -1,4 +1,4 @@
-#include "app/paper_report.h"
+#include "app/report/paper_report.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,8 +13,8 @@
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
-#include "app/report.h"
-#include "app/scenario.h"
+#include "app/report/report.h"
+#include "app/scenario/scenario.h"
 #include "db/results_db.h"
 #include "model/config.h"
 #include "model/memory_model.h"

@@ -1,4 +1,4 @@
-#include "app/host_memory.h"
+#include "app/harness/host_memory.h"
 
 #include <algorithm>
 #include <cstdlib>

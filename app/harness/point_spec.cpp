@@ -1,5 +1,5 @@
-// A scenario point as run_point's input (app/point_spec.h).
-#include "app/point_spec.h"
+// A scenario point as run_point's input (app/harness/point_spec.h).
+#include "app/harness/point_spec.h"
 
 namespace moc {
 

@@ -1,4 +1,4 @@
-#include "app/measure.h"
+#include "app/harness/measure.h"
 
 #include <algorithm>
 #include <chrono>

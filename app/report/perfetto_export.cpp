@@ -1,4 +1,4 @@
-#include "app/perfetto_export.h"
+#include "app/report/perfetto_export.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -2,8 +2,8 @@
 // precision, weights and data, the profile pass unless no_profile. The caller sets what belongs to the process
 // (stop flag, communicator, memory limit, peak FLOP/s).
 #pragma once
-#include "app/point_bench.h"
-#include "app/scenario.h"
+#include "app/harness/point_bench.h"
+#include "app/scenario/scenario.h"
 
 namespace moc {
 

@@ -1,4 +1,4 @@
-#include "app/ceilings.h"
+#include "app/harness/ceilings.h"
 
 #include <unistd.h>
 

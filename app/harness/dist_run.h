@@ -2,7 +2,7 @@
 //
 // On one machine (gpus = N in a scenario, or --gpus N): the runner starts N copies of itself, each
 // `mocbench run FILE --point I --db DIR/point.db --quiet` with the mocbench launch contract in its environment
-// (app/dist_launch.h) and one GPU; they join one communicator (NCCL; on the CPU backend shared memory), run
+// (app/harness/dist_launch.h) and one GPU; they join one communicator (NCCL; on the CPU backend shared memory), run
 // the point in lockstep, rank 0 gathers every rank's metrics and writes the point into DIR/point.db; the
 // runner copies it into the user's database. Any rank failing ends the others; the point is stored as oom /
 // failed with that rank's message and the sweep goes on.
@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "app/dist_launch.h"
+#include "app/harness/dist_launch.h"
 #include "db/results_db.h"
 #include "kernels/comm.h"
 #include "kernels/ops.h"

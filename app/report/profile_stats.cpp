@@ -1,4 +1,4 @@
-#include "app/profile_stats.h"
+#include "app/report/profile_stats.h"
 
 #include <algorithm>
 #include <charconv>
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "app/json_text.h"
+#include "app/report/json_text.h"
 #include <nlohmann/json.hpp>
 #include "profiling/phases.h"
 

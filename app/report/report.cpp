@@ -1,6 +1,6 @@
-#include "app/report.h"
+#include "app/report/report.h"
 
-#include "app/json_text.h"
+#include "app/report/json_text.h"
 #include "db/metrics.h"
 
 #include <algorithm>

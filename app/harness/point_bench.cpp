@@ -1,4 +1,4 @@
-#include "app/point_bench.h"
+#include "app/harness/point_bench.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "app/dist_launch.h"
+#include "app/harness/dist_launch.h"
 #include "app/modes/mode.h"
 #include "app/modes/mode_util.h"
 #include "profiling/recording_ops.h"

@@ -1,4 +1,4 @@
-#include "app/dist_launch.h"
+#include "app/harness/dist_launch.h"
 
 #include <unistd.h>
 
