@@ -208,6 +208,32 @@ TEST_F(Cli, RunListShowExportCompare) {
 
 // `mocbench keys`: every section's keys from the declaration the parser uses; one section as README markdown;
 // an unknown section refused with the list.
+// The run record's JSON fields (written through nlohmann-json) parse and say what they hold: the overrides
+// applied, the machine, the run's configuration; a name with quotes and a backslash survives.
+TEST_F(Cli, TheRunRecordsJsonFieldsParseAndHoldWhatRan) {
+  const std::string sc = write("json.toml",
+                               "name = \"say \\\"hi\\\" \\\\ there\"\nmode = \"topk\"\ndevice = \"cpu\"\n[model]\n"
+                               "preset = \"tiny\"\nffn = \"moc\"\n[measure]\nwarmup = 0\nmin_reps = 2\nmax_reps = 2\n"
+                               "[profile]\nkernels = false\n[overrides.cpu]\nmeasure = { max_reps = 3 }\n");
+  const std::string db = path("json.db");
+  const auto r = mocbench("run " + sc + " --db " + db + " --quiet");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
+  const auto run = store.runs().at(0);
+  EXPECT_EQ(run.scenario_name, "say \"hi\" \\ there");
+  const auto ov = nlohmann::json::parse(run.overrides_json);
+  ASSERT_TRUE(ov.is_array());
+  ASSERT_EQ(ov.size(), 1u) << ov.dump();
+  EXPECT_EQ(ov[0]["section"], "measure");
+  EXPECT_EQ(ov[0]["key"], "max_reps");
+  EXPECT_EQ(ov[0]["value"], "3");
+  const auto machine = nlohmann::json::parse(run.machine_json);
+  EXPECT_EQ(machine["backend"], "cpu");
+  EXPECT_GT(machine["threads"].get<int>(), 0);
+  EXPECT_TRUE(machine["cpu"].is_string());
+  EXPECT_TRUE(nlohmann::json::parse(run.config_json).is_object());
+}
+
 TEST_F(Cli, KeysListsTheScenarioKeysBySection) {
   const auto all = mocbench("keys");
   ASSERT_EQ(all.code, 0) << all.out;

@@ -20,7 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "app/report/json_text.h"
+#include <nlohmann/json.hpp>
+
+#include "app/report/csv_text.h"
 #include "app/report/paper_report.h"
 #include "app/report/perfetto_export.h"
 #include "app/report/profile_stats.h"
@@ -230,17 +232,23 @@ int cmd_stats(const std::string& db_path, long long run_id, std::optional<int> p
         stats::print_csv(t, o, {{"point", std::to_string(p.index)}, {"report", t.id}});
       }
     } else {
-      o << (i ? ",\n " : "\n ") << "{\"point\": " << p.index << ", \"mode\": " << json_quote(mode) << ", \"axes\": {";
-      for (std::size_t a = 0; a < p.axes.size(); ++a)
-        o << (a ? ", " : "") << json_quote(p.axes[a].first) << ": " << json_quote(p.axes[a].second);
-      o << "}, \"source\": " << json_quote(trace.source) << ", \"time\": " << json_quote(prof::time_mode_name(time))
-        << ", \"steps\": " << trace.steps
-        << ", \"dropped_records\": " << trace.dropped_records << ", \"reports\": [";
-      for (std::size_t t = 0; t < tables.size(); ++t) {
-        o << (t ? ",\n  " : "\n  ");
-        stats::print_json(tables[t], o);
+      // Each point's object through nlohmann-json; its reports are stats::print_json's objects.
+      nlohmann::ordered_json axes = nlohmann::ordered_json::object(), reports_json = nlohmann::ordered_json::array();
+      for (const auto& [k, v] : p.axes) axes[k] = v;
+      for (const auto& t : tables) {
+        std::ostringstream one;
+        stats::print_json(t, one);
+        reports_json.push_back(nlohmann::ordered_json::parse(one.str()));
       }
-      o << "]}";
+      const nlohmann::ordered_json pj{{"point", p.index},
+                                      {"mode", mode},
+                                      {"axes", std::move(axes)},
+                                      {"source", trace.source},
+                                      {"time", prof::time_mode_name(time)},
+                                      {"steps", trace.steps},
+                                      {"dropped_records", trace.dropped_records},
+                                      {"reports", std::move(reports_json)}};
+      o << (i ? ",\n " : "\n ") << pj.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     }
     ++i;
   });

@@ -21,7 +21,9 @@
 #include <sstream>
 #include <thread>
 
-#include "app/report/json_text.h"
+#include <nlohmann/json.hpp>
+
+#include "app/report/csv_text.h"
 #include "app/harness/point_bench.h"
 #include "app/harness/point_spec.h"
 #include "app/scenario/scenario.h"
@@ -56,20 +58,14 @@ double lock_wait_s() {
 // that nothing measured is silently lost. Returns the file's name, or "" when even that failed.
 std::string save_unstored_point(const std::string& db_path, std::int64_t run_id, const db::PointRecord& rec,
                                 const std::string& why) {
+  nlohmann::ordered_json axes = nlohmann::ordered_json::object(), metrics = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : rec.axes) axes[k] = v;
+  for (const auto& [k, v] : rec.metrics) metrics[k] = v;  // NaN / inf: null
+  const nlohmann::ordered_json doc{{"results_file", db_path}, {"run", run_id},       {"point", rec.index},
+                                   {"mode", rec.mode},         {"status", rec.status}, {"error", rec.error},
+                                   {"not_stored_because", why}, {"axes", axes},       {"metrics", metrics}};
   std::ostringstream j;
-  j << "{\"results_file\":" << json_quote(db_path) << ",\"run\":" << run_id << ",\"point\":" << rec.index
-    << ",\"mode\":" << json_quote(rec.mode) << ",\"status\":" << json_quote(rec.status)
-    << ",\"error\":" << json_quote(rec.error) << ",\"not_stored_because\":" << json_quote(why) << ",\"axes\":{";
-  for (std::size_t i = 0; i < rec.axes.size(); ++i)
-    j << (i ? "," : "") << json_quote(rec.axes[i].first) << ":" << json_quote(rec.axes[i].second);
-  j << "},\"metrics\":{";
-  for (std::size_t i = 0; i < rec.metrics.size(); ++i) {
-    char num[32];
-    std::snprintf(num, sizeof num, "%.9g", rec.metrics[i].second);
-    j << (i ? "," : "") << json_quote(rec.metrics[i].first) << ":"
-      << (std::isfinite(rec.metrics[i].second) ? std::string(num) : std::string("null"));
-  }
-  j << "}}\n";
+  j << doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   const std::string name = std::filesystem::path(db_path).filename().string() + ".unstored-run" +
                            std::to_string(run_id) + "-point" + std::to_string(rec.index) + ".json";
   const std::filesystem::path dir = std::filesystem::path(db_path).parent_path();
@@ -146,24 +142,23 @@ void record_ceilings(db::ResultsDb& store, std::int64_t run_id, const std::strin
 }
 
 std::string machine_json(const std::string& backend) {
-  std::ostringstream o;
-  o << "{\"cpu\":\"" << json_escape(cpu_model()) << "\",\"threads\":" << std::thread::hardware_concurrency()
-    << ",\"backend\":\"" << backend << "\"";
+  nlohmann::ordered_json o{{"cpu", cpu_model()}, {"threads", std::thread::hardware_concurrency()}, {"backend", backend}};
 #ifdef MOCBENCH_HAVE_CUDA
   std::string why;
-  auto gpus = cuda::list_gpus(&why);
-  o << ",\"gpus\":[";
-  for (std::size_t i = 0; i < gpus.size(); ++i) {
-    const auto& g = gpus[i];
-    o << (i ? "," : "") << "{\"name\":\"" << json_escape(g.name) << "\",\"sm\":\"" << g.cc_major << g.cc_minor
-      << "\",\"sms\":" << g.sm_count << ",\"memory_bytes\":" << g.total_mem_bytes << ",\"l2_bytes\":" << g.l2_bytes
-      << ",\"sm_clock_khz\":" << g.sm_clock_khz << ",\"mem_clock_khz\":" << g.mem_clock_khz
-      << ",\"driver\":" << g.driver_version << ",\"runtime\":" << g.runtime_version << "}";
-  }
-  o << "]";
+  nlohmann::ordered_json gpus = nlohmann::ordered_json::array();
+  for (const auto& g : cuda::list_gpus(&why))
+    gpus.push_back({{"name", g.name},
+                    {"sm", std::to_string(g.cc_major) + std::to_string(g.cc_minor)},
+                    {"sms", g.sm_count},
+                    {"memory_bytes", g.total_mem_bytes},
+                    {"l2_bytes", g.l2_bytes},
+                    {"sm_clock_khz", g.sm_clock_khz},
+                    {"mem_clock_khz", g.mem_clock_khz},
+                    {"driver", g.driver_version},
+                    {"runtime", g.runtime_version}});
+  o["gpus"] = std::move(gpus);
 #endif
-  o << "}";
-  return o.str();
+  return o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 #ifdef MOCBENCH_HAVE_CUDA
@@ -513,11 +508,9 @@ struct ScratchDb {
 };
 
 std::string overrides_json(const std::vector<AppliedOverride>& applied) {
-  std::string ov = "[";
-  for (std::size_t i = 0; i < applied.size(); ++i)
-    ov += std::string(i ? "," : "") + "{\"section\":\"" + json_escape(applied[i].section) + "\",\"key\":\"" +
-          json_escape(applied[i].key) + "\",\"value\":\"" + json_escape(applied[i].value) + "\"}";
-  return ov + "]";
+  nlohmann::ordered_json ov = nlohmann::ordered_json::array();
+  for (const auto& a : applied) ov.push_back({{"section", a.section}, {"key", a.key}, {"value", a.value}});
+  return ov.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Begins the run in the database: the scenario, the machine, its devices and roofline ceilings. Returns its id.

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "app/report/json_text.h"
+#include "app/report/csv_text.h"
 #include <nlohmann/json.hpp>
 #include "profiling/phases.h"
 

@@ -1,7 +1,9 @@
 #include "app/report/report.h"
 
-#include "app/report/json_text.h"
+#include "app/report/csv_text.h"
 #include "db/metrics.h"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +15,9 @@
 namespace moc {
 
 namespace {
-std::string json_str(const std::string& s) { return json_quote(s); }
+// Key order as written; numbers that are not finite become null.
+using Json = nlohmann::ordered_json;
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
 std::string num(double v) {
   char buf[32];
@@ -21,8 +25,6 @@ std::string num(double v) {
   return buf;
 }
 
-// A number in JSON: JSON has no inf or nan, so a value that is not finite is null.
-std::string json_num(double v) { return std::isfinite(v) ? num(v) : "null"; }
 
 std::string iso_utc(std::int64_t unix_ms) {
   std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
@@ -124,26 +126,23 @@ void write_export(const db::ResultsDb& store, const std::vector<std::int64_t>& r
     }
     return;
   }
+  // One point per line, through nlohmann-json (a metric that is not finite is null).
   out << "[";
   bool first = true;
   for (const auto& it : items) {
-    out << (first ? "\n  {" : ",\n  {");
-    first = false;
+    Json row = Json::object();
     const auto vals = fixed_values(it);
     for (std::size_t i = 0; i < fixed.size(); ++i) {
-      out << (i ? ", " : "") << json_str(fixed[i]) << ": ";
-      if (fixed[i] == "run" || fixed[i] == "point") out << vals[i];
-      else out << json_str(vals[i]);
+      if (fixed[i] == "run" || fixed[i] == "point") row[fixed[i]] = std::stoll(vals[i]);
+      else row[fixed[i]] = vals[i];
     }
-    out << ", \"axes\": {";
-    for (std::size_t i = 0; i < it.point.axes.size(); ++i)
-      out << (i ? ", " : "") << json_str(it.point.axes[i].first) << ": " << json_str(it.point.axes[i].second);
-    out << "}, \"metrics\": {";
-    for (std::size_t i = 0; i < it.point.metrics.size(); ++i) {
-      const double v = it.point.metrics[i].second;
-      out << (i ? ", " : "") << json_str(it.point.metrics[i].first) << ": " << json_num(v);
-    }
-    out << "}}";
+    Json axes_obj = Json::object(), metrics_obj = Json::object();
+    for (const auto& [k, v] : it.point.axes) axes_obj[k] = v;
+    for (const auto& [k, v] : it.point.metrics) metrics_obj[k] = v;
+    row["axes"] = std::move(axes_obj);
+    row["metrics"] = std::move(metrics_obj);
+    out << (first ? "\n  " : ",\n  ") << dump(row);
+    first = false;
   }
   out << (first ? "]\n" : "\n]\n");
 }
@@ -211,12 +210,17 @@ void print_comparison(const Comparison& c, ExportFormat format, std::ostream& ou
       out << "[";
       for (std::size_t i = 0; i < c.rows.size(); ++i) {
         const auto& r = c.rows[i];
-        out << (i ? ",\n " : "\n ") << "{\"point\": " << json_str(r.key) << ", \"metric\": " << json_str(r.metric)
-            << ", \"a\": " << (r.a ? json_num(*r.a) : "null") << ", \"b\": " << (r.b ? json_num(*r.b) : "null")
-            << ", \"ratio_b_over_a\": " << (ratio(r) ? json_num(*ratio(r)) : "null")
-            << ", \"status_a\": " << json_str(r.status_a) << ", \"status_b\": " << json_str(r.status_b)
-            << ", \"verdict\": " << json_str(metrics::verdict_name(r.verdict))
-            << ", \"unit\": " << json_str(std::string(metrics::unit(r.metric))) << "}";
+        const auto q = ratio(r);
+        const Json row{{"point", r.key},
+                       {"metric", r.metric},
+                       {"a", r.a ? Json(*r.a) : Json()},
+                       {"b", r.b ? Json(*r.b) : Json()},
+                       {"ratio_b_over_a", q ? Json(*q) : Json()},
+                       {"status_a", r.status_a},
+                       {"status_b", r.status_b},
+                       {"verdict", metrics::verdict_name(r.verdict)},
+                       {"unit", std::string(metrics::unit(r.metric))}};
+        out << (i ? ",\n " : "\n ") << dump(row);
       }
       out << (c.rows.empty() ? "]\n" : "\n]\n");
       return;

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/report/json_text.h"
+#include "app/report/csv_text.h"
 #include "app/report/report.h"
 
 namespace moc {

@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
@@ -52,15 +54,6 @@ void write_text(const fs::path& p, const std::string& text) {
   if (!out.flush()) throw DataError("cannot write " + p.string());
 }
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    o += c;
-  }
-  return o;
-}
 }  // namespace
 
 std::string default_cache_root() {
@@ -235,14 +228,19 @@ PreparedData prepare_data(const DataSpec& spec, std::ostream* log) {
     };
     const auto n_train = encode(train_docs, tmp / "train.tok");
     const auto n_val = encode(val_docs, tmp / "val.tok");
-    std::ostringstream meta;
-    meta << "{\"format\": \"" << kFormat << "\", \"corpus\": \"" << json_escape(src.name) << "\", \"root\": \""
-         << json_escape(src.root) << "\", \"licence\": \"" << json_escape(src.licence) << "\", \"vocab\": "
-         << spec.vocab << ", \"tokenizer_pieces\": " << tok.vocab_size() << ", \"val_fraction\": "
-         << spec.val_fraction << ", \"seed\": " << spec.seed << ", \"train_docs\": " << train_docs.size()
-         << ", \"val_docs\": " << val_docs.size() << ", \"train_tokens\": " << n_train
-         << ", \"val_tokens\": " << n_val << "}\n";
-    write_text(tmp / "meta.json", meta.str());
+    const nlohmann::ordered_json meta{{"format", kFormat},
+                                      {"corpus", src.name},
+                                      {"root", src.root},
+                                      {"licence", src.licence},
+                                      {"vocab", spec.vocab},
+                                      {"tokenizer_pieces", tok.vocab_size()},
+                                      {"val_fraction", spec.val_fraction},
+                                      {"seed", spec.seed},
+                                      {"train_docs", train_docs.size()},
+                                      {"val_docs", val_docs.size()},
+                                      {"train_tokens", n_train},
+                                      {"val_tokens", n_val}};
+    write_text(tmp / "meta.json", meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     fs::rename(tmp, dir, ec);
     if (ec) {  // another process made the same entry meanwhile: use theirs
       fs::remove_all(tmp, ec);
