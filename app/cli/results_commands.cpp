@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/report/csv_text.h"
+#include "app/report/json_line.h"
 #include "app/report/paper_report.h"
 #include "app/report/perfetto_export.h"
 #include "app/report/profile_stats.h"
@@ -248,7 +249,7 @@ int cmd_stats(const std::string& db_path, long long run_id, std::optional<int> p
                                       {"steps", trace.steps},
                                       {"dropped_records", trace.dropped_records},
                                       {"reports", std::move(reports_json)}};
-      o << (i ? ",\n " : "\n ") << pj.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      o << (i ? ",\n " : "\n ") << json_line(pj);
     }
     ++i;
   });

@@ -13,6 +13,8 @@
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+
+#include "app/report/json_line.h"
 #include "app/report/report.h"
 #include "app/scenario/scenario.h"
 #include "db/results_db.h"
@@ -122,7 +124,7 @@ std::string paper_report_data(const std::vector<std::string>& db_paths, const st
   // One point per line; non-finite numbers are written as null.
   std::string out = "{\"points\": [";
   for (std::size_t i = 0; i < points.size(); ++i)
-    out += (i ? ",\n" : "\n") + points[i].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    out += (i ? ",\n" : "\n") + json_line(points[i]);
   return out + "\n]}\n";
 }
 

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/report/json_line.h"
+
 namespace moc::perfetto {
 
 namespace {
@@ -373,7 +375,7 @@ void write_trace(const std::vector<PointProfile>& points, std::ostream& out, pro
   bool first = true;
   for (const auto* list : {&meta, &events})
     for (const auto& e : *list) {
-      out << (first ? "\n" : ",\n") << e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      out << (first ? "\n" : ",\n") << json_line(e);
       first = false;
     }
   out << "\n], \"displayTimeUnit\": \"ns\"}\n";

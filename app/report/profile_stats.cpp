@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "app/report/csv_text.h"
+#include "app/report/json_line.h"
 #include <nlohmann/json.hpp>
 #include "profiling/phases.h"
 
@@ -778,7 +779,7 @@ void print_json(const Table& tb, std::ostream& out) {
   }
   const Json doc{{"report", tb.id}, {"title", tb.title}, {"columns", std::move(columns)}, {"rows", std::move(rows)},
                  {"notes", tb.notes}};
-  out << doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out << json_line(doc);
 }
 
 }  // namespace moc::stats

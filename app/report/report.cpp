@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/report/json_line.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -17,7 +19,6 @@ namespace moc {
 namespace {
 // Key order as written; numbers that are not finite become null.
 using Json = nlohmann::ordered_json;
-std::string dump(const Json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
 std::string num(double v) {
   char buf[32];
@@ -141,7 +142,7 @@ void write_export(const db::ResultsDb& store, const std::vector<std::int64_t>& r
     for (const auto& [k, v] : it.point.metrics) metrics_obj[k] = v;
     row["axes"] = std::move(axes_obj);
     row["metrics"] = std::move(metrics_obj);
-    out << (first ? "\n  " : ",\n  ") << dump(row);
+    out << (first ? "\n  " : ",\n  ") << json_line(row);
     first = false;
   }
   out << (first ? "]\n" : "\n]\n");
@@ -220,7 +221,7 @@ void print_comparison(const Comparison& c, ExportFormat format, std::ostream& ou
                        {"status_b", r.status_b},
                        {"verdict", metrics::verdict_name(r.verdict)},
                        {"unit", std::string(metrics::unit(r.metric))}};
-        out << (i ? ",\n " : "\n ") << dump(row);
+        out << (i ? ",\n " : "\n ") << json_line(row);
       }
       out << (c.rows.empty() ? "]\n" : "\n]\n");
       return;
