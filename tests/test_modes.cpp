@@ -95,6 +95,8 @@ TEST(Modes, FfnTrainDeclaresTheLayersModelFlops) {
     const double params = std::string(ffn) == "dense" ? 3 * d * F : 2 * d * F + d * spec.model.kept_channels();
     EXPECT_DOUBLE_EQ(out.cost.flops, 6 * params * rows) << ffn;
     EXPECT_DOUBLE_EQ(ffn_matmul_params(spec.model), params) << ffn;
+    // The harness turns the declared FLOPs into the mode's rate.
+    EXPECT_DOUBLE_EQ(metric(out, "model_tflops"), out.cost.flops / out.stats.median_s / 1e12) << ffn;
   }
 }
 
@@ -124,6 +126,9 @@ TEST(Modes, TopkDeclaresTheSelectionsBytesAndFlops) {
   const double rows = spec.batch * spec.seq, F = spec.model.d_ffn, K = spec.model.kept_channels();
   EXPECT_DOUBLE_EQ(out.cost.bytes, rows * F * 4 + rows * K * 2);  // fp32 gate values in, i16 indices out
   EXPECT_DOUBLE_EQ(out.cost.flops, rows * F);
+  // The harness turns the declared cost into the selection's achieved bandwidth and FLOP rate.
+  EXPECT_DOUBLE_EQ(metric(out, "achieved_GBps"), out.cost.bytes / out.stats.median_s / 1e9);
+  EXPECT_DOUBLE_EQ(metric(out, "model_tflops"), out.cost.flops / out.stats.median_s / 1e12);
 }
 
 TEST(Modes, DecodeDeclaresNoCost) {
@@ -131,6 +136,7 @@ TEST(Modes, DecodeDeclaresNoCost) {
   const auto out = run_point(*ops, small_point("decode", "dense"));
   EXPECT_EQ(out.cost.bytes, 0);
   EXPECT_EQ(out.cost.flops, 0);
+  for (const auto& [k, v] : out.metrics) EXPECT_NE(k, "achieved_GBps") << "no cost declared: no rate";
 }
 
 // A point's metrics: the mode's own first, then the harness's statistics, memory and phases.

@@ -334,6 +334,16 @@ void Harness::shared_metrics() {
   // 0: the repetitions stopped at max_reps or time_bound_s with the noise still above target_noise (`show`
   // marks such a median as not final); 1: the noise met the target.
   m.push_back({"noise_met", out.stats.converged ? 1.0 : 0.0});
+  // The rates of the cost a mode declares for one repetition (app/modes/mode.h), for every mode that declares
+  // one: the achieved bandwidth of its bytes and its model FLOP rate. Modes that report one themselves
+  // (ffn-decode's achieved_GBps, train's model_tflops) keep theirs: the same expressions.
+  auto has = [&](std::string_view name) {
+    return std::any_of(m.begin(), m.end(), [&](const auto& x) { return x.first == name; });
+  };
+  if (out.cost.bytes > 0 && out.stats.median_s > 0 && !has("achieved_GBps"))
+    m.push_back({"achieved_GBps", out.cost.bytes / out.stats.median_s / 1e9});
+  if (out.cost.flops > 0 && out.stats.median_s > 0 && !has("model_tflops"))
+    m.push_back({"model_tflops", out.cost.flops / out.stats.median_s / 1e12});
   out.peak = ops.memory().at_peak();
   out.peak_bytes = ops.memory().peak_total();
   for (std::size_t c = 0; c < kMemCategories; ++c)
