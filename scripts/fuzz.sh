@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Fuzzes the scenario parser and the results-database opener (libFuzzer + ASan + UBSan; tests/fuzz/README.md).
+# Fuzzes the scenario parser, the results-database opener and the GGUF reader (libFuzzer + ASan + UBSan; tests/fuzz/README.md).
 #   scripts/fuzz.sh [smoke]    a bounded session, as CI runs it: 20 s per target
 #   scripts/fuzz.sh SECONDS    SECONDS per target (the measurement in bench/RESULTS.md: 300)
-#   ... [TARGET...]            only these targets (fuzz_scenario, fuzz_results_db; default both)
+#   ... [TARGET...]            only these targets (fuzz_scenario, fuzz_results_db, fuzz_gguf; default all)
 # Builds build/fuzz with clang (installing Debian's clang when missing), runs each target in turn on a fresh
 # copy of its seed corpus, and prints per target libFuzzer's final line ("Done N runs in S second(s)") and the
 # result. Exits 1 on any crash, timeout (one input over 5 s), leak, out-of-memory or sanitizer report; the
@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { echo "usage: scripts/fuzz.sh [smoke|SECONDS] [fuzz_scenario|fuzz_results_db ...]" >&2; exit 2; }
+usage() { echo "usage: scripts/fuzz.sh [smoke|SECONDS] [fuzz_scenario|fuzz_results_db|fuzz_gguf ...]" >&2; exit 2; }
 case "${1:-smoke}" in
   smoke) seconds=20 ;;
   '' | *[!0-9]*) usage ;;
@@ -19,9 +19,9 @@ esac
 [ "$seconds" -gt 0 ] || usage
 shift $(($# > 0 ? 1 : 0))
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_scenario fuzz_results_db)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_scenario fuzz_results_db fuzz_gguf)
 for t in "${targets[@]}"; do
-  case "$t" in fuzz_scenario | fuzz_results_db) ;; *) usage ;; esac
+  case "$t" in fuzz_scenario | fuzz_results_db | fuzz_gguf) ;; *) usage ;; esac
 done
 
 # clang with libFuzzer (Debian 12: clang 14 and libclang-rt-14-dev). Probe by linking an empty target.
@@ -50,13 +50,14 @@ echo "fuzz: built $build in $((SECONDS - start)) s; $seconds s per target"
 
 run="$build/run"
 rm -rf "$run"
-mkdir -p "$run/fuzz_scenario" "$run/fuzz_results_db" "$build/findings"
+mkdir -p "$run/fuzz_scenario" "$run/fuzz_results_db" "$run/fuzz_gguf" "$build/findings"
 # The database target's file and its -wal/-shm live in RAM when possible; removed however this ends.
 tmp=$(mktemp -d "$([ -w /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/mocbench-fuzz.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 export FUZZ_TMPDIR="$tmp"
 
 cp scenarios/*.toml tests/fuzz/seeds/scenario/*.toml "$run/fuzz_scenario/"
+cp tests/fuzz/seeds/gguf/*.gguf "$run/fuzz_gguf/"
 "$build/make_db_seeds" "$run/fuzz_results_db"
 # Inputs that once found bugs in the store (fixed): replayed first, as every seed is.
 for f in tests/fuzz/seeds/db/*.sqlite.gz; do gzip -dc "$f" >"$run/fuzz_results_db/$(basename "$f" .gz)"; done
