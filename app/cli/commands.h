@@ -18,6 +18,8 @@ struct Command {
 
 // Engine commands (engine_commands.cpp): smoke, memory-model, devices, data, keys.
 void add_engine_commands(CLI::App& app, std::vector<Command>& out);
+// A checkpoint's loss on token ids (eval_command.cpp): eval.
+void add_eval_command(CLI::App& app, std::vector<Command>& out);
 // The sweep (run_command.cpp): run.
 void add_run_command(CLI::App& app, std::vector<Command>& out);
 // Readers of results databases (results_commands.cpp): list, show, export, stats, compare, report. gui is

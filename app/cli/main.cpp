@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
 
   std::vector<Command> commands;
   add_engine_commands(app, commands);
+  add_eval_command(app, commands);
   add_run_command(app, commands);
   add_results_commands(app, commands);
   const Command gui = add_gui_command(app, argv[0]);

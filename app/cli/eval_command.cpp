@@ -1,0 +1,144 @@
+// `mocbench eval CKPT`: a published checkpoint's loss and perplexity on given token ids (issue #29; GGUF
+// checkpoints for now), optionally as training-free MoC (--ffn moc --k K: top-K applied to the dense
+// checkpoint's gates), with per-token log-probabilities and every position's logits (.npy) for outside checks.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "app/cli/commands.h"
+#include "kernels/ops.h"
+#include "model/evaluate.h"
+#include "model/gguf_import.h"
+#ifdef MOCBENCH_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
+namespace moc::cli {
+
+namespace {
+
+struct EvalOptions {
+  std::string ckpt, ids, tokens, device = "cpu", ffn, k, logits, format = "text";
+  int window = 0;
+  bool logprobs = false;
+};
+
+std::vector<std::int32_t> read_ids(const std::string& text, const std::string& where) {
+  std::vector<std::int32_t> ids;
+  std::istringstream in(text);
+  std::string w;
+  while (in >> w) {
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(w, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != w.size() || v < 0 || v > 0x7fffffff)
+      throw ConfigError("eval: '" + w + "' in " + where + " is not a token id (a non-negative integer)");
+    ids.push_back(static_cast<std::int32_t>(v));
+  }
+  return ids;
+}
+
+// NumPy's .npy (format 1.0): little-endian float32, C order.
+void write_npy(const std::string& path, const std::vector<float>& v, std::int64_t rows, std::int64_t cols) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "), }";
+  const std::size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write("\x93NUMPY\x01\x00", 8);
+  const auto len = static_cast<std::uint16_t>(header.size());
+  f.put(static_cast<char>(len & 0xff)).put(static_cast<char>(len >> 8));
+  f << header;
+  f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  if (!f.flush()) throw std::runtime_error("eval: cannot write " + path);
+}
+
+int run_eval(const EvalOptions& o) {
+  std::vector<std::int32_t> ids;
+  if (!o.tokens.empty()) {
+    std::ifstream f(o.tokens);
+    if (!f) throw ConfigError("eval: cannot read " + o.tokens);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    ids = read_ids(ss.str(), o.tokens);
+  } else {
+    ids = read_ids(o.ids, "--ids");
+  }
+  const gguf::File file = [&] {
+    try {
+      return gguf::File::open(o.ckpt);
+    } catch (const gguf::GgufError& e) {
+      throw ConfigError(std::string("eval: ") + e.what() +
+                        " (eval reads GGUF checkpoints; Hugging Face folders are issue #29's next part)");
+    }
+  }();
+  ModelConfig cfg = gguf_config(file);
+  if (!o.ffn.empty()) apply_override(cfg, "ffn", o.ffn);
+  if (!o.k.empty()) apply_override(cfg, "k", o.k);
+  cfg.validate();
+  std::unique_ptr<Ops> ops;
+  if (o.device == "cpu") {
+    ops = make_cpu_ops();
+  } else {
+#ifdef MOCBENCH_HAVE_CUDA
+    ops = cuda::make_cuda_ops(0);
+#else
+    throw ConfigError("eval: --device cuda: this mocbench was built without the CUDA backend");
+#endif
+  }
+  Transformer model(*ops, cfg);
+  load_gguf_weights(file, model);
+  const EvalResult r = evaluate_ids(model, ids, o.window, o.logprobs, !o.logits.empty());
+  if (!o.logits.empty()) write_npy(o.logits, r.logits, r.positions, cfg.vocab);
+  if (o.format == "json") {
+    nlohmann::ordered_json j{{"checkpoint", o.ckpt}, {"model", cfg.describe()}, {"device", o.device},
+                             {"tokens", r.tokens},   {"windows", r.windows},    {"loss", r.loss},
+                             {"perplexity", r.perplexity}};
+    if (o.logprobs) j["logprobs"] = r.logprobs;
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  std::printf("model       %s\n", cfg.describe().c_str());
+  std::printf("tokens      %lld predicted in %lld window(s)\n", static_cast<long long>(r.tokens),
+              static_cast<long long>(r.windows));
+  std::printf("loss        %.6f nats/token\nperplexity  %.4f\n", r.loss, r.perplexity);
+  if (o.logprobs)
+    for (std::size_t i = 0; i < r.logprobs.size(); ++i) std::printf("logprob %zu  %.6f\n", i + 1, r.logprobs[i]);
+  return 0;
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app, std::vector<Command>& out) {
+  auto* c = app.add_subcommand("eval", "A checkpoint's loss and perplexity on token ids (GGUF checkpoints), optionally "
+                                       "as training-free MoC");
+  auto o = std::make_shared<EvalOptions>();
+  c->add_option("CKPT", o->ckpt, "Checkpoint: a GGUF file (llama architecture)")->required()->check(CLI::ExistingFile);
+  auto* ids = c->add_option("--ids", o->ids, "Token ids, space-separated (\"1 504 3458\")");
+  c->add_option("--tokens", o->tokens, "A file of whitespace-separated token ids")->excludes(ids)->check(CLI::ExistingFile);
+  c->add_option("--window", o->window, "Tokens per window (default: the model's context)")->check(CLI::NonNegativeNumber);
+  c->add_option("--device", o->device, "cpu | cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  c->add_option("--ffn", o->ffn, "Run the FFN as dense (default) | moc | moc_a:b: training-free MoC on the checkpoint");
+  c->add_option("--k", o->k, "MoC: channels kept per token (integer, or a fraction of d_ffn)");
+  c->add_flag("--logprobs", o->logprobs, "Also print each predicted token's log-probability");
+  c->add_option("--logits", o->logits, "Write every position's logits to this .npy file (float32, [positions, vocab])");
+  c->add_option("--format", o->format, "text | json")->capture_default_str()->check(CLI::IsMember({"text", "json"}));
+  out.push_back({c, [c, o] {
+                   if (o->ids.empty() && o->tokens.empty())
+                     throw ConfigError("eval: give the token ids (--ids \"1 2 3\" or --tokens FILE)");
+                   (void)c;
+                   return run_eval(*o);
+                 }});
+}
+
+}  // namespace moc::cli

@@ -1,0 +1,54 @@
+#include "model/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "model/config.h"
+
+namespace moc {
+
+EvalResult evaluate_ids(Transformer& model, const std::vector<std::int32_t>& ids, int window, bool want_logprobs,
+                        bool want_logits) {
+  const ModelConfig& c = model.config();
+  if (ids.size() < 2) throw ConfigError("eval: at least 2 token ids are needed (one to predict from, one to predict)");
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= c.vocab)
+      throw ConfigError("eval: id " + std::to_string(ids[i]) + " (position " + std::to_string(i) +
+                        ") is outside the model's vocabulary of " + std::to_string(c.vocab));
+  if (window == 0) window = c.seq_len;
+  if (window < 2 || window > c.seq_len)
+    throw ConfigError("eval: window " + std::to_string(window) + " must be in [2, " + std::to_string(c.seq_len) +
+                      "] (the model's positions)");
+  Ops& o = model.ops();
+  EvalResult r;
+  double sum = 0;
+  const auto V = static_cast<std::size_t>(c.vocab);
+  for (std::size_t start = 0; start + 1 < ids.size(); start += static_cast<std::size_t>(window)) {
+    const std::size_t n = std::min(ids.size() - start, static_cast<std::size_t>(window));
+    if (n < 2) break;  // a last window of one id predicts nothing
+    const std::vector<std::int32_t> w(ids.begin() + static_cast<std::ptrdiff_t>(start),
+                                      ids.begin() + static_cast<std::ptrdiff_t>(start + n));
+    Tensor tok = o.empty({static_cast<std::int64_t>(n)}, DType::i32, workspace_tag());
+    o.upload_i32(tok, w);
+    const std::vector<float> logits = o.download_f32(model.forward_logits(tok, 1, static_cast<int>(n)));
+    for (std::size_t p = 0; p + 1 < n; ++p) {
+      const float* row = logits.data() + p * V;
+      const double mx = *std::max_element(row, row + V);
+      double z = 0;
+      for (std::size_t v = 0; v < V; ++v) z += std::exp(static_cast<double>(row[v]) - mx);
+      const double lp = static_cast<double>(row[static_cast<std::size_t>(w[p + 1])]) - mx - std::log(z);
+      sum -= lp;
+      if (want_logprobs) r.logprobs.push_back(lp);
+      ++r.tokens;
+    }
+    if (want_logits) r.logits.insert(r.logits.end(), logits.begin(), logits.end());
+    r.positions += static_cast<std::int64_t>(n);
+    ++r.windows;
+  }
+  r.loss = sum / static_cast<double>(r.tokens);
+  r.perplexity = std::exp(r.loss);
+  return r;
+}
+
+}  // namespace moc

@@ -1,0 +1,54 @@
+// Issue #29's oracle without torch: a small llama GGUF written by llama.cpp's own `gguf` Python package (its
+// writer and quantizers: Q8_0, Q4_0, Q4_1, F16, BF16 and F32 tensors, GQA, q/k rows permuted as llama.cpp's
+// converter permutes them, the LM head tied to the embedding), evaluated by `mocbench eval` on fresh random
+// ids and by an independent float64 NumPy forward fed by the gguf package's dequantizer in llama.cpp's own
+// layout (tests/oracle/). Loss and every logit must agree to fp32 accuracy. Needs Debian's python3 with numpy
+// and the pinned gguf wheel (scripts/setup.sh installs both); skipped, saying so, without them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/shell_util.h"
+#include "tests/test_util.h"
+
+namespace fs = std::filesystem;
+using moc::test::shell;
+
+namespace {
+
+class GgufOracle : public moc::test::ScratchDirTest {};
+
+}  // namespace
+
+TEST_F(GgufOracle, MocbenchEvalMatchesTheNumpyForwardOnTheGgufPackagesFile) {
+  const std::string src = MOCBENCH_SOURCE_DIR, site = src + "/.local/gguf-py/site";
+  const std::string py = "PYTHONPATH=" + site + " /usr/bin/python3";
+  if (!fs::exists(site + "/gguf") || shell(py + " -c 'import numpy, gguf'").code != 0)
+    GTEST_SKIP() << "no Debian python3 with numpy and the gguf wheel: run scripts/setup.sh";
+  const auto seed = moc::test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const std::string file = path("tiny.gguf"), mine = path("mocbench.npy"), ref = path("numpy.npy");
+  const auto made = shell(py + " " + src + "/tests/oracle/make_tiny_gguf.py " + file + " " + std::to_string(seed));
+  ASSERT_EQ(made.code, 0) << made.out;
+  std::mt19937 rng(seed);
+  std::string ids;
+  for (int i = 0; i < 40; ++i) {  // ids of the file's vocabulary (160)
+    if (i) ids += ' ';
+    ids += std::to_string(rng() % 160);
+  }
+  const auto ours = shell(std::string(MOCBENCH_BIN) + " eval " + file + " --ids '" + ids + "' --format json --logits " + mine);
+  ASSERT_EQ(ours.code, 0) << ours.out;
+  const auto theirs = shell(py + " " + src + "/tests/oracle/llama_gguf_ref.py " + file + " " + ids + " --logits " + ref);
+  ASSERT_EQ(theirs.code, 0) << theirs.out;
+  const double loss = nlohmann::json::parse(ours.out)["loss"].get<double>(), want = std::stod(theirs.out);
+  EXPECT_NEAR(loss, want, 1e-5 * want);
+  const auto cmp = shell(py + " -c \"import numpy as np; a = np.load('" + mine + "').astype(np.float64); b = np.load('" +
+                         ref + "'); print(a.shape == b.shape, float(np.abs(a - b).max() / np.abs(b).max()))\"");
+  ASSERT_EQ(cmp.code, 0) << cmp.out;
+  EXPECT_EQ(cmp.out.substr(0, 4), "True") << "logits of every position: " << cmp.out;
+  EXPECT_LT(std::stod(cmp.out.substr(5)), 1e-5) << "largest logit difference, relative to the largest logit";
+}
