@@ -23,7 +23,7 @@ namespace moc::cli {
 namespace {
 
 struct EvalOptions {
-  std::string ckpt, ids, tokens, device = "cpu", ffn, k, logits, format = "text";
+  std::string ckpt, ids, tokens, device = "cpu", ffn, k, select, logits, format = "text";
   int window = 0;
   bool logprobs = false;
 };
@@ -85,6 +85,7 @@ int run_eval(const EvalOptions& o) {
   ModelConfig cfg = gguf_config(file);
   if (!o.ffn.empty()) apply_override(cfg, "ffn", o.ffn);
   if (!o.k.empty()) apply_override(cfg, "k", o.k);
+  if (!o.select.empty()) apply_override(cfg, "select", o.select);
   cfg.validate();
   std::unique_ptr<Ops> ops;
   if (o.device == "cpu") {
@@ -130,6 +131,8 @@ void add_eval_command(CLI::App& app, std::vector<Command>& out) {
   c->add_option("--device", o->device, "cpu | cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   c->add_option("--ffn", o->ffn, "Run the FFN as dense (default) | moc | moc_a:b: training-free MoC on the checkpoint");
   c->add_option("--k", o->k, "MoC: channels kept per token (integer, or a fraction of d_ffn)");
+  c->add_option("--select", o->select, "MoC: the ranking, gate (the paper's rule, default) | silu | abs_silu (Theorem 1's)")
+      ->check(CLI::IsMember({"gate", "silu", "abs_silu"}));
   c->add_flag("--logprobs", o->logprobs, "Also print each predicted token's log-probability");
   c->add_option("--logits", o->logits, "Write every position's logits to this .npy file (float32, [positions, vocab])");
   c->add_option("--format", o->format, "text | json")->capture_default_str()->check(CLI::IsMember({"text", "json"}));
