@@ -17,7 +17,7 @@ namespace {
 using namespace moc::cli;
 
 // A first word that is no command is refused as such, --help or not (CLI11 would print the main help for
-// `mocbench eval --help` and exit 0, as if `eval` existed). Returns false when it was refused.
+// `mocbench frobnicate --help` and exit 0, as if it existed). Returns false when it was refused.
 bool first_word_is_a_command(const CLI::App& app, int argc, char** argv) {
   if (argc <= 1 || argv[1][0] == '-') return true;
   const std::string word = argv[1];
