@@ -18,7 +18,7 @@ struct Command {
 
 // Engine commands (engine_commands.cpp): smoke, memory-model, devices, data, keys.
 void add_engine_commands(CLI::App& app, std::vector<Command>& out);
-// A checkpoint's loss on token ids (eval_command.cpp): eval.
+// Published checkpoints (checkpoint_commands.cpp): eval, generate.
 void add_eval_command(CLI::App& app, std::vector<Command>& out);
 // The sweep (run_command.cpp): run.
 void add_run_command(CLI::App& app, std::vector<Command>& out);

@@ -5,7 +5,9 @@ reader and dequantizer, q and k stay in llama.cpp's permuted row order and RoPE 
 (llama.cpp's "norm" RoPE), as llama.cpp runs them; the LM head is output.weight or, when the file has none, the
 token embedding. Prints the mean next-token cross-entropy of the ids given, and optionally saves the logits.
 
-usage: llama_gguf_ref.py FILE.gguf ID [ID ...] [--logits OUT.npy]
+usage: llama_gguf_ref.py FILE.gguf ID [ID ...] [--logits OUT.npy] [--greedy N]
+  --greedy N: instead, N greedy tokens after the ids (ties: the lowest id), one line: the ids, then the
+  smallest gap between the best and second-best logit over the N choices (where ties could flip a choice)
 """
 import sys
 
@@ -86,8 +88,22 @@ def main():
         i = args.index("--logits")
         out = args[i + 1]
         del args[i:i + 2]
+    greedy = None
+    if "--greedy" in args:
+        i = args.index("--greedy")
+        greedy = int(args[i + 1])
+        del args[i:i + 2]
     reader = gguf.GGUFReader(args[0])
     ids = np.array([int(a) for a in args[1:]])
+    if greedy:
+        seq, gap = list(ids), np.inf
+        for _ in range(greedy):
+            last = forward(reader, np.array(seq))[-1]
+            top2 = np.sort(last)[-2:]
+            gap = min(gap, float(top2[1] - top2[0]))
+            seq.append(int(np.argmax(last)))
+        print(" ".join(map(str, seq[len(ids):])), gap)
+        return
     logits = forward(reader, ids)
     if out:
         np.save(out, logits)

@@ -1,0 +1,225 @@
+// Commands on published checkpoints (issue #29; GGUF checkpoints for now), each optionally as training-free MoC
+// (--ffn moc --k K: top-K applied to the dense checkpoint's gates): `mocbench eval CKPT` -- loss and perplexity
+// on given token ids, per-token log-probabilities, every position's logits (.npy) for outside checks;
+// `mocbench generate CKPT` -- greedy tokens after given ids, with their log-probabilities.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "app/cli/commands.h"
+#include "kernels/ops.h"
+#include "model/decoder.h"
+#include "model/evaluate.h"
+#include "model/gguf_import.h"
+#ifdef MOCBENCH_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
+namespace moc::cli {
+
+namespace {
+
+struct EvalOptions {
+  std::string ckpt, ids, tokens, device = "cpu", ffn, k, select, logits, format = "text";
+  int window = 0;
+  bool logprobs = false;
+};
+
+std::vector<std::int32_t> read_ids(const std::string& text, const std::string& where) {
+  std::vector<std::int32_t> ids;
+  std::istringstream in(text);
+  std::string w;
+  while (in >> w) {
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(w, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != w.size() || v < 0 || v > 0x7fffffff)
+      throw ConfigError("eval: '" + w + "' in " + where + " is not a token id (a non-negative integer)");
+    ids.push_back(static_cast<std::int32_t>(v));
+  }
+  return ids;
+}
+
+// NumPy's .npy (format 1.0): little-endian float32, C order.
+void write_npy(const std::string& path, const std::vector<float>& v, std::int64_t rows, std::int64_t cols) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "), }";
+  const std::size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write("\x93NUMPY\x01\x00", 8);
+  const auto len = static_cast<std::uint16_t>(header.size());
+  f.put(static_cast<char>(len & 0xff)).put(static_cast<char>(len >> 8));
+  f << header;
+  f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  if (!f.flush()) throw std::runtime_error("eval: cannot write " + path);
+}
+
+// The checkpoint as a model on the chosen backend, with the FFN overrides (training-free MoC) applied.
+struct Loaded {
+  std::unique_ptr<Ops> ops;
+  std::unique_ptr<Transformer> model;
+};
+Loaded load_model(const std::string& ckpt, const std::string& device, const std::string& ffn, const std::string& k,
+                  const std::string& select) {
+  const gguf::File file = [&] {
+    try {
+      return gguf::File::open(ckpt);
+    } catch (const gguf::GgufError& e) {
+      throw ConfigError(std::string(e.what()) +
+                        " (GGUF checkpoints are read; Hugging Face folders are issue #29's next part)");
+    }
+  }();
+  ModelConfig cfg = gguf_config(file);
+  if (!ffn.empty()) apply_override(cfg, "ffn", ffn);
+  if (!k.empty()) apply_override(cfg, "k", k);
+  if (!select.empty()) apply_override(cfg, "select", select);
+  cfg.validate();
+  Loaded l;
+  if (device == "cpu") {
+    l.ops = make_cpu_ops();
+  } else {
+#ifdef MOCBENCH_HAVE_CUDA
+    l.ops = cuda::make_cuda_ops(0);
+#else
+    throw ConfigError("--device cuda: this mocbench was built without the CUDA backend");
+#endif
+  }
+  l.model = std::make_unique<Transformer>(*l.ops, cfg);
+  load_gguf_weights(file, *l.model);
+  return l;
+}
+
+std::vector<std::int32_t> ids_of(const std::string& ids, const std::string& tokens) {
+  if (tokens.empty()) return read_ids(ids, "--ids");
+  std::ifstream f(tokens);
+  if (!f) throw ConfigError("cannot read " + tokens);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return read_ids(ss.str(), tokens);
+}
+
+int run_eval(const EvalOptions& o) {
+  const std::vector<std::int32_t> ids = ids_of(o.ids, o.tokens);
+  Loaded l = load_model(o.ckpt, o.device, o.ffn, o.k, o.select);
+  Transformer& model = *l.model;
+  const ModelConfig& cfg = model.config();
+  const EvalResult r = evaluate_ids(model, ids, o.window, o.logprobs, !o.logits.empty());
+  if (!o.logits.empty()) write_npy(o.logits, r.logits, r.positions, cfg.vocab);
+  if (o.format == "json") {
+    nlohmann::ordered_json j{{"checkpoint", o.ckpt}, {"model", cfg.describe()}, {"device", o.device},
+                             {"tokens", r.tokens},   {"windows", r.windows},    {"loss", r.loss},
+                             {"perplexity", r.perplexity}};
+    if (o.logprobs) j["logprobs"] = r.logprobs;
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  std::printf("model       %s\n", cfg.describe().c_str());
+  std::printf("tokens      %lld predicted in %lld window(s)\n", static_cast<long long>(r.tokens),
+              static_cast<long long>(r.windows));
+  std::printf("loss        %.6f nats/token\nperplexity  %.4f\n", r.loss, r.perplexity);
+  if (o.logprobs)
+    for (std::size_t i = 0; i < r.logprobs.size(); ++i) std::printf("logprob %zu  %.6f\n", i + 1, r.logprobs[i]);
+  return 0;
+}
+
+
+struct GenerateOptions {
+  std::string ckpt, ids, device = "cpu", ffn, k, select, format = "text";
+  int n = 16;
+};
+
+// The greedy choice (ties: the lowest id) and its log-probability.
+std::pair<std::int32_t, double> greedy(const std::vector<float>& row) {
+  std::size_t best = 0;
+  for (std::size_t v = 1; v < row.size(); ++v)
+    if (row[v] > row[best]) best = v;
+  double z = 0;
+  for (float x : row) z += std::exp(static_cast<double>(x) - row[best]);
+  return {static_cast<std::int32_t>(best), -std::log(z)};
+}
+
+int run_generate(const GenerateOptions& o) {
+  const std::vector<std::int32_t> prompt = read_ids(o.ids, "--ids");
+  if (prompt.empty()) throw ConfigError("generate: give the prompt's token ids (--ids \"1 2 3\")");
+  Loaded l = load_model(o.ckpt, o.device, o.ffn, o.k, o.select);
+  Transformer& model = *l.model;
+  const ModelConfig& cfg = model.config();
+  for (auto id : prompt)
+    if (id >= cfg.vocab) throw ConfigError("generate: id " + std::to_string(id) + " is outside the vocabulary");
+  const int P = static_cast<int>(prompt.size());
+  if (P + o.n > cfg.seq_len) throw ConfigError("generate: the prompt and --n exceed the model's positions");
+  Decoder dec(model, 1, P + o.n);
+  const std::vector<float> all = l.ops->download_f32(dec.prefill(prompt, P));
+  const auto V = static_cast<std::size_t>(cfg.vocab);
+  std::vector<float> row(all.end() - static_cast<std::ptrdiff_t>(V), all.end());
+  std::vector<std::int32_t> out;
+  std::vector<double> lps;
+  for (int t = 0; t < o.n; ++t) {
+    const auto [id, lp] = greedy(row);
+    out.push_back(id);
+    lps.push_back(lp);
+    if (t + 1 < o.n) row = l.ops->download_f32(dec.step({id}));
+  }
+  if (o.format == "json") {
+    const nlohmann::ordered_json j{{"checkpoint", o.ckpt}, {"model", cfg.describe()}, {"device", o.device},
+                                   {"prompt", prompt},     {"ids", out},            {"logprobs", lps}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  std::printf("model   %s\n", cfg.describe().c_str());
+  for (std::size_t i = 0; i < out.size(); ++i) std::printf("%3zu  %7d  logprob %.6f\n", i + 1, out[i], lps[i]);
+  return 0;
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app, std::vector<Command>& out) {
+  auto* c = app.add_subcommand("eval", "A checkpoint's loss and perplexity on token ids (GGUF checkpoints), optionally "
+                                       "as training-free MoC");
+  auto o = std::make_shared<EvalOptions>();
+  c->add_option("CKPT", o->ckpt, "Checkpoint: a GGUF file (llama architecture)")->required()->check(CLI::ExistingFile);
+  auto* ids = c->add_option("--ids", o->ids, "Token ids, space-separated (\"1 504 3458\")");
+  c->add_option("--tokens", o->tokens, "A file of whitespace-separated token ids")->excludes(ids)->check(CLI::ExistingFile);
+  c->add_option("--window", o->window, "Tokens per window (default: the model's context)")->check(CLI::NonNegativeNumber);
+  c->add_option("--device", o->device, "cpu | cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  c->add_option("--ffn", o->ffn, "Run the FFN as dense (default) | moc | moc_a:b: training-free MoC on the checkpoint");
+  c->add_option("--k", o->k, "MoC: channels kept per token (integer, or a fraction of d_ffn)");
+  c->add_option("--select", o->select, "MoC: the ranking, gate (the paper's rule, default) | silu | abs_silu (Theorem 1's)")
+      ->check(CLI::IsMember({"gate", "silu", "abs_silu"}));
+  c->add_flag("--logprobs", o->logprobs, "Also print each predicted token's log-probability");
+  c->add_option("--logits", o->logits, "Write every position's logits to this .npy file (float32, [positions, vocab])");
+  c->add_option("--format", o->format, "text | json")->capture_default_str()->check(CLI::IsMember({"text", "json"}));
+  out.push_back({c, [c, o] {
+                   if (o->ids.empty() && o->tokens.empty())
+                     throw ConfigError("eval: give the token ids (--ids \"1 2 3\" or --tokens FILE)");
+                   (void)c;
+                   return run_eval(*o);
+                 }});
+  auto* g = app.add_subcommand("generate", "Greedy tokens from a checkpoint (GGUF) after given ids, with their "
+                                          "log-probabilities, optionally as training-free MoC");
+  auto go = std::make_shared<GenerateOptions>();
+  g->add_option("CKPT", go->ckpt, "Checkpoint: a GGUF file (llama architecture)")->required()->check(CLI::ExistingFile);
+  g->add_option("--ids", go->ids, "The prompt's token ids, space-separated")->required();
+  g->add_option("-n,--n", go->n, "Tokens to generate")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  g->add_option("--device", go->device, "cpu | cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  g->add_option("--ffn", go->ffn, "dense (default) | moc | moc_a:b: training-free MoC on the checkpoint");
+  g->add_option("--k", go->k, "MoC: channels kept per token (integer, or a fraction of d_ffn)");
+  g->add_option("--select", go->select, "MoC: the ranking, gate | silu | abs_silu")
+      ->check(CLI::IsMember({"gate", "silu", "abs_silu"}));
+  g->add_option("--format", go->format, "text | json")->capture_default_str()->check(CLI::IsMember({"text", "json"}));
+  out.push_back({g, [go] { return run_generate(*go); }});
+}
+
+}  // namespace moc::cli
