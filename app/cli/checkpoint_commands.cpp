@@ -3,6 +3,7 @@
 // on given token ids, per-token log-probabilities, every position's logits (.npy) for outside checks;
 // `mocbench generate CKPT` -- greedy tokens after given ids, with their log-probabilities.
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -14,6 +15,7 @@
 
 #include "app/cli/commands.h"
 #include "kernels/ops.h"
+#include "model/activation_analysis.h"
 #include "model/decoder.h"
 #include "model/evaluate.h"
 #include "model/gguf_import.h"
@@ -26,7 +28,7 @@ namespace moc::cli {
 namespace {
 
 struct EvalOptions {
-  std::string ckpt, ids, tokens, device = "cpu", ffn, k, select, logits, format = "text";
+  std::string ckpt, ids, tokens, device = "cpu", ffn, k, select, logits, format = "text", analyze;
   int window = 0;
   bool logprobs = false;
 };
@@ -110,12 +112,52 @@ std::vector<std::int32_t> ids_of(const std::string& ids, const std::string& toke
   return read_ids(ss.str(), tokens);
 }
 
+// The gate analysis of the paper's premises (model/activation_analysis.h) on the ids, cut into sequences of
+// `window` ids: per layer the G and SiLU(G) histograms with the top-K threshold, the kept |SiLU| mass, the
+// overlap of two tokens' selections; the union of B tokens' selections against independent ones. Written as
+// JSON to `path`; a summary on stdout.
+void write_analysis(Transformer& model, const std::vector<std::int32_t>& ids, int window, const std::string& path) {
+  const ModelConfig& c = model.config();
+  if (c.ffn.kind != FfnKind::moc)
+    throw ConfigError("eval --analyze: name the selection to analyse: --ffn moc --k K (and --select)");
+  const int seq = window > 0 ? window : std::min<int>(c.seq_len, 512);
+  const int batch = static_cast<int>(ids.size()) / seq;
+  if (batch < 2) throw ConfigError("eval --analyze: needs at least two windows of " + std::to_string(seq) + " ids");
+  const std::vector<std::int32_t> used(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(batch) * seq);
+  const GateAnalysis ga = analyze_gates(model, used, batch, seq, std::min(4, batch));
+  auto hist = [](const Histogram& h) {
+    return nlohmann::ordered_json{{"lo", h.lo}, {"hi", h.hi}, {"density", h.density}};
+  };
+  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+  for (const auto& L : ga.layers)
+    layers.push_back({{"threshold_pre", L.threshold_pre}, {"threshold_post", L.threshold_post},
+                      {"kept_mass", L.kept_mass},         {"overlap_mean", L.overlap_mean},
+                      {"union_mean", L.union_mean},       {"pre", hist(L.pre)},
+                      {"post", hist(L.post)},             {"overlap", hist(L.overlap)}});
+  const nlohmann::ordered_json j{{"model", c.describe()},  {"d_ffn", ga.d_ffn},         {"kept", ga.kept},
+                                 {"tokens", ga.tokens},    {"sequences", batch},       {"seq", seq},
+                                 {"union_mean", ga.union_mean}, {"union_independent", ga.union_independent},
+                                 {"layers", layers}};
+  std::ofstream f(path, std::ios::trunc);
+  f << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  if (!f.flush()) throw std::runtime_error("eval: cannot write " + path);
+  double mass = 0, overlap = 0;
+  for (const auto& L : ga.layers) mass += L.kept_mass, overlap += L.overlap_mean;
+  const double nl = static_cast<double>(std::max<std::size_t>(ga.layers.size(), 1));
+  std::fprintf(stderr, "analysis    %d of %d channels kept; kept |SiLU| mass %.3f, overlap of two tokens %.3f (mean over "
+               "layers); union of B tokens:", ga.kept, ga.d_ffn, mass / nl, overlap / nl);
+  for (std::size_t b = 0; b < ga.union_mean.size(); ++b)
+    std::fprintf(stderr, " B=%zu %.0f (independent %.0f)", b + 1, ga.union_mean[b], ga.union_independent[b]);
+  std::fprintf(stderr, "; written to %s\n", path.c_str());
+}
+
 int run_eval(const EvalOptions& o) {
   const std::vector<std::int32_t> ids = ids_of(o.ids, o.tokens);
   Loaded l = load_model(o.ckpt, o.device, o.ffn, o.k, o.select);
   Transformer& model = *l.model;
   const ModelConfig& cfg = model.config();
   const EvalResult r = evaluate_ids(model, ids, o.window, o.logprobs, !o.logits.empty());
+  if (!o.analyze.empty()) write_analysis(model, ids, o.window, o.analyze);
   if (!o.logits.empty()) write_npy(o.logits, r.logits, r.positions, cfg.vocab);
   if (o.format == "json") {
     nlohmann::ordered_json j{{"checkpoint", o.ckpt}, {"model", cfg.describe()}, {"device", o.device},
@@ -201,6 +243,9 @@ void add_eval_command(CLI::App& app, std::vector<Command>& out) {
   c->add_flag("--logprobs", o->logprobs, "Also print each predicted token's log-probability");
   c->add_option("--logits", o->logits, "Write every position's logits to this .npy file (float32, [positions, vocab])");
   c->add_option("--format", o->format, "text | json")->capture_default_str()->check(CLI::IsMember({"text", "json"}));
+  c->add_option("--analyze", o->analyze,
+                "Also analyse the gates on the ids (MoC's selection of --k): per layer G / SiLU(G) histograms with the "
+                "top-K threshold, kept mass, overlap; unions of B tokens; written as JSON to this file");
   out.push_back({c, [c, o] {
                    if (o->ids.empty() && o->tokens.empty())
                      throw ConfigError("eval: give the token ids (--ids \"1 2 3\" or --tokens FILE)");
