@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -85,4 +86,38 @@ TEST_F(GgufOracle, GenerateMatchesTheNumpyGreedyTokens) {
   const auto got = nlohmann::json::parse(ours.out)["ids"].get<std::vector<std::int64_t>>();
   if (gap <= 1e-3) GTEST_SKIP() << "two logits within " << gap << ": fp32 may order them either way";
   EXPECT_EQ(got, want);
+}
+
+// eval --analyze: the gate analysis of a checkpoint at MoC's K, written as JSON: a layer per block, each
+// histogram a distribution, B = 1's union the K channels one token keeps; a dense run is refused (no K).
+TEST_F(GgufOracle, EvalAnalyzeWritesTheGateAnalysisAtTheSelectionsK) {
+  const std::string src = MOCBENCH_SOURCE_DIR, site = src + "/.local/gguf-py/site";
+  const std::string py = "PYTHONPATH=" + site + " /usr/bin/python3";
+  if (!fs::exists(site + "/gguf") || shell(py + " -c 'import numpy, gguf'").code != 0)
+    GTEST_SKIP() << "no Debian python3 with numpy and the gguf wheel: run scripts/setup.sh";
+  const std::string file = path("tiny.gguf"), out = path("analysis.json");
+  ASSERT_EQ(shell(py + " " + src + "/tests/oracle/make_tiny_gguf.py " + file + " 7").code, 0);
+  std::string ids;
+  for (int i = 0; i < 100; ++i) ids += std::to_string(i) + ' ';
+  const std::string eval = std::string(MOCBENCH_BIN) + " eval " + file + " --ids '" + ids + "' --window 25";
+  const auto dense = shell(eval + " --analyze " + out);
+  EXPECT_EQ(dense.code, 2) << dense.out;
+  EXPECT_NE(dense.out.find("--ffn moc --k K"), std::string::npos) << dense.out;
+  const auto r = shell(eval + " --ffn moc --k 24 --analyze " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream f(out);
+  const auto a = nlohmann::json::parse(f);
+  EXPECT_EQ(a["kept"], 24);
+  EXPECT_EQ(a["d_ffn"], 96);
+  EXPECT_EQ(a["sequences"], 4);
+  ASSERT_EQ(a["layers"].size(), 2u);
+  ASSERT_EQ(a["union_mean"].size(), 4u);
+  EXPECT_NEAR(a["union_mean"][0].get<double>(), 24.0, 1e-9);
+  for (const auto& L : a["layers"]) {
+    double sum = 0;
+    for (double d : L["post"]["density"]) sum += d;
+    EXPECT_NEAR(sum, 1.0, 1e-9);
+    EXPECT_GE(L["overlap_mean"].get<double>(), 0.0);
+    EXPECT_LE(L["overlap_mean"].get<double>(), 1.0);
+  }
 }
