@@ -246,10 +246,9 @@ void add_eval_command(CLI::App& app, std::vector<Command>& out) {
   c->add_option("--analyze", o->analyze,
                 "Also analyse the gates on the ids (MoC's selection of --k): per layer G / SiLU(G) histograms with the "
                 "top-K threshold, kept mass, overlap; unions of B tokens; written as JSON to this file");
-  out.push_back({c, [c, o] {
+  out.push_back({c, [o] {
                    if (o->ids.empty() && o->tokens.empty())
                      throw ConfigError("eval: give the token ids (--ids \"1 2 3\" or --tokens FILE)");
-                   (void)c;
                    return run_eval(*o);
                  }});
   auto* g = app.add_subcommand("generate", "Greedy tokens from a checkpoint (GGUF) after given ids, with their "
