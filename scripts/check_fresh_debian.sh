@@ -33,6 +33,9 @@ command -v debootstrap >/dev/null 2>&1 || { apt-get update -qq && apt-get instal
 created=0
 if [ -z "$root" ]; then
   root=$(mktemp -d /var/tmp/mocbench-fresh-debian.XXXXXX)
+  # mktemp makes it 0700; as the root's "/" that would keep every other user out of the whole tree (a test
+  # that reads a results file as uid 65534 failed on it). A Debian "/" is 0755.
+  chmod 755 "$root"
   created=1
 elif [ ! -e "$root" ]; then
   mkdir -p "$root"

@@ -16,6 +16,7 @@ debian_packages=(
   nlohmann-json3-dev   # tests: JSON parsed back (stats, Perfetto export)
   python3-matplotlib   # `mocbench report`: the paper figures (scripts/paper_report.py, Debian's python3)
   python3-numpy        # the GGUF oracle's float64 reference forward (tests/oracle/, issue #29)
+  python3-yaml         # ... and the gguf package it reads the GGUF with imports yaml
   libsentencepiece-dev # training on real text: the BPE tokenizer ([data], model/data/)
   python3.11-doc       # the shipped corpus: the Python 3.11 documentation sources (PSF licence)
   # the dashboard (mocbench-gui): OpenGL and the X11 libraries GLFW opens, PNG screenshots, and the headless
