@@ -8,6 +8,13 @@
 
 namespace moc {
 
+double token_logprob(const float* row, std::size_t vocab, std::int32_t id) {
+  const double mx = *std::max_element(row, row + vocab);
+  double z = 0;
+  for (std::size_t v = 0; v < vocab; ++v) z += std::exp(static_cast<double>(row[v]) - mx);
+  return static_cast<double>(row[static_cast<std::size_t>(id)]) - mx - std::log(z);
+}
+
 EvalResult evaluate_ids(Transformer& model, const std::vector<std::int32_t>& ids, int window, bool want_logprobs,
                         bool want_logits) {
   const ModelConfig& c = model.config();
@@ -33,11 +40,7 @@ EvalResult evaluate_ids(Transformer& model, const std::vector<std::int32_t>& ids
     o.upload_i32(tok, w);
     const std::vector<float> logits = o.download_f32(model.forward_logits(tok, 1, static_cast<int>(n)));
     for (std::size_t p = 0; p + 1 < n; ++p) {
-      const float* row = logits.data() + p * V;
-      const double mx = *std::max_element(row, row + V);
-      double z = 0;
-      for (std::size_t v = 0; v < V; ++v) z += std::exp(static_cast<double>(row[v]) - mx);
-      const double lp = static_cast<double>(row[static_cast<std::size_t>(w[p + 1])]) - mx - std::log(z);
+      const double lp = token_logprob(logits.data() + p * V, V, w[p + 1]);
       sum -= lp;
       if (want_logprobs) r.logprobs.push_back(lp);
       ++r.tokens;

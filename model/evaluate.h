@@ -3,6 +3,7 @@
 // predicting the next id. Mean next-token cross-entropy over all predicted tokens, its perplexity, and on
 // request each predicted token's log-probability and every position's logits.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -18,6 +19,9 @@ struct EvalResult {
   std::vector<float> logits;     // [positions, vocab] of every window's positions, in order (when asked)
   std::int64_t positions = 0;
 };
+
+// log softmax(row)[id] over a row of `vocab` logits, in double.
+double token_logprob(const float* row, std::size_t vocab, std::int32_t id);
 
 // ids: at least 2; window >= 2 (0: the model's seq_len). Throws ConfigError for ids outside the vocabulary.
 EvalResult evaluate_ids(Transformer& model, const std::vector<std::int32_t>& ids, int window, bool want_logprobs,

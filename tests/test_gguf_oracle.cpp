@@ -23,20 +23,33 @@ using moc::test::shell;
 
 namespace {
 
-class GgufOracle : public moc::test::ScratchDirTest {};
+// Each test: Debian's python3 with numpy and the gguf wheel (else skipped, saying so) and a tiny GGUF written
+// by the gguf package (tests/oracle/make_tiny_gguf.py) with the given seed.
+class GgufOracle : public moc::test::ScratchDirTest {
+ protected:
+  const std::string src = MOCBENCH_SOURCE_DIR;
+  const std::string py = "PYTHONPATH=" + src + "/.local/gguf-py/site /usr/bin/python3";
+  void SetUp() override {
+    ScratchDirTest::SetUp();
+    if (!fs::exists(src + "/.local/gguf-py/site/gguf") || shell(py + " -c 'import numpy, gguf'").code != 0)
+      GTEST_SKIP() << "no Debian python3 with numpy and the gguf wheel: run scripts/setup.sh";
+  }
+  // The file, or "" (a test failure said why) when it could not be written.
+  std::string tiny_gguf(std::uint32_t seed) {
+    const std::string file = path("tiny.gguf");
+    const auto made = shell(py + " " + src + "/tests/oracle/make_tiny_gguf.py " + file + " " + std::to_string(seed));
+    EXPECT_EQ(made.code, 0) << made.out;
+    return made.code == 0 ? file : "";
+  }
+};
 
 }  // namespace
 
 TEST_F(GgufOracle, MocbenchEvalMatchesTheNumpyForwardOnTheGgufPackagesFile) {
-  const std::string src = MOCBENCH_SOURCE_DIR, site = src + "/.local/gguf-py/site";
-  const std::string py = "PYTHONPATH=" + site + " /usr/bin/python3";
-  if (!fs::exists(site + "/gguf") || shell(py + " -c 'import numpy, gguf'").code != 0)
-    GTEST_SKIP() << "no Debian python3 with numpy and the gguf wheel: run scripts/setup.sh";
   const auto seed = moc::test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const std::string file = path("tiny.gguf"), mine = path("mocbench.npy"), ref = path("numpy.npy");
-  const auto made = shell(py + " " + src + "/tests/oracle/make_tiny_gguf.py " + file + " " + std::to_string(seed));
-  ASSERT_EQ(made.code, 0) << made.out;
+  const std::string file = tiny_gguf(seed), mine = path("mocbench.npy"), ref = path("numpy.npy");
+  if (file.empty()) return;
   std::mt19937 rng(seed);
   std::string ids;
   for (int i = 0; i < 40; ++i) {  // ids of the file's vocabulary (160)
@@ -60,14 +73,10 @@ TEST_F(GgufOracle, MocbenchEvalMatchesTheNumpyForwardOnTheGgufPackagesFile) {
 // greedy tokens as the NumPy forward run again over the whole sequence for each token, where the best and
 // second-best logits are apart enough for fp32 to order them the same (here: by more than 1e-3).
 TEST_F(GgufOracle, GenerateMatchesTheNumpyGreedyTokens) {
-  const std::string src = MOCBENCH_SOURCE_DIR, site = src + "/.local/gguf-py/site";
-  const std::string py = "PYTHONPATH=" + site + " /usr/bin/python3";
-  if (!fs::exists(site + "/gguf") || shell(py + " -c 'import numpy, gguf'").code != 0)
-    GTEST_SKIP() << "no Debian python3 with numpy and the gguf wheel: run scripts/setup.sh";
   const auto seed = moc::test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const std::string file = path("tiny.gguf");
-  ASSERT_EQ(shell(py + " " + src + "/tests/oracle/make_tiny_gguf.py " + file + " " + std::to_string(seed)).code, 0);
+  const std::string file = tiny_gguf(seed);
+  if (file.empty()) return;
   std::mt19937 rng(seed);
   std::string ids;
   for (int i = 0; i < 6; ++i) {
@@ -91,12 +100,8 @@ TEST_F(GgufOracle, GenerateMatchesTheNumpyGreedyTokens) {
 // eval --analyze: the gate analysis of a checkpoint at MoC's K, written as JSON: a layer per block, each
 // histogram a distribution, B = 1's union the K channels one token keeps; a dense run is refused (no K).
 TEST_F(GgufOracle, EvalAnalyzeWritesTheGateAnalysisAtTheSelectionsK) {
-  const std::string src = MOCBENCH_SOURCE_DIR, site = src + "/.local/gguf-py/site";
-  const std::string py = "PYTHONPATH=" + site + " /usr/bin/python3";
-  if (!fs::exists(site + "/gguf") || shell(py + " -c 'import numpy, gguf'").code != 0)
-    GTEST_SKIP() << "no Debian python3 with numpy and the gguf wheel: run scripts/setup.sh";
-  const std::string file = path("tiny.gguf"), out = path("analysis.json");
-  ASSERT_EQ(shell(py + " " + src + "/tests/oracle/make_tiny_gguf.py " + file + " 7").code, 0);
+  const std::string file = tiny_gguf(7), out = path("analysis.json");
+  if (file.empty()) return;
   std::string ids;
   for (int i = 0; i < 100; ++i) ids += std::to_string(i) + ' ';
   const std::string eval = std::string(MOCBENCH_BIN) + " eval " + file + " --ids '" + ids + "' --window 25";

@@ -10,33 +10,19 @@
 #include "app/harness/runner.h"
 #include "app/scenario/scenario.h"
 #include "kernels/op_cost.h"
+#include "tests/point_test_util.h"
 
 namespace moc {
 namespace {
 
-PointSpec small_point(const std::string& mode, const std::string& ffn) {
-  PointSpec p;
-  p.mode = mode;
-  p.model = preset("tiny");
-  apply_override(p.model, "ffn", ffn);
-  p.batch = 2;
-  p.seq = 8;
-  p.prompt = 4;
-  p.generate = 4;
-  p.cold_bytes = 1 << 20;
-  p.profile = false;
-  p.measure.warmup = 1;
-  p.measure.min_reps = 3;
-  p.measure.max_reps = 4;
-  p.measure.time_bound_s = 5;
-  return p;
-}
+using test::metric;
 
-double metric(const PointOutcome& o, const std::string& name) {
-  for (const auto& [k, v] : o.metrics)
-    if (k == name) return v;
-  ADD_FAILURE() << "no metric " << name;
-  return 0;
+// The shared tiny point, unprofiled, at most 4 repetitions.
+PointSpec small_point(const std::string& mode, const std::string& ffn) {
+  PointSpec p = test::tiny_point(mode, ffn);
+  p.profile = false;
+  p.measure.max_reps = 4;
+  return p;
 }
 
 std::size_t position(const PointOutcome& o, const std::string& name) {

@@ -5,6 +5,7 @@
 
 #include "app/harness/measure.h"
 #include "app/harness/point_bench.h"
+#include "tests/point_test_util.h"
 #include "model/memory_model.h"
 
 namespace moc {
@@ -53,29 +54,8 @@ TEST(Measure, TheTimeBoundStopsALongMeasurement) {
   EXPECT_EQ(s.reps, 5);
 }
 
-PointSpec tiny_point(const std::string& mode, const std::string& ffn) {
-  PointSpec p;
-  p.mode = mode;
-  p.model = preset("tiny");
-  apply_override(p.model, "ffn", ffn);
-  p.batch = 2;
-  p.seq = 8;
-  p.prompt = 4;
-  p.generate = 4;
-  p.cold_bytes = 1 << 20;
-  p.measure.warmup = 1;
-  p.measure.min_reps = 3;
-  p.measure.max_reps = 6;
-  p.measure.time_bound_s = 5;
-  return p;
-}
-
-double metric(const PointOutcome& o, const std::string& name) {
-  for (const auto& [k, v] : o.metrics)
-    if (k == name) return v;
-  ADD_FAILURE() << "no metric " << name;
-  return 0;
-}
+using test::metric;
+using test::tiny_point;
 
 class EveryMode : public ::testing::TestWithParam<std::string> {};
 

@@ -184,12 +184,8 @@ struct GenerateOptions {
 
 // The greedy choice (ties: the lowest id) and its log-probability.
 std::pair<std::int32_t, double> greedy(const std::vector<float>& row) {
-  std::size_t best = 0;
-  for (std::size_t v = 1; v < row.size(); ++v)
-    if (row[v] > row[best]) best = v;
-  double z = 0;
-  for (float x : row) z += std::exp(static_cast<double>(x) - row[best]);
-  return {static_cast<std::int32_t>(best), -std::log(z)};
+  const auto best = static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+  return {best, token_logprob(row.data(), row.size(), best)};
 }
 
 int run_generate(const GenerateOptions& o) {
