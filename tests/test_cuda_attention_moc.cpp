@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpu_util.h"
+#include "op_harness.h"
 #include "test_util.h"
 #ifdef MOCBENCH_HAVE_CUDA
 #include "kernels/cuda/cudnn_sdpa.h"  // GpuAttention: which path ran
@@ -34,84 +35,6 @@ using namespace moc::test;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-double tol_for(DType dt) { return dt == DType::f32 ? 1e-4 : 1e-2; }
-
-// The same values on both backends (rounded to dt the same way by upload_f32).
-struct Twin {
-  Tensor g, c;
-};
-
-Twin twin(Ops& gpu, Ops& cpu, const std::vector<float>& host, const Shape& shape, DType dt) {
-  Twin t{gpu.empty(shape, dt, workspace_tag()), cpu.empty(shape, dt, workspace_tag())};
-  gpu.upload_f32(t.g, host);
-  cpu.upload_f32(t.c, host);
-  return t;
-}
-
-Twin twin_random(Ops& gpu, Ops& cpu, std::mt19937& rng, const Shape& shape, DType dt, float std = 1.0f) {
-  std::int64_t n = 1;
-  for (auto d : shape) n *= d;
-  return twin(gpu, cpu, randn(rng, static_cast<std::size_t>(n), std), shape, dt);
-}
-
-Twin twin_poisoned(Ops& gpu, Ops& cpu, const Shape& shape, DType dt) {
-  Twin t{poisoned(gpu, shape, dt), poisoned(cpu, shape, dt)};
-  return t;
-}
-
-Tensor upload_idx(Ops& o, const std::vector<std::int32_t>& v, const Shape& shape) {
-  Tensor t = o.empty(shape, DType::i16, workspace_tag());
-  std::vector<std::uint16_t> h(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) h[i] = static_cast<std::uint16_t>(v[i]);
-  o.upload(t, h.data());
-  return t;
-}
-
-// ||got - want|| <= tol * ||want|| + atol * sqrt(n) over every element; every element of got must be finite where
-// want is. atol covers outputs that are zero in exact arithmetic (rounding noise is all that is left of them).
-void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, double tol,
-                  double atol = 0.0) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double d2 = 0, w2 = 0;
-  std::size_t bad = 0, first_bad = 0, worst_i = 0;
-  double worst = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(want[i])) continue;
-    if (!std::isfinite(got[i])) {
-      if (bad++ == 0) first_bad = i;
-      continue;
-    }
-    const double e = static_cast<double>(got[i]) - want[i];
-    d2 += e * e;
-    w2 += static_cast<double>(want[i]) * want[i];
-    if (std::fabs(e) > worst) {
-      worst = std::fabs(e);
-      worst_i = i;
-    }
-  }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " non-finite outputs, first at " << first_bad;
-  const double rel = std::sqrt(d2) / std::max(std::sqrt(w2), 1e-30);
-  EXPECT_LE(std::sqrt(d2), tol * std::sqrt(w2) + atol * std::sqrt(static_cast<double>(got.size())))
-      << what << ": relative error " << rel << " (||got - want|| " << std::sqrt(d2) << ", ||want|| " << std::sqrt(w2)
-      << "); worst at " << worst_i << ": got " << got[worst_i] << ", want " << want[worst_i];
-}
-
-void expect_close(const std::string& what, Ops& gpu, const Tensor& g, Ops& cpu, const Tensor& c, double tol,
-                  double atol = 0.0) {
-  expect_close(what, gpu.download_f32(g), cpu.download_f32(c), tol, atol);
-}
-
-// Bit-for-bit equal values (copies), reporting the first difference.
-void expect_same_values(const std::string& what, Ops& gpu, const Tensor& g, Ops& cpu, const Tensor& c) {
-  const auto got = gpu.download_f32(g), want = cpu.download_f32(c);
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (!(got[i] == want[i])) {
-      ADD_FAILURE() << what << ": first difference at " << i << ": gpu " << got[i] << ", cpu " << want[i];
-      return;
-    }
-}
-
 struct HeadCfg {
   int h, kvh;
   const char* name;
@@ -131,14 +54,14 @@ std::string case_name(DType dt, const HeadCfg& hc, int s, int hd) {
 void check_forward(Ops& gpu, Ops& cpu, std::mt19937& rng, DType dt, int b, int s, int h, int kvh, int hd,
                    const std::string& name) {
   SCOPED_TRACE(name);
-  auto q = twin_random(gpu, cpu, rng, {b, s, h, hd}, dt);
-  auto k = twin_random(gpu, cpu, rng, {b, s, kvh, hd}, dt);
-  auto v = twin_random(gpu, cpu, rng, {b, s, kvh, hd}, dt);
-  auto out = twin_poisoned(gpu, cpu, {b, s, h, hd}, dt);
-  auto lse = twin_poisoned(gpu, cpu, {b, h, s}, DType::f32);
+  auto q = twin_rand(gpu, cpu, rng, {b, s, h, hd}, dt);
+  auto k = twin_rand(gpu, cpu, rng, {b, s, kvh, hd}, dt);
+  auto v = twin_rand(gpu, cpu, rng, {b, s, kvh, hd}, dt);
+  auto out = twin_poison(gpu, cpu, {b, s, h, hd}, dt);
+  auto lse = twin_poison(gpu, cpu, {b, h, s}, DType::f32);
   gpu.attention_forward(q.g, k.g, v.g, out.g, lse.g);
   cpu.attention_forward(q.c, k.c, v.c, out.c, lse.c);
-  expect_close(name + " out", gpu, out.g, cpu, out.c, tol_for(dt));
+  expect_close(name + " out", gpu, out.g, cpu, out.c, op_tol(dt));
   expect_close(name + " lse", gpu, lse.g, cpu, lse.c, 1e-5);
 }
 
@@ -146,24 +69,24 @@ void check_forward(Ops& gpu, Ops& cpu, std::mt19937& rng, DType dt, int b, int s
 void check_backward(Ops& gpu, Ops& cpu, std::mt19937& rng, DType dt, int b, int s, int h, int kvh, int hd,
                     const std::string& name) {
   SCOPED_TRACE(name);
-  auto q = twin_random(gpu, cpu, rng, {b, s, h, hd}, dt);
-  auto k = twin_random(gpu, cpu, rng, {b, s, kvh, hd}, dt);
-  auto v = twin_random(gpu, cpu, rng, {b, s, kvh, hd}, dt);
-  auto dout = twin_random(gpu, cpu, rng, {b, s, h, hd}, dt);
+  auto q = twin_rand(gpu, cpu, rng, {b, s, h, hd}, dt);
+  auto k = twin_rand(gpu, cpu, rng, {b, s, kvh, hd}, dt);
+  auto v = twin_rand(gpu, cpu, rng, {b, s, kvh, hd}, dt);
+  auto dout = twin_rand(gpu, cpu, rng, {b, s, h, hd}, dt);
   Tensor out_c = cpu.empty({b, s, h, hd}, dt, workspace_tag());
   Tensor lse_c = cpu.empty({b, h, s}, DType::f32, workspace_tag());
   cpu.attention_forward(q.c, k.c, v.c, out_c, lse_c);
-  auto out = twin(gpu, cpu, cpu.download_f32(out_c), {b, s, h, hd}, dt);
-  auto lse = twin(gpu, cpu, cpu.download_f32(lse_c), {b, h, s}, DType::f32);
-  auto dq = twin_poisoned(gpu, cpu, {b, s, h, hd}, dt);
-  auto dk = twin_poisoned(gpu, cpu, {b, s, kvh, hd}, dt);
-  auto dv = twin_poisoned(gpu, cpu, {b, s, kvh, hd}, dt);
+  auto out = twin(gpu, cpu, {b, s, h, hd}, dt, cpu.download_f32(out_c));
+  auto lse = twin(gpu, cpu, {b, h, s}, DType::f32, cpu.download_f32(lse_c));
+  auto dq = twin_poison(gpu, cpu, {b, s, h, hd}, dt);
+  auto dk = twin_poison(gpu, cpu, {b, s, kvh, hd}, dt);
+  auto dv = twin_poison(gpu, cpu, {b, s, kvh, hd}, dt);
   gpu.attention_backward(q.g, k.g, v.g, out.g, lse.g, dout.g, dq.g, dk.g, dv.g);
   cpu.attention_backward(q.c, k.c, v.c, out.c, lse.c, dout.c, dq.c, dk.c, dv.c);
   // s = 1: dq and dk are exactly zero (one key: dp == D), the GPU leaves ~1e-7 of rounding noise.
-  expect_close(name + " dq", gpu, dq.g, cpu, dq.c, tol_for(dt), 1e-5);
-  expect_close(name + " dk", gpu, dk.g, cpu, dk.c, tol_for(dt), 1e-5);
-  expect_close(name + " dv", gpu, dv.g, cpu, dv.c, tol_for(dt), 1e-5);
+  expect_close(name + " dq", gpu, dq.g, cpu, dq.c, op_tol(dt), 1e-5);
+  expect_close(name + " dk", gpu, dk.g, cpu, dk.c, op_tol(dt), 1e-5);
+  expect_close(name + " dv", gpu, dv.g, cpu, dv.c, op_tol(dt), 1e-5);
 }
 
 // bf16 runs on cuDNN's fused SDPA when the build has it (and cuDNN takes the shape), f32 on our kernels.
@@ -225,24 +148,24 @@ class AttnPathEnv {
 void check_training_chain(Ops& gpu, Ops& cpu, std::mt19937& rng, DType dt, int b, int s, int h, int kvh, int hd,
                           const std::string& name) {
   SCOPED_TRACE(name);
-  auto q = twin_random(gpu, cpu, rng, {b, s, h, hd}, dt);
-  auto k = twin_random(gpu, cpu, rng, {b, s, kvh, hd}, dt);
-  auto v = twin_random(gpu, cpu, rng, {b, s, kvh, hd}, dt);
-  auto dout = twin_random(gpu, cpu, rng, {b, s, h, hd}, dt);
-  auto out = twin_poisoned(gpu, cpu, {b, s, h, hd}, dt);
-  auto lse = twin_poisoned(gpu, cpu, {b, h, s}, DType::f32);
-  auto dq = twin_poisoned(gpu, cpu, {b, s, h, hd}, dt);
-  auto dk = twin_poisoned(gpu, cpu, {b, s, kvh, hd}, dt);
-  auto dv = twin_poisoned(gpu, cpu, {b, s, kvh, hd}, dt);
+  auto q = twin_rand(gpu, cpu, rng, {b, s, h, hd}, dt);
+  auto k = twin_rand(gpu, cpu, rng, {b, s, kvh, hd}, dt);
+  auto v = twin_rand(gpu, cpu, rng, {b, s, kvh, hd}, dt);
+  auto dout = twin_rand(gpu, cpu, rng, {b, s, h, hd}, dt);
+  auto out = twin_poison(gpu, cpu, {b, s, h, hd}, dt);
+  auto lse = twin_poison(gpu, cpu, {b, h, s}, DType::f32);
+  auto dq = twin_poison(gpu, cpu, {b, s, h, hd}, dt);
+  auto dk = twin_poison(gpu, cpu, {b, s, kvh, hd}, dt);
+  auto dv = twin_poison(gpu, cpu, {b, s, kvh, hd}, dt);
   gpu.attention_forward(q.g, k.g, v.g, out.g, lse.g);
   gpu.attention_backward(q.g, k.g, v.g, out.g, lse.g, dout.g, dq.g, dk.g, dv.g);
   cpu.attention_forward(q.c, k.c, v.c, out.c, lse.c);
   cpu.attention_backward(q.c, k.c, v.c, out.c, lse.c, dout.c, dq.c, dk.c, dv.c);
-  expect_close(name + " out", gpu, out.g, cpu, out.c, tol_for(dt));
+  expect_close(name + " out", gpu, out.g, cpu, out.c, op_tol(dt));
   expect_close(name + " lse", gpu, lse.g, cpu, lse.c, 1e-5);
-  expect_close(name + " dq", gpu, dq.g, cpu, dq.c, tol_for(dt), 1e-5);
-  expect_close(name + " dk", gpu, dk.g, cpu, dk.c, tol_for(dt), 1e-5);
-  expect_close(name + " dv", gpu, dv.g, cpu, dv.c, tol_for(dt), 1e-5);
+  expect_close(name + " dq", gpu, dq.g, cpu, dq.c, op_tol(dt), 1e-5);
+  expect_close(name + " dk", gpu, dk.g, cpu, dk.c, op_tol(dt), 1e-5);
+  expect_close(name + " dv", gpu, dv.g, cpu, dv.c, op_tol(dt), 1e-5);
 }
 
 // The models' attention shapes in bf16 at batch 2: 1b (32 heads of 64, seq 256), 350m (16 heads), a GQA group
@@ -337,16 +260,16 @@ TEST(GpuAttention, DecodeMatchesCpu) {
             for (auto p : pos) os << " " << p;
             const std::string name = os.str();
             SCOPED_TRACE(name);
-            auto q = twin_random(*gpu, *cpu, rng, {b, hc.h, hd}, dt);
-            auto kc = twin(*gpu, *cpu, cache_values(rng, b, hc.kvh, T, hd, pos), {b, hc.kvh, T, hd}, dt);
-            auto vc = twin(*gpu, *cpu, cache_values(rng, b, hc.kvh, T, hd, pos), {b, hc.kvh, T, hd}, dt);
+            auto q = twin_rand(*gpu, *cpu, rng, {b, hc.h, hd}, dt);
+            auto kc = twin(*gpu, *cpu, {b, hc.kvh, T, hd}, dt, cache_values(rng, b, hc.kvh, T, hd, pos));
+            auto vc = twin(*gpu, *cpu, {b, hc.kvh, T, hd}, dt, cache_values(rng, b, hc.kvh, T, hd, pos));
             Tensor pg = gpu->empty({b}, DType::i32, workspace_tag()), pc = cpu->empty({b}, DType::i32, workspace_tag());
             gpu->upload_i32(pg, pos);
             cpu->upload_i32(pc, pos);
-            auto out = twin_poisoned(*gpu, *cpu, {b, hc.h, hd}, dt);
+            auto out = twin_poison(*gpu, *cpu, {b, hc.h, hd}, dt);
             gpu->attention_decode(q.g, kc.g, vc.g, pg, out.g);
             cpu->attention_decode(q.c, kc.c, vc.c, pc, out.c);
-            expect_close(name + " out", *gpu, out.g, *cpu, out.c, tol_for(dt));
+            expect_close(name + " out", *gpu, out.g, *cpu, out.c, op_tol(dt));
           }
 }
 
@@ -367,16 +290,16 @@ TEST(GpuAttention, DecodeMatchesCpuAtTheModelShape) {
       std::uniform_int_distribution<int> pick(128, T - 1);
       for (auto& p : pos) p = pick(rng);
       SCOPED_TRACE("kvh " + std::to_string(kvh) + " b " + std::to_string(b));
-      auto q = twin_random(*gpu, *cpu, rng, {b, h, hd}, dt);
-      auto kc = twin(*gpu, *cpu, cache_values(rng, b, kvh, T, hd, pos), {b, kvh, T, hd}, dt);
-      auto vc = twin(*gpu, *cpu, cache_values(rng, b, kvh, T, hd, pos), {b, kvh, T, hd}, dt);
+      auto q = twin_rand(*gpu, *cpu, rng, {b, h, hd}, dt);
+      auto kc = twin(*gpu, *cpu, {b, kvh, T, hd}, dt, cache_values(rng, b, kvh, T, hd, pos));
+      auto vc = twin(*gpu, *cpu, {b, kvh, T, hd}, dt, cache_values(rng, b, kvh, T, hd, pos));
       Tensor pg = gpu->empty({b}, DType::i32, workspace_tag()), pc = cpu->empty({b}, DType::i32, workspace_tag());
       gpu->upload_i32(pg, pos);
       cpu->upload_i32(pc, pos);
-      auto out = twin_poisoned(*gpu, *cpu, {b, h, hd}, dt);
+      auto out = twin_poison(*gpu, *cpu, {b, h, hd}, dt);
       gpu->attention_decode(q.g, kc.g, vc.g, pg, out.g);
       cpu->attention_decode(q.c, kc.c, vc.c, pc, out.c);
-      expect_close("out", *gpu, out.g, *cpu, out.c, tol_for(dt));
+      expect_close("out", *gpu, out.g, *cpu, out.c, op_tol(dt));
     }
 }
 
@@ -391,9 +314,9 @@ TEST(GpuAttention, DecodeGraphReplayFollowsDevicePositions) {
   const DType dt = DType::bf16;
   std::vector<std::int32_t> pos = {126, 127, 300};
   std::vector<std::int32_t> last = {T - 1, T - 1, T - 1};
-  auto q = twin_random(*gpu, *cpu, rng, {b, h, hd}, dt);
-  auto kc = twin(*gpu, *cpu, cache_values(rng, b, kvh, T, hd, last), {b, kvh, T, hd}, dt);
-  auto vc = twin(*gpu, *cpu, cache_values(rng, b, kvh, T, hd, last), {b, kvh, T, hd}, dt);
+  auto q = twin_rand(*gpu, *cpu, rng, {b, h, hd}, dt);
+  auto kc = twin(*gpu, *cpu, {b, kvh, T, hd}, dt, cache_values(rng, b, kvh, T, hd, last));
+  auto vc = twin(*gpu, *cpu, {b, kvh, T, hd}, dt, cache_values(rng, b, kvh, T, hd, last));
   Tensor pg = gpu->empty({b}, DType::i32, workspace_tag());
   gpu->upload_i32(pg, pos);
   Tensor out_g = poisoned(*gpu, {b, h, hd}, dt);
@@ -411,7 +334,7 @@ TEST(GpuAttention, DecodeGraphReplayFollowsDevicePositions) {
     cpu->upload_i32(pc, now);
     Tensor out_c = cpu->empty({b, h, hd}, dt, workspace_tag());
     cpu->attention_decode(q.c, kc.c, vc.c, pc, out_c);
-    expect_close("decode replay", *gpu, out_g, *cpu, out_c, tol_for(dt));
+    expect_close("decode replay", *gpu, out_g, *cpu, out_c, op_tol(dt));
   }
   EXPECT_EQ(gpu->download_i32(pg), (std::vector<std::int32_t>{pos[0] + 3, pos[1] + 3, pos[2] + 3}));
 }
@@ -461,7 +384,7 @@ void expect_same_selection(Ops& gpu, Ops& cpu, const std::vector<float>& g, int 
                            const MocSelect& sel, const std::string& name) {
   SCOPED_TRACE(name);
   const int kept = sel.kept(static_cast<int>(sel.channels(F)));
-  auto gt = twin(gpu, cpu, g, {rows, F}, dt);
+  auto gt = twin(gpu, cpu, {rows, F}, dt, g);
   Tensor ig = gpu.empty({rows, kept}, DType::i16, workspace_tag());
   Tensor ic = cpu.empty({rows, kept}, DType::i16, workspace_tag());
   std::vector<std::uint16_t> poison(static_cast<std::size_t>(rows) * kept, 0xFFFFu);
@@ -745,14 +668,14 @@ TEST(GpuMoc, GatherScatterMatchCpu) {
                                    std::string(dtype_name(src_dt)) + "->" + std::string(dtype_name(dst_dt));
           SCOPED_TRACE(name);
           const auto ix = random_selection(*cpu, rng, rows, F, sel);
-          Tensor ig = upload_idx(*gpu, ix, {rows, K}), ic = upload_idx(*cpu, ix, {rows, K});
-          auto src = twin_random(*gpu, *cpu, rng, {rows, F}, src_dt);
-          auto gathered = twin_poisoned(*gpu, *cpu, {rows, K}, dst_dt);
+          Tensor ig = upload_idx16(*gpu, ix, {rows, K}), ic = upload_idx16(*cpu, ix, {rows, K});
+          auto src = twin_rand(*gpu, *cpu, rng, {rows, F}, src_dt);
+          auto gathered = twin_poison(*gpu, *cpu, {rows, K}, dst_dt);
           gpu->gather_cols(src.g, ig, gathered.g);
           cpu->gather_cols(src.c, ic, gathered.c);
           expect_same_values(name + " gather", *gpu, gathered.g, *cpu, gathered.c);
-          auto compact = twin_random(*gpu, *cpu, rng, {rows, K}, src_dt);
-          auto dense = twin_poisoned(*gpu, *cpu, {rows, F}, dst_dt);
+          auto compact = twin_rand(*gpu, *cpu, rng, {rows, K}, src_dt);
+          auto dense = twin_poison(*gpu, *cpu, {rows, F}, dst_dt);
           gpu->scatter_cols(compact.g, ig, dense.g);
           cpu->scatter_cols(compact.c, ic, dense.c);
           expect_same_values(name + " scatter", *gpu, dense.g, *cpu, dense.c);
@@ -763,29 +686,29 @@ void check_sparse_rows_matmul(Ops& gpu, Ops& cpu, std::mt19937& rng, int rows, i
                               DType dt) {
   const int K = sel.kept(F);
   const auto ix = random_selection(cpu, rng, rows, F, sel);
-  Tensor ig = upload_idx(gpu, ix, {rows, K}), ic = upload_idx(cpu, ix, {rows, K});
-  auto z = twin_random(gpu, cpu, rng, {rows, K}, dt);
-  auto w = twin_random(gpu, cpu, rng, {F, d}, dt, 0.05f);
+  Tensor ig = upload_idx16(gpu, ix, {rows, K}), ic = upload_idx16(cpu, ix, {rows, K});
+  auto z = twin_rand(gpu, cpu, rng, {rows, K}, dt);
+  auto w = twin_rand(gpu, cpu, rng, {F, d}, dt, 0.05f);
   for (float beta : {0.0f, 1.0f}) {
     const std::string name = "rows " + std::to_string(rows) + " F" + std::to_string(F) + " K" + std::to_string(K) +
                              " d" + std::to_string(d) + " " + std::string(dtype_name(dt)) +
                              " beta " + std::to_string(beta);
     SCOPED_TRACE(name);
-    auto out = beta == 0.0f ? twin_poisoned(gpu, cpu, {rows, d}, dt) : twin_random(gpu, cpu, rng, {rows, d}, dt);
+    auto out = beta == 0.0f ? twin_poison(gpu, cpu, {rows, d}, dt) : twin_rand(gpu, cpu, rng, {rows, d}, dt);
     gpu.sparse_rows_matmul(z.g, ig, w.g, out.g, beta);
     cpu.sparse_rows_matmul(z.c, ic, w.c, out.c, beta);
-    expect_close(name + " out", gpu, out.g, cpu, out.c, tol_for(dt));
+    expect_close(name + " out", gpu, out.g, cpu, out.c, op_tol(dt));
   }
   const std::string name = "backward rows " + std::to_string(rows) + " F" + std::to_string(F) + " K" +
                            std::to_string(K) + " d" + std::to_string(d) + " " + std::string(dtype_name(dt));
   SCOPED_TRACE(name);
-  auto dout = twin_random(gpu, cpu, rng, {rows, d}, dt);
-  auto dz = twin_poisoned(gpu, cpu, {rows, K}, dt);
-  auto dw = twin_random(gpu, cpu, rng, {F, d}, dt, 0.1f);  // accumulated into
+  auto dout = twin_rand(gpu, cpu, rng, {rows, d}, dt);
+  auto dz = twin_poison(gpu, cpu, {rows, K}, dt);
+  auto dw = twin_rand(gpu, cpu, rng, {F, d}, dt, 0.1f);  // accumulated into
   gpu.sparse_rows_matmul_backward(dout.g, z.g, ig, w.g, dz.g, dw.g);
   cpu.sparse_rows_matmul_backward(dout.c, z.c, ic, w.c, dz.c, dw.c);
-  expect_close(name + " dz", gpu, dz.g, cpu, dz.c, tol_for(dt));
-  expect_close(name + " dw", gpu, dw.g, cpu, dw.c, tol_for(dt));
+  expect_close(name + " dz", gpu, dz.g, cpu, dz.c, op_tol(dt));
+  expect_close(name + " dw", gpu, dw.g, cpu, dw.c, op_tol(dt));
 }
 
 TEST(GpuMoc, SparseRowsMatmulAndBackwardMatchCpu) {

@@ -10,48 +10,12 @@
 #include <vector>
 
 #include "gpu_util.h"
+#include "op_harness.h"
 #include "test_util.h"
 
 namespace moc {
 namespace {
 using namespace moc::test;
-
-struct Pair {
-  Tensor g, c;
-};
-
-Pair pair_of(Ops& gpu, Ops& cpu, const std::vector<float>& host, const Shape& shape, DType dt, MemTag tag) {
-  Pair p{gpu.empty(shape, dt, tag), cpu.empty(shape, dt, tag)};
-  gpu.upload_f32(p.g, host);
-  cpu.upload_f32(p.c, host);
-  return p;
-}
-std::size_t count(const Shape& s) {
-  std::size_t n = 1;
-  for (auto d : s) n *= static_cast<std::size_t>(d);
-  return n;
-}
-Pair random_pair(Ops& gpu, Ops& cpu, std::mt19937& rng, const Shape& shape, float std, MemTag tag = workspace_tag()) {
-  return pair_of(gpu, cpu, randn(rng, count(shape), std), shape, DType::bf16, tag);
-}
-
-// ||got - want|| <= tol ||want||, every element finite where want is.
-void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, double tol) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double d2 = 0, w2 = 0;
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(want[i])) continue;
-    if (!std::isfinite(got[i])) {
-      ++bad;
-      continue;
-    }
-    d2 += (got[i] - want[i]) * static_cast<double>(got[i] - want[i]);
-    w2 += static_cast<double>(want[i]) * want[i];
-  }
-  EXPECT_EQ(bad, 0u) << what << ": non-finite outputs";
-  EXPECT_LE(std::sqrt(d2), tol * std::sqrt(w2)) << what << ": relative error " << std::sqrt(d2 / std::max(w2, 1e-30));
-}
 
 struct QkvShape {
   int d, h, kvh, hd;
@@ -66,17 +30,17 @@ void check_qkv(Ops& gpu, Ops& cpu, std::mt19937& rng, const QkvShape& s, int b, 
   for (auto p : pos) os << " " << p;
   SCOPED_TRACE(os.str());
   const MemTag wt = weights ? weights_tag() : workspace_tag();
-  auto x = random_pair(gpu, cpu, rng, {b, s.d}, 1.0f);
+  auto x = twin_rand(gpu, cpu, rng, {b, s.d}, DType::bf16, 1.0f);
   std::vector<float> nw = randn(rng, static_cast<std::size_t>(s.d), 0.2f);
   for (auto& v : nw) v += 1.0f;
-  auto norm = pair_of(gpu, cpu, nw, {s.d}, DType::bf16, wt);
+  auto norm = twin(gpu, cpu, {s.d}, DType::bf16, nw, wt);
   const float wstd = 1.0f / std::sqrt(static_cast<float>(s.d));
-  auto wq = random_pair(gpu, cpu, rng, {s.h * s.hd, s.d}, wstd, wt);
-  auto wk = random_pair(gpu, cpu, rng, {s.kvh * s.hd, s.d}, wstd, wt);
-  auto wv = random_pair(gpu, cpu, rng, {s.kvh * s.hd, s.d}, wstd, wt);
-  auto kc = random_pair(gpu, cpu, rng, {b, s.kvh, T, s.hd}, 1.0f);
-  auto vc = random_pair(gpu, cpu, rng, {b, s.kvh, T, s.hd}, 1.0f);
-  Pair q{poisoned(gpu, {b, s.h, s.hd}, DType::bf16), poisoned(cpu, {b, s.h, s.hd}, DType::bf16)};
+  auto wq = twin_rand(gpu, cpu, rng, {s.h * s.hd, s.d}, DType::bf16, wstd, wt);
+  auto wk = twin_rand(gpu, cpu, rng, {s.kvh * s.hd, s.d}, DType::bf16, wstd, wt);
+  auto wv = twin_rand(gpu, cpu, rng, {s.kvh * s.hd, s.d}, DType::bf16, wstd, wt);
+  auto kc = twin_rand(gpu, cpu, rng, {b, s.kvh, T, s.hd}, DType::bf16, 1.0f);
+  auto vc = twin_rand(gpu, cpu, rng, {b, s.kvh, T, s.hd}, DType::bf16, 1.0f);
+  Twin q = twin_poison(gpu, cpu, {b, s.h, s.hd}, DType::bf16);
   Tensor pg = gpu.empty({b}, DType::i32, workspace_tag()), pc = cpu.empty({b}, DType::i32, workspace_tag());
   gpu.upload_i32(pg, pos);
   cpu.upload_i32(pc, pos);
@@ -145,10 +109,9 @@ TEST(GpuDecodeFused, GemvMatchesCpuGemm) {
             std::ostringstream os;
             os << "m " << m << " k " << k << " n " << n << " " << dtype_name(out) << " beta " << beta;
             SCOPED_TRACE(os.str());
-            auto a = random_pair(*gpu, *cpu, rng, {m, k}, 1.0f);
-            auto w = random_pair(*gpu, *cpu, rng, {n, k}, 1.0f / std::sqrt(static_cast<float>(k)), weights_tag());
-            Pair c = beta != 0.0f ? pair_of(*gpu, *cpu, randn(rng, count({m, n}), 1.0f), {m, n}, out, workspace_tag())
-                                  : Pair{poisoned(*gpu, {m, n}, out), poisoned(*cpu, {m, n}, out)};
+            auto a = twin_rand(*gpu, *cpu, rng, {m, k}, DType::bf16, 1.0f);
+            auto w = twin_rand(*gpu, *cpu, rng, {n, k}, DType::bf16, 1.0f / std::sqrt(static_cast<float>(k)), weights_tag());
+            Twin c = beta != 0.0f ? twin_rand(*gpu, *cpu, rng, {m, n}, out) : twin_poison(*gpu, *cpu, {m, n}, out);
             gpu->gemm(a.g, false, w.g, true, c.g, 1.0f, beta);
             cpu->gemm(a.c, false, w.c, true, c.c, 1.0f, beta);
             expect_close("c", gpu->download_f32(c.g), cpu->download_f32(c.c), out == DType::f32 ? 2e-3 : 1e-2);

@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "gpu_util.h"
+#include "op_harness.h"
 #include "model/transformer.h"
 #include "test_util.h"
 
@@ -24,7 +25,6 @@ using namespace moc::test;
 using moc::testing::impose_routing;
 using moc::testing::impose_selection;
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 TEST(GpuMoeOps, GatherScatterAndRowDotsMatchTheCpu) {
   MOC_GPU_OR_SKIP(gpu);
@@ -41,41 +41,34 @@ TEST(GpuMoeOps, GatherScatterAndRowDotsMatchTheCpu) {
       std::iota(all.begin(), all.end(), 0);
       std::shuffle(all.begin(), all.end(), rng);
       const std::vector<std::int32_t> rows(all.begin(), all.begin() + n);
-      auto twin = [&](const Shape& s, DType t, const std::vector<float>& v) {
-        std::pair<Tensor, Tensor> p{gpu->empty(s, t, workspace_tag()), cpu->empty(s, t, workspace_tag())};
-        gpu->upload_f32(p.first, v);
-        cpu->upload_f32(p.second, v);
-        return p;
-      };
       Tensor rg = gpu->empty({n}, DType::i32, workspace_tag()), rc = cpu->empty({n}, DType::i32, workspace_tag());
       gpu->upload_i32(rg, rows);
       cpu->upload_i32(rc, rows);
-      auto src = twin({m, d}, dt, randn(rng, static_cast<std::size_t>(m * d)));
-      auto scale = twin({n}, DType::f32, randn(rng, static_cast<std::size_t>(n)));
-      auto compact = twin({n, d}, dt, randn(rng, static_cast<std::size_t>(n * d)));
+      auto src = twin(*gpu, *cpu, {m, d}, dt, randn(rng, static_cast<std::size_t>(m * d)));
+      auto scale = twin(*gpu, *cpu, {n}, DType::f32, randn(rng, static_cast<std::size_t>(n)));
+      auto compact = twin(*gpu, *cpu, {n, d}, dt, randn(rng, static_cast<std::size_t>(n * d)));
       const double tol = dt == DType::bf16 ? 1e-2 : 1e-5;
       for (bool scaled : {false, true}) {
         SCOPED_TRACE(scaled ? "scaled" : "unscaled");
-        auto out = twin({n, d}, dt, std::vector<float>(static_cast<std::size_t>(n * d), kNaN));
-        gpu->gather_rows(src.first, rg, scaled ? &scale.first : nullptr, out.first);
-        cpu->gather_rows(src.second, rc, scaled ? &scale.second : nullptr, out.second);
-        EXPECT_LT(rel_err(gpu->download_f32(out.first), cpu->download_f32(out.second)), tol) << "gather_rows";
+        auto out = twin_poison(*gpu, *cpu, {n, d}, dt);
+        gpu->gather_rows(src.g, rg, scaled ? &scale.g : nullptr, out.g);
+        cpu->gather_rows(src.c, rc, scaled ? &scale.c : nullptr, out.c);
+        expect_twin_close("gather_rows", *gpu, *cpu, out, tol);
         // Scatter-add into existing values: the rows not named keep theirs exactly.
-        auto acc = twin({m, d}, dt, randn(rng, static_cast<std::size_t>(m * d)));
-        const auto before = cpu->download_f32(acc.second);
-        gpu->scatter_add_rows(compact.first, rg, scaled ? &scale.first : nullptr, acc.first);
-        cpu->scatter_add_rows(compact.second, rc, scaled ? &scale.second : nullptr, acc.second);
-        const auto g = gpu->download_f32(acc.first), c = cpu->download_f32(acc.second);
-        EXPECT_LT(rel_err(g, c), tol) << "scatter_add_rows";
+        auto acc = twin(*gpu, *cpu, {m, d}, dt, randn(rng, static_cast<std::size_t>(m * d)));
+        const auto before = cpu->download_f32(acc.c);
+        gpu->scatter_add_rows(compact.g, rg, scaled ? &scale.g : nullptr, acc.g);
+        cpu->scatter_add_rows(compact.c, rc, scaled ? &scale.c : nullptr, acc.c);
+        const auto g = gpu->download_f32(acc.g), c = cpu->download_f32(acc.c);
+        expect_close("scatter_add_rows", g, c, tol);
         for (int r : std::vector<std::int32_t>(all.begin() + n, all.end()))
           for (int j = 0; j < d; ++j)
             ASSERT_EQ(g[static_cast<std::size_t>(r * d + j)], before[static_cast<std::size_t>(r * d + j)]) << "row " << r;
       }
-      auto dg = twin({n}, DType::f32, std::vector<float>(static_cast<std::size_t>(n), kNaN));
-      gpu->rows_dot(src.first, rg, compact.first, dg.first);
-      cpu->rows_dot(src.second, rc, compact.second, dg.second);
-      EXPECT_LT(rel_err(gpu->download_f32(dg.first), cpu->download_f32(dg.second)), dt == DType::bf16 ? 1e-3 : 1e-5)
-          << "rows_dot";
+      auto dg = twin_poison(*gpu, *cpu, {n}, DType::f32);
+      gpu->rows_dot(src.g, rg, compact.g, dg.g);
+      cpu->rows_dot(src.c, rc, compact.c, dg.c);
+      expect_twin_close("rows_dot", *gpu, *cpu, dg, dt == DType::bf16 ? 1e-3 : 1e-5);
     }
 }
 

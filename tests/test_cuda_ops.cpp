@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpu_util.h"
+#include "op_harness.h"
 #include "test_util.h"
 
 namespace moc {
@@ -21,75 +22,6 @@ using namespace moc::test;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 const DType kFloatTypes[] = {DType::f32, DType::bf16};
-
-double tol(DType dt) { return dt == DType::bf16 ? 1e-2 : 1e-4; }
-
-// The same tensor on both backends (same dtype, so bf16 inputs are rounded alike).
-struct Twin {
-  Tensor g, c;
-};
-
-Twin twin(Ops& gpu, Ops& cpu, const Shape& s, DType dt, const std::vector<float>& v) {
-  Twin t{gpu.empty(s, dt, workspace_tag()), cpu.empty(s, dt, workspace_tag())};
-  gpu.upload_f32(t.g, v);
-  cpu.upload_f32(t.c, v);
-  return t;
-}
-
-std::int64_t numel_of(const Shape& s) {
-  return std::accumulate(s.begin(), s.end(), std::int64_t{1}, std::multiplies<>());
-}
-
-Twin twin_rand(Ops& gpu, Ops& cpu, std::mt19937& rng, const Shape& s, DType dt, float stdev = 1.0f) {
-  return twin(gpu, cpu, s, dt, randn(rng, static_cast<std::size_t>(numel_of(s)), stdev));
-}
-
-Twin twin_poison(Ops& gpu, Ops& cpu, const Shape& s, DType dt) {
-  Twin t{gpu.empty(s, dt, workspace_tag()), cpu.empty(s, dt, workspace_tag())};
-  gpu.fill(t.g, kNaN);
-  cpu.fill(t.c, kNaN);
-  return t;
-}
-
-Twin twin_i32(Ops& gpu, Ops& cpu, const std::vector<std::int32_t>& v) {
-  const Shape s{static_cast<std::int64_t>(v.size())};
-  Twin t{gpu.empty(s, DType::i32, workspace_tag()), cpu.empty(s, DType::i32, workspace_tag())};
-  gpu.upload_i32(t.g, v);
-  cpu.upload_i32(t.c, v);
-  return t;
-}
-
-// Norm-wise: ||got - want|| <= rtol ||want|| + 1e-6 sqrt(n), and NaN exactly where the oracle has NaN
-// (a poisoned element left unwritten shows up here).
-void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
-                  double rtol) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double d2 = 0, w2 = 0, worst = -1;
-  std::size_t nan_mismatch = 0, first_nan = 0, worst_i = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(got[i]) != std::isnan(want[i])) {
-      if (nan_mismatch++ == 0) first_nan = i;
-      continue;
-    }
-    if (std::isnan(want[i])) continue;
-    const double d = static_cast<double>(got[i]) - want[i];
-    d2 += d * d;
-    w2 += static_cast<double>(want[i]) * want[i];
-    if (std::fabs(d) > worst) {
-      worst = std::fabs(d);
-      worst_i = i;
-    }
-  }
-  EXPECT_EQ(nan_mismatch, 0u) << what << ": NaN where the CPU has none (or the reverse), first at " << first_nan
-                              << ": gpu " << got[first_nan] << ", cpu " << want[first_nan];
-  EXPECT_LE(std::sqrt(d2), rtol * std::sqrt(w2) + 1e-6 * std::sqrt(static_cast<double>(got.size())))
-      << what << ": ||gpu - cpu|| = " << std::sqrt(d2) << " vs ||cpu|| = " << std::sqrt(w2) << "; worst at "
-      << worst_i << ": gpu " << got[worst_i] << ", cpu " << want[worst_i];
-}
-
-void expect_twin_close(const std::string& what, Ops& gpu, Ops& cpu, const Twin& t, double rtol) {
-  expect_close(what, gpu.download_f32(t.g), cpu.download_f32(t.c), rtol);
-}
 
 std::string dt_name(DType dt) { return std::string(dtype_name(dt)); }
 
@@ -342,7 +274,7 @@ TEST(GpuOps, GemmOnUnalignedRowViews) {
     Tensor cg = c.g.slice0(1, 4), cc = c.c.slice0(1, 4);
     gpu->gemm(ag, false, bg, false, cg);
     cpu->gemm(ac, false, bc, false, cc);
-    expect_twin_close("gemm on views", *gpu, *cpu, c, tol(dt));
+    expect_twin_close("gemm on views", *gpu, *cpu, c, op_tol(dt));
   }
 }
 
@@ -370,10 +302,10 @@ TEST(GpuOps, AddMatchesCpuAndMayAlias) {
     Twin o = twin_poison(*gpu, *cpu, {3, 5461}, dt);
     gpu->add(a.g, b.g, o.g);
     cpu->add(a.c, b.c, o.c);
-    expect_twin_close("add", *gpu, *cpu, o, tol(dt));
+    expect_twin_close("add", *gpu, *cpu, o, op_tol(dt));
     gpu->add(a.g, b.g, a.g);  // out aliases a
     cpu->add(a.c, b.c, a.c);
-    expect_twin_close("add in place", *gpu, *cpu, a, tol(dt));
+    expect_twin_close("add in place", *gpu, *cpu, a, op_tol(dt));
   }
   Twin x = twin_rand(*gpu, *cpu, rng, {1001}, DType::f32), y = twin_rand(*gpu, *cpu, rng, {1001}, DType::bf16);
   Twin z = twin_poison(*gpu, *cpu, {1001}, DType::bf16);  // mixed dtypes, as on the CPU
@@ -405,7 +337,7 @@ TEST(GpuOps, EmbeddingForwardAndBackwardAccumulate) {
     Twin dtable = twin_rand(*gpu, *cpu, rng, {vocab, d}, dt);  // accumulates into what is there
     gpu->embedding_backward(ids.g, dout.g, dtable.g);
     cpu->embedding_backward(ids.c, dout.c, dtable.c);
-    expect_twin_close("embedding_backward", *gpu, *cpu, dtable, tol(dt));
+    expect_twin_close("embedding_backward", *gpu, *cpu, dtable, op_tol(dt));
   }
 }
 
@@ -423,15 +355,15 @@ TEST(GpuOps, RmsNormForwardAndBackward) {
       Twin rstd = twin_poison(*gpu, *cpu, {rows}, DType::f32);
       gpu->rmsnorm_forward(x.g, w.g, 1e-5f, y.g, rstd.g);
       cpu->rmsnorm_forward(x.c, w.c, 1e-5f, y.c, rstd.c);
-      expect_twin_close("rmsnorm y", *gpu, *cpu, y, tol(dt));
+      expect_twin_close("rmsnorm y", *gpu, *cpu, y, op_tol(dt));
       expect_twin_close("rmsnorm rstd", *gpu, *cpu, rstd, 1e-5);
       Twin dy = twin_rand(*gpu, *cpu, rng, {rows, d}, dt);
       Twin dx = twin_rand(*gpu, *cpu, rng, {rows, d}, dt);  // both accumulate
       Twin dw = twin_rand(*gpu, *cpu, rng, {d}, dt);
       gpu->rmsnorm_backward(dy.g, x.g, w.g, rstd.g, dx.g, dw.g);
       cpu->rmsnorm_backward(dy.c, x.c, w.c, rstd.c, dx.c, dw.c);
-      expect_twin_close("rmsnorm dx", *gpu, *cpu, dx, tol(dt));
-      expect_twin_close("rmsnorm dw", *gpu, *cpu, dw, tol(dt));
+      expect_twin_close("rmsnorm dx", *gpu, *cpu, dx, op_tol(dt));
+      expect_twin_close("rmsnorm dw", *gpu, *cpu, dw, op_tol(dt));
     }
 }
 
@@ -451,7 +383,7 @@ TEST(GpuOps, RmsNormForwardVectorizedRowsAndMixedDtypes) {
         Twin rstd = twin_poison(*gpu, *cpu, {rows}, DType::f32);
         gpu->rmsnorm_forward(x.g, w.g, 1e-5f, y.g, rstd.g);
         cpu->rmsnorm_forward(x.c, w.c, 1e-5f, y.c, rstd.c);
-        expect_twin_close("rmsnorm y", *gpu, *cpu, y, tol(dt));
+        expect_twin_close("rmsnorm y", *gpu, *cpu, y, op_tol(dt));
         expect_twin_close("rmsnorm rstd", *gpu, *cpu, rstd, 1e-5);
       }
   Twin x = twin_rand(*gpu, *cpu, rng, {3, 2048}, DType::bf16), w = twin_rand(*gpu, *cpu, rng, {2048}, DType::f32);
@@ -536,14 +468,14 @@ TEST(GpuOps, SwiGluForwardAndBackward) {
       Twin si = twin_poison(*gpu, *cpu, s, dt), z = twin_poison(*gpu, *cpu, s, dt);
       gpu->swiglu_forward(g.g, u.g, store_s ? &si.g : nullptr, z.g);
       cpu->swiglu_forward(g.c, u.c, store_s ? &si.c : nullptr, z.c);
-      expect_twin_close("z", *gpu, *cpu, z, tol(dt));
-      if (store_s) expect_twin_close("s", *gpu, *cpu, si, tol(dt));
+      expect_twin_close("z", *gpu, *cpu, z, op_tol(dt));
+      if (store_s) expect_twin_close("s", *gpu, *cpu, si, op_tol(dt));
       Twin dz = twin_rand(*gpu, *cpu, rng, s, dt);
       Twin dg = twin_poison(*gpu, *cpu, s, dt), du = twin_poison(*gpu, *cpu, s, dt);
       gpu->swiglu_backward(dz.g, g.g, u.g, store_s ? &si.g : nullptr, dg.g, du.g);
       cpu->swiglu_backward(dz.c, g.c, u.c, store_s ? &si.c : nullptr, dg.c, du.c);
-      expect_twin_close("dg", *gpu, *cpu, dg, tol(dt));
-      expect_twin_close("du", *gpu, *cpu, du, tol(dt));
+      expect_twin_close("dg", *gpu, *cpu, dg, op_tol(dt));
+      expect_twin_close("du", *gpu, *cpu, du, op_tol(dt));
     }
 }
 
@@ -569,7 +501,7 @@ TEST(GpuOps, CrossEntropyForwardAndBackwardWithIgnoredTargets) {
     expect_twin_close("losses", *gpu, *cpu, loss, 1e-5);
     gpu->cross_entropy_backward(logits.g, t.g, 0.25f);
     cpu->cross_entropy_backward(logits.c, t.c, 0.25f);
-    expect_twin_close("dlogits", *gpu, *cpu, logits, tol(dt));
+    expect_twin_close("dlogits", *gpu, *cpu, logits, op_tol(dt));
   }
 }
 
@@ -630,7 +562,7 @@ TEST(GpuOps, AdamWWithAndWithoutMasterWeights) {
   }
   for (std::size_t i = 0; i < sets.size(); ++i) {
     SCOPED_TRACE("slot " + std::to_string(i));
-    const double t = tol(sets[i].p.g.dtype());
+    const double t = op_tol(sets[i].p.g.dtype());
     expect_twin_close("param", *gpu, *cpu, sets[i].p, t);
     expect_twin_close("m", *gpu, *cpu, sets[i].m, 1e-4);
     expect_twin_close("v", *gpu, *cpu, sets[i].v, 1e-4);

@@ -119,16 +119,9 @@ __device__ __forceinline__ void store_rows(T* base, long long row_stride, int r0
   }
 }
 
-__device__ __forceinline__ float half_warp_max(float v) {
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float half_warp_sum(float v) {
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+// A row's statistics over the 16 lanes that hold it (reduce.cuh).
+__device__ __forceinline__ float half_warp_max(float v) { return dev::warp_max<16>(v); }
+__device__ __forceinline__ float half_warp_sum(float v) { return dev::warp_sum<16>(v); }
 
 // ---- forward: one block per (query tile, head, batch)
 template <class T, int HD>
@@ -227,8 +220,7 @@ __global__ void attn_bwd_dot_kernel(const T* __restrict__ out, const T* __restri
   const T* g = dout + row * hd;
   float acc = 0.0f;
   for (int d = lane; d < hd; d += 32) acc += to_f32(o[d]) * to_f32(g[d]);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  acc = dev::warp_sum(acc);
   if (lane == 0) {
     const long long hi = row % h, bt = row / h, t = bt % s, bi = bt / s;
     D[(bi * h + hi) * s + t] = acc;
@@ -467,16 +459,14 @@ __global__ void __launch_bounds__(kDecThreads) attn_decode_split_kernel(
     float* row = sc + hh * chunk;
     float mx = -INFINITY;
     for (int j = lane; j < n; j += 32) mx = fmaxf(mx, row[j]);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    mx = dev::warp_max(mx);
     float sum = 0.0f;
     for (int j = lane; j < n; j += 32) {
       const float p = exp2f(row[j] - mx);
       row[j] = p;
       sum += p;
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    sum = dev::warp_sum(sum);
     if (lane == 0) {
       const long long slot = (static_cast<long long>(bi) * h + h0 + hh) * nsplit + split;
       mpart[slot] = mx;
@@ -615,8 +605,7 @@ __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
         float d = 0.0f;
 #pragma unroll
         for (int e = 0; e < E; ++e) d = fmaf(qv[hh][e], kf[e], d);
-#pragma unroll
-        for (int o = 1; o < TPK; o <<= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        if constexpr (TPK > 1) d = dev::lane_group_sum<1, TPK>(d);
         s[r][hh] = t0 + r * KPS + ks < c1 ? d : -INFINITY;
       }
     }
@@ -625,8 +614,7 @@ __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
       float mx = s[0][hh];
 #pragma unroll
       for (int r = 1; r < kFdRounds; ++r) mx = fmaxf(mx, s[r][hh]);
-#pragma unroll
-      for (int o = TPK; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      if constexpr (TPK < 32) mx = dev::lane_group_max<TPK, 32>(mx);
       const float m_new = fmaxf(m[hh], mx);
       const float base = m_new == -INFINITY ? 0.0f : m_new;
       const float alpha = exp2f(m[hh] - base);
@@ -648,11 +636,10 @@ __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
   // The warp's state: sums over its key lanes (the TPK lanes of one key hold equal p).
 #pragma unroll
   for (int hh = 0; hh < NH; ++hh) {
+    if constexpr (TPK < 32) {
+      l[hh] = dev::lane_group_sum<TPK, 32>(l[hh]);
 #pragma unroll
-    for (int o = TPK; o < 32; o <<= 1) {
-      l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], o);
-#pragma unroll
-      for (int e = 0; e < E; ++e) acc[hh][e] += __shfl_xor_sync(0xffffffffu, acc[hh][e], o);
+      for (int e = 0; e < E; ++e) acc[hh][e] = dev::lane_group_sum<TPK, 32>(acc[hh][e]);
     }
     if (ks == 0) {
 #pragma unroll

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/reduce.cuh"
 
 namespace moc::cuda {
 
@@ -300,28 +301,8 @@ inline int grid_1d(std::int64_t n, int threads) {
   return static_cast<int>(b < 1 ? 1 : (b > 65536 ? 65536 : b));
 }
 
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-template <class T>
-__device__ __forceinline__ T block_sum(T v, T* smem /* >= 32 */) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  __syncthreads();  // smem may still be read by a previous call
-  if (lane == 0) smem[warp] = v;
-  __syncthreads();
-  T r = lane < nw ? smem[lane] : T(0);
-  for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
-  return r;
-}
-
-__device__ __forceinline__ float block_max(float v, float* smem /* >= 32 */) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  __syncthreads();
-  if (lane == 0) smem[warp] = v;
-  __syncthreads();
-  float r = lane < nw ? smem[lane] : -INFINITY;
-  for (int o = 16; o > 0; o >>= 1) r = fmaxf(r, __shfl_xor_sync(0xffffffffu, r, o));
-  return r;
-}
+// Block sum / max: reduce.cuh, the one definition.
+using dev::block_max;
+using dev::block_sum;
 
 }  // namespace moc::cuda

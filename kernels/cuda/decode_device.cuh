@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "kernels/cuda/reduce.cuh"  // warp/block reductions and scans (block_excl_scan: the decode FFN, ffn_topk.cuh)
 #include "kernels/cuda/select_key.cuh"
 #include "kernels/ops.h"
 
@@ -56,36 +57,5 @@ __device__ __forceinline__ void mma_tile(float (&c)[4], const uint4& a, const ui
 // Where the dot product of (slot s, row r) sits after mma_tile: lane and register.
 __device__ __forceinline__ int c_lane(int s, int r) { return (s & 7) * 4 + (r >> 1); }
 __device__ __forceinline__ int c_reg(int s, int r) { return ((s >> 3) << 1) | (r & 1); }
-
-// ---- block scans (the decode FFN kernels and their row top-K, ffn_topk.cuh)
-
-__device__ __forceinline__ unsigned warp_incl_scan(unsigned v, int lane) {
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const unsigned t = __shfl_up_sync(0xffffffffu, v, o);
-    if (lane >= o) v += t;
-  }
-  return v;
-}
-
-// Exclusive prefix sum of v over the block's NT threads in thread order, and the block total. Every thread
-// of the block calls it; it contains two barriers (scratch: NT/32 words, reusable afterwards).
-template <int NT>
-__device__ __forceinline__ unsigned block_excl_scan(unsigned v, unsigned* scratch, unsigned& total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const unsigned incl = warp_incl_scan(v, lane);
-  if (lane == 31) scratch[warp] = incl;
-  __syncthreads();
-  unsigned off = 0, tot = 0;
-#pragma unroll
-  for (int w = 0; w < NT / 32; ++w) {
-    const unsigned s = scratch[w];
-    off += w < warp ? s : 0u;
-    tot += s;
-  }
-  __syncthreads();
-  total = tot;
-  return off + incl - v;
-}
 
 }  // namespace moc::cuda::dev

@@ -75,12 +75,6 @@ struct Args {
   RopeTable rope;
 };
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 __device__ __forceinline__ const bf16* row_ptr(const Args& a, int r) {
   if (r < a.n0) return a.w0 + static_cast<std::size_t>(r) * a.d;
   if (r < a.n0 + a.n1) return a.w1 + static_cast<std::size_t>(r - a.n0) * a.d;

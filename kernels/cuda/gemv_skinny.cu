@@ -172,12 +172,12 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_gemm_kernel(SkinnyArgs p) 
   }
 
   // Reduce over the block's row slots: first the lanes of a warp that share a column group, then warps.
-#pragma unroll
-  for (int o = CG; o < 32; o <<= 1)
+  if constexpr (CG < 32) {
 #pragma unroll
     for (int m = 0; m < M; ++m)
 #pragma unroll
-      for (int c = 0; c < 8; ++c) acc[m][c] += __shfl_xor_sync(0xffffffffu, acc[m][c], o);
+      for (int c = 0; c < 8; ++c) acc[m][c] = dev::lane_group_sum<CG, 32>(acc[m][c]);
+  }
   if (lane < CG) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {

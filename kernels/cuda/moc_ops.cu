@@ -31,6 +31,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/raft_topk.h"
+#include "kernels/cuda/reduce.cuh"
 #include "kernels/cuda/select_key.cuh"
 
 namespace moc::cuda {
@@ -55,30 +56,11 @@ __device__ __forceinline__ std::uint32_t select_key(const T* p, int rule) {
 }
 
 // Exclusive prefix sum over the block (kSelThreads threads) and, in *total, the block's sum; scratch holds
-// kSelWarps ints. All threads call it.
+// kSelWarps ints. All threads call it (reduce.cuh's block scan).
 __device__ __forceinline__ int block_exclusive_sum(int v, int* scratch, int* total = nullptr) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
-  if (lane == 31) scratch[warp] = x;
-  __syncthreads();
-  if (warp == 0) {
-    int w = lane < kSelWarps ? scratch[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < kSelWarps; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, w, o);
-      if (lane >= o) w += y;
-    }
-    if (lane < kSelWarps) scratch[lane] = w;
-  }
-  __syncthreads();
-  const int r = (warp > 0 ? scratch[warp - 1] : 0) + x - v;
-  if (total) *total = scratch[kSelWarps - 1];
-  __syncthreads();  // scratch may be reused right away
+  int tot = 0;
+  const int r = dev::block_excl_scan<kSelThreads>(v, scratch, tot);
+  if (total) *total = tot;
   return r;
 }
 
@@ -320,12 +302,7 @@ __device__ __forceinline__ void threshold_bin(const unsigned* hist, int need, in
   int mine = 0;
 #pragma unroll
   for (int b = 0; b < kPer; ++b) mine += static_cast<int>(c[b]);
-  int suffix = mine;  // candidates in this lane's bins and all higher lanes'
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_down_sync(0xffffffffu, suffix, o);
-    if (lane + o < 32) suffix += y;
-  }
+  const int suffix = dev::warp_suffix_sum(mine, lane);  // candidates in this lane's bins and all higher lanes'
   if (lane == 0) warp_sum[warp] = suffix;
   __syncthreads();
   int run = suffix - mine;  // in bins above this thread's
@@ -537,23 +514,12 @@ __global__ void __launch_bounds__(kRowThreads, kMinBlocks)
         const uint4 x = h4[q ^ (lane & 15)];
         s += x.x + x.y + x.z + x.w;
       }
-      int suffix = static_cast<int>(s);  // keys in bins >= 64 lane
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_down_sync(0xffffffffu, suffix, o);
-        if (lane + o < 32) suffix += y;
-      }
+      const int suffix = dev::warp_suffix_sum(static_cast<int>(s), lane);  // keys in bins >= 64 lane
       const int L = 31 - __clz(static_cast<int>(__ballot_sync(0xffffffffu, suffix >= K)));
       const int above_l = __shfl_sync(0xffffffffu, suffix - static_cast<int>(s), L);
       const uint2 c = reinterpret_cast<const uint2*>(hist)[L * 32 + lane];
       const int pair = static_cast<int>(c.x + c.y);
-      int suffix2 = pair;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_down_sync(0xffffffffu, suffix2, o);
-        if (lane + o < 32) suffix2 += y;
-      }
-      suffix2 += above_l;
+      const int suffix2 = dev::warp_suffix_sum(pair, lane) + above_l;
       const int J = 31 - __clz(static_cast<int>(__ballot_sync(0xffffffffu, suffix2 >= K)));
       if (lane == J) {
         const int above_pair = suffix2 - pair;
@@ -592,12 +558,7 @@ __global__ void __launch_bounds__(kRowThreads, kMinBlocks)
 
     // Every warp: the threshold key thr = lo0 + b1 and how many keys equal to it are kept (need).
     const int h = static_cast<int>(fine[lane]);
-    int suffix = h;  // candidates in fine bins >= lane
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_down_sync(0xffffffffu, suffix, o);
-      if (lane + o < 32) suffix += y;
-    }
+    const int suffix = dev::warp_suffix_sum(h, lane);  // candidates in fine bins >= lane
     const int b1 = 31 - __clz(static_cast<int>(__ballot_sync(0xffffffffu, suffix >= need1)));
     const int need = need1 - __shfl_sync(0xffffffffu, suffix - h, b1);
     const unsigned thr = lo0 + static_cast<unsigned>(b1);
@@ -613,16 +574,8 @@ __global__ void __launch_bounds__(kRowThreads, kMinBlocks)
 
     // Block exclusive scan of (above | equal << 16): the kept-above and equal keys before this thread's.
     const unsigned own = static_cast<unsigned>(popcount(above)) | static_cast<unsigned>(popcount(equal)) << 16;
-    unsigned incl = own;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const unsigned y = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += y;
-    }
-    if (lane == 31) warp_total[warp] = incl;
-    __syncthreads();
-    unsigned before = incl - own;
-    for (int w = 0; w < warp; ++w) before += warp_total[w];
+    unsigned total;
+    const unsigned before = dev::block_excl_scan<0>(own, warp_total, total);
     if ((above | equal) == 0) continue;
     const int above_before = static_cast<int>(before & 0xffffu), equal_before = static_cast<int>(before >> 16);
     int take = need - equal_before;  // this thread's first `take` equal keys are kept
