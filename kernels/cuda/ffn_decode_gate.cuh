@@ -114,10 +114,10 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
       if (tid < kGroup * 8 && r < a.R && j < c1) {
         g0 = s / a.gb * a.gb;
         const int len = min(a.gb, a.F - (base + g0)), take = min(a.ga, len);
-        const unsigned key = sel_key(gvs[s * 8 + r], rule);
+        const unsigned key = sel_key<RULE>(gvs[s * 8 + r], rule);
         int rank = 0;
         for (int m = g0; m < g0 + len; ++m) {
-          const unsigned km = sel_key(gvs[m * 8 + r], rule);
+          const unsigned km = sel_key<RULE>(gvs[m * 8 + r], rule);
           rank += (km > key || (km == key && m < s)) ? 1 : 0;
         }
         keep = rank < take;

@@ -52,7 +52,7 @@ struct SelSmem {
 };
 
 // Stage 1: the row's keys into shared memory (CACHE) and, for top-K, the histogram of their top bits.
-template <int NT, bool CACHE>
+template <int NT, bool CACHE, int RULE>
 __device__ __forceinline__ void sel_keys(const SelSmem s, const float* Gr, int F, int Fp, int rule, bool is_topk) {
   const int tid = threadIdx.x;
   const int n4 = Fp / 4;
@@ -72,7 +72,7 @@ __device__ __forceinline__ void sel_keys(const SelSmem s, const float* Gr, int F
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int j = 4 * i + e;
-          kk[e] = j < F ? sel_key(gv[e], rule) : 0u;
+          kk[e] = j < F ? sel_key<RULE>(gv[e], rule) : 0u;
           if (is_topk && j < F) atomicAdd(&s.hist[kk[e] >> kHShift], 1u);
         }
         if (CACHE) reinterpret_cast<uint4*>(s.keys)[i] = make_uint4(kk[0], kk[1], kk[2], kk[3]);
@@ -231,11 +231,11 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   // ones: 3% on the 1b MoC layer, measured).
   auto key_at = [&](int j) -> unsigned {
     if constexpr (CACHE) return keys_[j];
-    else return sel_key(__ldcg(Gr + j), rule);
+    else return sel_key<RULE>(__ldcg(Gr + j), rule);
   };
 
   // 1. Keys into shared memory and the histogram.
-  if (row && mode != kSelForce && (CACHE || is_topk)) sel_keys<NT, CACHE>(s, Gr, a.F, a.Fp, rule, is_topk);
+  if (row && mode != kSelForce && (CACHE || is_topk)) sel_keys<NT, CACHE, RULE>(s, Gr, a.F, a.Fp, rule, is_topk);
   __syncthreads();
   if (h > 0 && !(row && is_topk)) return;
 

@@ -52,7 +52,7 @@ using dev::key_of;
 
 template <class T>
 __device__ __forceinline__ std::uint32_t select_key(const T* p, int rule) {
-  return dev::sel_key(to_f32(*p), rule);
+  return dev::sel_key<-1, true>(to_f32(*p), rule);
 }
 
 // Exclusive prefix sum over the block (kSelThreads threads) and, in *total, the block's sum; scratch holds
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kSelThreads) topk_radix_kernel(const T* __rest
           for (int u = 0; u < kBatch; ++u) {
             const int i = base + tid + u * kSelThreads;
             if (i < len) {
-              const std::uint32_t key = key_of(rank_value(x[u], rule));
+              const std::uint32_t key = key_of(rank_value<-1, true>(x[u], rule));
               if constexpr (kSmemKeys) keys[i] = key;
               atomicAdd(&hist[key >> shift], 1u);
             }
@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(kRowThreads) row_topk_kernel(const T* __restri
         std::uint32_t bits;
         if constexpr (sizeof(T) == 4) bits = w[e];
         else bits = (e & 1) ? (w[e >> 1] & 0xffff0000u) : (w[e >> 1] << 16);
-        key[e] = key_of(rank_value(__uint_as_float(bits), rule));
+        key[e] = key_of(rank_value<-1, true>(__uint_as_float(bits), rule));
         const int c = vi * kVec + e - off;
         if (!whole && (c < 0 || c >= F)) key[e] = 0;
         atomicAdd(&hist[key[e] >> 21], 1u);  // padding lands in bin 0, below the threshold's
@@ -676,7 +676,7 @@ __global__ void rule_keys_kernel(const T* __restrict__ g, float* __restrict__ ke
                                  long long ld, int rule) {
   for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * F;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    keys[i] = rank_value(to_f32(g[i / F * ld + i % F]), rule);  // NaN as -inf, -0 as +0
+    keys[i] = rank_value<-1, true>(to_f32(g[i / F * ld + i % F]), rule);  // NaN as -inf, -0 as +0
   }
 }
 
@@ -778,7 +778,7 @@ __global__ void __launch_bounds__(256) group8_select_kernel(const T* __restrict_
     const int len = min(8, F - grp * 8), take = min(a, len);
     std::uint32_t k[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) k[j] = j < len ? key_of(rank_value(v[j], rule)) : 0u;
+    for (int j = 0; j < 8; ++j) k[j] = j < len ? key_of(rank_value<-1, true>(v[j], rule)) : 0u;
     std::uint16_t* dst = idx + row * kept + static_cast<long long>(grp) * a;
     int w = 0;
 #pragma unroll
