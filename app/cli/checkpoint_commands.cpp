@@ -1,12 +1,14 @@
-// Commands on published checkpoints (issue #29; GGUF checkpoints for now), each optionally as training-free MoC
-// (--ffn moc --k K: top-K applied to the dense checkpoint's gates): `mocbench eval CKPT` -- loss and perplexity
-// on given token ids, per-token log-probabilities, every position's logits (.npy) for outside checks;
-// `mocbench generate CKPT` -- greedy tokens after given ids, with their log-probabilities.
+// Commands on published checkpoints (issue #29: GGUF files and Hugging Face folders), each optionally as
+// training-free MoC (--ffn moc --k K: top-K applied to the dense checkpoint's gates): `mocbench eval CKPT` --
+// loss and perplexity on given token ids, per-token log-probabilities, every position's logits (.npy) for
+// outside checks; `mocbench generate CKPT` -- greedy tokens after given ids, with their log-probabilities;
+// `mocbench convert CKPT OUT` -- any of them written as a Hugging Face folder transformers loads.
 #include <cmath>
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "model/decoder.h"
 #include "model/evaluate.h"
 #include "model/gguf_import.h"
+#include "model/hf_checkpoint.h"
 #ifdef MOCBENCH_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
@@ -73,33 +76,51 @@ struct Loaded {
   std::unique_ptr<Ops> ops;
   std::unique_ptr<Transformer> model;
 };
+std::unique_ptr<Ops> make_ops(const std::string& device) {
+  if (device == "cpu") return make_cpu_ops();
+#ifdef MOCBENCH_HAVE_CUDA
+  return cuda::make_cuda_ops(0);
+#else
+  throw ConfigError("--device cuda: this mocbench was built without the CUDA backend");
+#endif
+}
+
+// A checkpoint, before its weights: a Hugging Face folder (config.json) or a GGUF file.
+struct Source {
+  bool hf = false;
+  std::string path;
+  std::optional<gguf::File> file;
+  ModelConfig config() const { return hf ? hf_config(path) : gguf_config(*file); }
+  void load(Transformer& m) const {
+    if (hf) load_hf_weights(path, m);
+    else load_gguf_weights(*file, m);
+  }
+};
+Source open_source(const std::string& ckpt) {
+  Source s;
+  s.path = ckpt;
+  s.hf = is_hf_folder(ckpt);
+  if (s.hf) return s;
+  try {
+    s.file = gguf::File::open(ckpt);
+  } catch (const gguf::GgufError& e) {
+    throw ConfigError(std::string(e.what()) + " (a checkpoint is a GGUF file or a Hugging Face folder with config.json)");
+  }
+  return s;
+}
+
 Loaded load_model(const std::string& ckpt, const std::string& device, const std::string& ffn, const std::string& k,
                   const std::string& select) {
-  const gguf::File file = [&] {
-    try {
-      return gguf::File::open(ckpt);
-    } catch (const gguf::GgufError& e) {
-      throw ConfigError(std::string(e.what()) +
-                        " (GGUF checkpoints are read; Hugging Face folders are issue #29's next part)");
-    }
-  }();
-  ModelConfig cfg = gguf_config(file);
+  const Source src = open_source(ckpt);
+  ModelConfig cfg = src.config();
   if (!ffn.empty()) apply_override(cfg, "ffn", ffn);
   if (!k.empty()) apply_override(cfg, "k", k);
   if (!select.empty()) apply_override(cfg, "select", select);
   cfg.validate();
   Loaded l;
-  if (device == "cpu") {
-    l.ops = make_cpu_ops();
-  } else {
-#ifdef MOCBENCH_HAVE_CUDA
-    l.ops = cuda::make_cuda_ops(0);
-#else
-    throw ConfigError("--device cuda: this mocbench was built without the CUDA backend");
-#endif
-  }
+  l.ops = make_ops(device);
   l.model = std::make_unique<Transformer>(*l.ops, cfg);
-  load_gguf_weights(file, *l.model);
+  src.load(*l.model);
   return l;
 }
 
@@ -221,13 +242,42 @@ int run_generate(const GenerateOptions& o) {
   return 0;
 }
 
+constexpr const char* kCkptHelp =
+    "Checkpoint: a GGUF file (llama architecture) or a Hugging Face folder (config.json + model.safetensors: Llama, "
+    "Qwen3, Mixtral)";
+
+struct ConvertOptions {
+  std::string ckpt, out, dtype = "f32";
+};
+
+// `mocbench convert CKPT OUT`: the checkpoint as a Hugging Face folder (model/hf_checkpoint.h).
+int run_convert(const ConvertOptions& o) {
+  const Source src = open_source(o.ckpt);
+  ModelConfig cfg = src.config();
+  auto ops = make_cpu_ops();
+  Transformer model(*ops, cfg);
+  src.load(model);
+  if (o.dtype == "bf16") {
+    cfg.param_dtype = DType::bf16;
+    Transformer out(*ops, cfg);
+    for (std::size_t i = 0; i < model.params().size(); ++i)
+      ops->upload_f32(out.params()[i].value, ops->download_f32(model.params()[i].value));
+    save_hf_checkpoint(o.out, out);
+  } else {
+    save_hf_checkpoint(o.out, model);
+  }
+  std::printf("wrote %s (config.json, model.safetensors; %s): %s\n", o.out.c_str(), o.dtype.c_str(),
+              cfg.describe().c_str());
+  return 0;
+}
+
 }  // namespace
 
 void add_eval_command(CLI::App& app, std::vector<Command>& out) {
-  auto* c = app.add_subcommand("eval", "A checkpoint's loss and perplexity on token ids (GGUF checkpoints), optionally "
+  auto* c = app.add_subcommand("eval", "A checkpoint's loss and perplexity on token ids (GGUF or Hugging Face), optionally "
                                        "as training-free MoC");
   auto o = std::make_shared<EvalOptions>();
-  c->add_option("CKPT", o->ckpt, "Checkpoint: a GGUF file (llama architecture)")->required()->check(CLI::ExistingFile);
+  c->add_option("CKPT", o->ckpt, kCkptHelp)->required()->check(CLI::ExistingPath);
   auto* ids = c->add_option("--ids", o->ids, "Token ids, space-separated (\"1 504 3458\")");
   c->add_option("--tokens", o->tokens, "A file of whitespace-separated token ids")->excludes(ids)->check(CLI::ExistingFile);
   c->add_option("--window", o->window, "Tokens per window (default: the model's context)")->check(CLI::NonNegativeNumber);
@@ -247,10 +297,10 @@ void add_eval_command(CLI::App& app, std::vector<Command>& out) {
                      throw ConfigError("eval: give the token ids (--ids \"1 2 3\" or --tokens FILE)");
                    return run_eval(*o);
                  }});
-  auto* g = app.add_subcommand("generate", "Greedy tokens from a checkpoint (GGUF) after given ids, with their "
+  auto* g = app.add_subcommand("generate", "Greedy tokens from a checkpoint (GGUF or Hugging Face) after given ids, with their "
                                           "log-probabilities, optionally as training-free MoC");
   auto go = std::make_shared<GenerateOptions>();
-  g->add_option("CKPT", go->ckpt, "Checkpoint: a GGUF file (llama architecture)")->required()->check(CLI::ExistingFile);
+  g->add_option("CKPT", go->ckpt, kCkptHelp)->required()->check(CLI::ExistingPath);
   g->add_option("--ids", go->ids, "The prompt's token ids, space-separated")->required();
   g->add_option("-n,--n", go->n, "Tokens to generate")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   g->add_option("--device", go->device, "cpu | cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
@@ -260,6 +310,14 @@ void add_eval_command(CLI::App& app, std::vector<Command>& out) {
       ->check(CLI::IsMember({"gate", "silu", "abs_silu"}));
   g->add_option("--format", go->format, "text | json")->capture_default_str()->check(CLI::IsMember({"text", "json"}));
   out.push_back({g, [go] { return run_generate(*go); }});
+  auto* v = app.add_subcommand("convert", "Write a checkpoint (GGUF or Hugging Face) as a Hugging Face folder that "
+                                          "transformers' from_pretrained loads (config.json + model.safetensors)");
+  auto vo = std::make_shared<ConvertOptions>();
+  v->add_option("CKPT", vo->ckpt, kCkptHelp)->required()->check(CLI::ExistingPath);
+  v->add_option("OUT", vo->out, "The folder to write (created; its config.json and model.safetensors replaced)")->required();
+  v->add_option("--dtype", vo->dtype, "f32 | bf16: the stored weights")->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  out.push_back({v, [vo] { return run_convert(*vo); }});
 }
 
 }  // namespace moc::cli

@@ -1,0 +1,404 @@
+#include "model/hf_checkpoint.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.h"
+#include "model/safetensors.h"
+
+namespace moc {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw ConfigError("cannot read " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// ---- config.json
+
+const json& need(const json& j, const char* key, const std::string& what) {
+  if (!j.contains(key) || j[key].is_null())
+    throw ConfigError(what + ": \"" + key + "\" is missing; mocbench needs it to build the model");
+  return j[key];
+}
+int need_int(const json& j, const char* key, const std::string& what) {
+  const json& v = need(j, key, what);
+  if (!v.is_number_integer() || v.get<long long>() <= 0)
+    throw ConfigError(what + ": \"" + key + "\" must be a positive integer");
+  return v.get<int>();
+}
+double number_or(const json& j, const char* key, double fallback, const std::string& what) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number()) throw ConfigError(what + ": \"" + key + "\" must be a number");
+  return j[key].get<double>();
+}
+bool flag_set(const json& j, const char* key) { return j.contains(key) && j[key].is_boolean() && j[key].get<bool>(); }
+
+enum class Arch { llama, qwen3, mixtral };
+
+Arch arch_of(const json& j, const std::string& what) {
+  std::string a;
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+      j["architectures"][0].is_string())
+    a = j["architectures"][0].get<std::string>();
+  const std::string mt = j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
+  if (a == "LlamaForCausalLM" || (a.empty() && mt == "llama")) return Arch::llama;
+  if (a == "Qwen3ForCausalLM" || (a.empty() && mt == "qwen3")) return Arch::qwen3;
+  if (a == "MixtralForCausalLM" || (a.empty() && mt == "mixtral")) return Arch::mixtral;
+  throw ConfigError(what + ": architecture '" + (a.empty() ? mt : a) +
+                    "' is not read; mocbench reads LlamaForCausalLM, Qwen3ForCausalLM and MixtralForCausalLM");
+}
+
+// ---- tensors
+
+// Every tensor of the folder: model.safetensors, or the shards that model.safetensors.index.json names.
+std::map<std::string, SafeTensor> read_tensors(const std::string& dir) {
+  std::map<std::string, SafeTensor> out;
+  auto take = [&](const std::string& file) {
+    SafeTensorsFile f;
+    try {
+      f = read_safetensors(file);
+    } catch (const SafeTensorsError& e) {
+      throw ConfigError(e.what());
+    }
+    for (auto& t : f.tensors) out[t.name] = std::move(t);
+  };
+  const fs::path single = fs::path(dir) / "model.safetensors", index = fs::path(dir) / "model.safetensors.index.json";
+  if (fs::exists(single)) {
+    take(single.string());
+  } else if (fs::exists(index)) {
+    json j;
+    try {
+      j = json::parse(read_text(index.string()));
+    } catch (const json::exception& e) {
+      throw ConfigError(index.string() + ": not JSON (" + e.what() + ")");
+    }
+    if (!j.contains("weight_map") || !j["weight_map"].is_object())
+      throw ConfigError(index.string() + ": \"weight_map\" is missing");
+    std::set<std::string> shards;
+    for (const auto& [name, file] : j["weight_map"].items()) {
+      if (!file.is_string()) throw ConfigError(index.string() + ": the shard of " + name + " is not a file name");
+      shards.insert(file.get<std::string>());
+    }
+    for (const auto& s : shards) take((fs::path(dir) / s).string());
+  } else {
+    throw ConfigError(dir + ": neither model.safetensors nor model.safetensors.index.json is there");
+  }
+  return out;
+}
+
+std::vector<float> to_floats(const SafeTensor& t, const std::string& dir) {
+  std::size_t n = 1;
+  for (auto s : t.shape) n *= static_cast<std::size_t>(s);
+  std::vector<float> v(n);
+  if (t.dtype == "F32") {
+    std::memcpy(v.data(), t.data.data(), n * 4);
+  } else if (t.dtype == "BF16" || t.dtype == "F16") {
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint16_t h;
+      std::memcpy(&h, t.data.data() + 2 * i, 2);
+      if (t.dtype == "BF16") {
+        v[i] = bf16_to_f32(h);
+      } else {  // IEEE half
+        const std::uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
+        std::uint32_t bits;
+        if (exp == 0) {
+          float f = std::ldexp(static_cast<float>(man), -24);
+          std::memcpy(&bits, &f, 4);
+          bits |= sign;
+        } else if (exp == 31) {
+          bits = sign | 0x7f800000u | (man << 13);
+        } else {
+          bits = sign | ((exp + 112) << 23) | (man << 13);
+        }
+        std::memcpy(&v[i], &bits, 4);
+      }
+    }
+  } else {
+    throw ConfigError(dir + ": tensor " + t.name + " is " + t.dtype + "; mocbench reads F32, BF16 and F16");
+  }
+  return v;
+}
+
+// [rows, cols] row-major -> [cols, rows].
+std::vector<float> transpose(const std::vector<float>& w, std::size_t rows, std::size_t cols) {
+  std::vector<float> t(w.size());
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) t[c * rows + r] = w[r * cols + c];
+  return t;
+}
+
+Param& param(Transformer& m, const std::string& name) {
+  for (auto& p : m.params())
+    if (p.name == name) return p;
+  throw ConfigError("the model has no parameter " + name);
+}
+
+// A parameter's logical values (FFN matrices without their zero padding channels), [rows, cols] as mocbench
+// stores it; and the reverse.
+std::vector<float> logical(Ops& o, const Param& p, std::size_t rows, std::size_t cols) {
+  const auto v = o.download_f32(p.value);
+  const auto C = static_cast<std::size_t>(p.value.dim(p.value.shape().size() - 1));
+  if (p.value.shape().size() == 1) return v;
+  std::vector<float> out(rows * cols);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = v[r * C + c];
+  return out;
+}
+void upload_logical(Ops& o, Param& p, const std::vector<float>& v, std::size_t rows, std::size_t cols) {
+  if (p.value.shape().size() == 1) {
+    o.upload_f32(p.value, v);
+    return;
+  }
+  const auto R = static_cast<std::size_t>(p.value.dim(0)), C = static_cast<std::size_t>(p.value.dim(1));
+  std::vector<float> s(R * C, 0.0f);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) s[r * C + c] = v[r * cols + c];
+  o.upload_f32(p.value, s);
+}
+
+// One mapping between a file tensor and a parameter: HF shape [out, in] (`matrix`) or a vector.
+struct Link {
+  std::string hf, ours;
+  std::size_t out = 0, in = 0;  // HF's [out, in]; mocbench stores [in, out] (a vector: out = n, in = 0)
+  bool embedding = false;       // [vocab, d] in both: no transpose
+};
+
+std::vector<Link> links(const ModelConfig& c) {
+  const auto d = static_cast<std::size_t>(c.hidden), F = static_cast<std::size_t>(c.d_ffn),
+             V = static_cast<std::size_t>(c.vocab), hd = static_cast<std::size_t>(c.head_dim()),
+             kvd = static_cast<std::size_t>(c.kv_heads) * hd;
+  std::vector<Link> L;
+  L.push_back({"model.embed_tokens.weight", "embed", V, d, true});
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string h = "model.layers." + std::to_string(l) + ".", p = "layer" + std::to_string(l) + ".";
+    L.push_back({h + "input_layernorm.weight", p + "attn_norm", d, 0});
+    L.push_back({h + "self_attn.q_proj.weight", p + "wq", d, d});
+    L.push_back({h + "self_attn.k_proj.weight", p + "wk", kvd, d});
+    L.push_back({h + "self_attn.v_proj.weight", p + "wv", kvd, d});
+    L.push_back({h + "self_attn.o_proj.weight", p + "wo", d, d});
+    if (c.qk_norm) {
+      L.push_back({h + "self_attn.q_norm.weight", p + "q_norm", hd, 0});
+      L.push_back({h + "self_attn.k_norm.weight", p + "k_norm", hd, 0});
+    }
+    L.push_back({h + "post_attention_layernorm.weight", p + "ffn_norm", d, 0});
+    if (c.moe()) {
+      L.push_back({h + "block_sparse_moe.gate.weight", p + "router", static_cast<std::size_t>(c.experts), d});
+      for (int e = 0; e < c.experts; ++e) {
+        const std::string he = h + "block_sparse_moe.experts." + std::to_string(e) + ".",
+                          pe = p + "expert" + std::to_string(e) + ".";
+        L.push_back({he + "w1.weight", pe + "w_gate", F, d});
+        L.push_back({he + "w3.weight", pe + "w_up", F, d});
+        L.push_back({he + "w2.weight", pe + "w_down", d, F});
+      }
+    } else {
+      L.push_back({h + "mlp.gate_proj.weight", p + "w_gate", F, d});
+      L.push_back({h + "mlp.up_proj.weight", p + "w_up", F, d});
+      L.push_back({h + "mlp.down_proj.weight", p + "w_down", d, F});
+    }
+  }
+  L.push_back({"model.norm.weight", "final_norm", d, 0});
+  L.push_back({"lm_head.weight", "lm_head", V, d});
+  return L;
+}
+
+// A float as the shortest decimal that reads back as the same float (1e-05, not 9.999999747378752e-06).
+double short_decimal(float f) {
+  for (int digits = 6; digits <= 9; ++digits) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(f));
+    if (std::strtof(buf, nullptr) == f) return std::strtod(buf, nullptr);
+  }
+  return static_cast<double>(f);
+}
+
+std::string shape_text(const std::vector<std::int64_t>& s) {
+  std::string t = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+}  // namespace
+
+bool is_hf_folder(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::exists(fs::path(path) / "config.json", ec);
+}
+
+ModelConfig hf_config_from_json(const std::string& json_text, const std::string& what) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::exception& e) {
+    throw ConfigError(what + ": not JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) throw ConfigError(what + ": not a JSON object");
+  const Arch arch = arch_of(j, what);
+  // What mocbench does not run, refused by key.
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    throw ConfigError(what + ": \"rope_scaling\" is set; mocbench runs plain RoPE only (remove it only if the "
+                      "checkpoint was trained without it)");
+  if (flag_set(j, "attention_bias")) throw ConfigError(what + ": \"attention_bias\" is true; mocbench's projections have no bias");
+  if (flag_set(j, "mlp_bias")) throw ConfigError(what + ": \"mlp_bias\" is true; mocbench's FFN has no bias");
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
+    throw ConfigError(what + ": \"hidden_act\" is " + j["hidden_act"].dump() + "; mocbench's FFN is SwiGLU (silu)");
+  if (flag_set(j, "use_sliding_window"))
+    throw ConfigError(what + ": \"use_sliding_window\" is true; mocbench's attention is full causal");
+  ModelConfig c;
+  c.preset = "hf";
+  c.hidden = need_int(j, "hidden_size", what);
+  c.d_ffn = need_int(j, "intermediate_size", what);
+  c.layers = need_int(j, "num_hidden_layers", what);
+  c.heads = need_int(j, "num_attention_heads", what);
+  c.kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
+                   ? need_int(j, "num_key_value_heads", what)
+                   : c.heads;
+  c.vocab = need_int(j, "vocab_size", what);
+  c.seq_len = j.contains("max_position_embeddings") ? need_int(j, "max_position_embeddings", what) : 2048;
+  c.rope_theta = static_cast<float>(number_or(j, "rope_theta", 10000.0, what));
+  c.norm_eps = static_cast<float>(number_or(j, "rms_norm_eps", 1e-6, what));
+  if (c.hidden % c.heads != 0) throw ConfigError(what + ": hidden_size is not a multiple of num_attention_heads");
+  if (j.contains("head_dim") && !j["head_dim"].is_null() && need_int(j, "head_dim", what) != c.hidden / c.heads)
+    throw ConfigError(what + ": \"head_dim\" is " + std::to_string(j["head_dim"].get<int>()) +
+                      ", not hidden_size / num_attention_heads = " + std::to_string(c.hidden / c.heads) +
+                      "; mocbench's q projection is hidden x hidden");
+  if (arch == Arch::mixtral && j.contains("sliding_window") && !j["sliding_window"].is_null() &&
+      j["sliding_window"].get<long long>() < c.seq_len)
+    throw ConfigError(what + ": \"sliding_window\" is " + j["sliding_window"].dump() +
+                      ", shorter than max_position_embeddings; mocbench's attention is full causal");
+  c.qk_norm = arch == Arch::qwen3;
+  if (arch == Arch::mixtral) {
+    c.experts = need_int(j, "num_local_experts", what);
+    c.experts_per_token = need_int(j, "num_experts_per_tok", what);
+  }
+  c.param_dtype = c.act_dtype = DType::f32;
+  c.ffn = FfnConfig{};
+  c.validate();
+  return c;
+}
+
+ModelConfig hf_config(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  return hf_config_from_json(read_text(path), path);
+}
+
+void load_hf_weights(const std::string& dir, Transformer& model) {
+  const ModelConfig& c = model.config();
+  Ops& o = model.ops();
+  auto tensors = read_tensors(dir);
+  std::set<std::string> used;
+  for (const Link& l : links(c)) {
+    const SafeTensor* t = nullptr;
+    if (auto it = tensors.find(l.hf); it != tensors.end()) t = &it->second;
+    if (!t && l.ours == "lm_head") {  // tied: the head is the embedding
+      auto it = tensors.find("model.embed_tokens.weight");
+      if (it != tensors.end()) t = &it->second;
+    }
+    if (!t) throw ConfigError(dir + ": tensor " + l.hf + " is missing");
+    used.insert(t->name);
+    const std::vector<std::int64_t> want =
+        l.in == 0 ? std::vector<std::int64_t>{static_cast<std::int64_t>(l.out)}
+                  : std::vector<std::int64_t>{static_cast<std::int64_t>(l.out), static_cast<std::int64_t>(l.in)};
+    if (t->shape != want)
+      throw ConfigError(dir + ": tensor " + t->name + " is " + shape_text(t->shape) + ", the configuration needs " +
+                        shape_text(want));
+    const auto v = to_floats(*t, dir);
+    Param& p = param(model, l.ours);
+    if (l.in == 0) upload_logical(o, p, v, l.out, 1);
+    else if (l.embedding) upload_logical(o, p, v, l.out, l.in);
+    else upload_logical(o, p, transpose(v, l.out, l.in), l.in, l.out);
+  }
+  for (const auto& [name, t] : tensors)
+    if (!used.count(name) && name.find("rotary_emb.inv_freq") == std::string::npos)
+      throw ConfigError(dir + ": tensor " + name + " is not one mocbench reads (a part of the model it lacks)");
+}
+
+void save_hf_checkpoint(const std::string& dir, Transformer& model) {
+  const ModelConfig& c = model.config();
+  Ops& o = model.ops();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw ConfigError("cannot create " + dir + ": " + ec.message());
+  const bool bf16 = c.param_dtype == DType::bf16;
+  std::vector<SafeTensor> out;
+  for (const Link& l : links(c)) {
+    Param& p = param(model, l.ours);
+    std::vector<float> v;
+    std::vector<std::int64_t> shape;
+    if (l.in == 0) {
+      v = logical(o, p, l.out, 1);
+      shape = {static_cast<std::int64_t>(l.out)};
+    } else {
+      v = l.embedding ? logical(o, p, l.out, l.in) : transpose(logical(o, p, l.in, l.out), l.in, l.out);
+      shape = {static_cast<std::int64_t>(l.out), static_cast<std::int64_t>(l.in)};
+    }
+    SafeTensor t;
+    t.name = l.hf;
+    t.shape = shape;
+    t.dtype = bf16 ? "BF16" : "F32";
+    t.data.resize(v.size() * (bf16 ? 2 : 4));
+    if (bf16) {
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::uint16_t h = f32_to_bf16(v[i]);
+        std::memcpy(t.data.data() + 2 * i, &h, 2);
+      }
+    } else {
+      std::memcpy(t.data.data(), v.data(), v.size() * 4);
+    }
+    out.push_back(std::move(t));
+  }
+  write_safetensors((fs::path(dir) / "model.safetensors").string(), out, {{"format", "pt"}});
+  json j;
+  const bool mixtral = c.moe(), qwen3 = c.qk_norm;
+  j["architectures"] = {mixtral ? "MixtralForCausalLM" : qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM"};
+  j["model_type"] = mixtral ? "mixtral" : qwen3 ? "qwen3" : "llama";
+  j["hidden_size"] = c.hidden;
+  j["intermediate_size"] = c.d_ffn;
+  j["num_hidden_layers"] = c.layers;
+  j["num_attention_heads"] = c.heads;
+  j["num_key_value_heads"] = c.kv_heads;
+  j["head_dim"] = c.head_dim();
+  j["vocab_size"] = c.vocab;
+  j["max_position_embeddings"] = c.seq_len;
+  j["rope_theta"] = short_decimal(c.rope_theta);
+  j["rms_norm_eps"] = short_decimal(c.norm_eps);
+  j["hidden_act"] = "silu";
+  j["tie_word_embeddings"] = false;
+  j["attention_bias"] = false;
+  j["torch_dtype"] = bf16 ? "bfloat16" : "float32";
+  if (!mixtral) j["mlp_bias"] = false;
+  if (qwen3) j["use_sliding_window"] = false;
+  if (mixtral) {
+    j["num_local_experts"] = c.experts;
+    j["num_experts_per_tok"] = c.experts_per_token;
+    j["sliding_window"] = nullptr;
+  }
+  if (c.ffn.kind != FfnKind::dense) j["mocbench_ffn"] = c.describe();
+  const std::string cfg_path = (fs::path(dir) / "config.json").string(), tmp = cfg_path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << j.dump(2) << "\n";
+    if (!f.flush()) throw ConfigError("cannot write " + tmp);
+  }
+  fs::rename(tmp, cfg_path, ec);
+  if (ec) throw ConfigError("cannot write " + cfg_path + ": " + ec.message());
+}
+
+}  // namespace moc
