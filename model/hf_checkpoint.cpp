@@ -252,9 +252,20 @@ ModelConfig hf_config_from_json(const std::string& json_text, const std::string&
   if (!j.is_object()) throw ConfigError(what + ": not a JSON object");
   const Arch arch = arch_of(j, what);
   // What mocbench does not run, refused by key.
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-    throw ConfigError(what + ": \"rope_scaling\" is set; mocbench runs plain RoPE only (remove it only if the "
-                      "checkpoint was trained without it)");
+  // RoPE: "rope_theta" (transformers 4), or "rope_parameters" (transformers 5: {"rope_type": "default",
+  // "rope_theta": ...}; "rope_scaling" may hold the same); any rope_type but "default" is refused.
+  double theta = number_or(j, "rope_theta", 10000.0, what);
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    const json& r = j[key];
+    const std::string type = r.is_object() && r.contains("rope_type") && r["rope_type"].is_string()
+                                 ? r["rope_type"].get<std::string>()
+                                 : (r.is_object() && r.contains("type") && r["type"].is_string() ? r["type"].get<std::string>() : "?");
+    if (type != "default")
+      throw ConfigError(what + ": \"" + key + "\" is " + r.dump() + "; mocbench runs plain RoPE only (rope_type "
+                        "\"default\")");
+    if (r.contains("rope_theta") && r["rope_theta"].is_number()) theta = r["rope_theta"].get<double>();
+  }
   if (flag_set(j, "attention_bias")) throw ConfigError(what + ": \"attention_bias\" is true; mocbench's projections have no bias");
   if (flag_set(j, "mlp_bias")) throw ConfigError(what + ": \"mlp_bias\" is true; mocbench's FFN has no bias");
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
@@ -272,7 +283,7 @@ ModelConfig hf_config_from_json(const std::string& json_text, const std::string&
                    : c.heads;
   c.vocab = need_int(j, "vocab_size", what);
   c.seq_len = j.contains("max_position_embeddings") ? need_int(j, "max_position_embeddings", what) : 2048;
-  c.rope_theta = static_cast<float>(number_or(j, "rope_theta", 10000.0, what));
+  c.rope_theta = static_cast<float>(theta);
   c.norm_eps = static_cast<float>(number_or(j, "rms_norm_eps", 1e-6, what));
   if (c.hidden % c.heads != 0) throw ConfigError(what + ": hidden_size is not a multiple of num_attention_heads");
   if (j.contains("head_dim") && !j["head_dim"].is_null() && need_int(j, "head_dim", what) != c.hidden / c.heads)

@@ -63,6 +63,10 @@ TEST(HfConfig, LlamaQwen3AndMixtralMapOntoTheModelConfig) {
   const ModelConfig mc = hf_config_from_json(m.dump(), "m");
   EXPECT_EQ(mc.experts, 8);
   EXPECT_EQ(mc.experts_per_token, 2);
+  json v5 = llama_json();  // transformers 5 writes the RoPE base inside rope_parameters
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = json{{"rope_type", "default"}, {"rope_theta", 1e6}};
+  EXPECT_FLOAT_EQ(hf_config_from_json(v5.dump(), "v5").rope_theta, 1e6f);
   json mha = llama_json();
   mha.erase("num_key_value_heads");
   EXPECT_EQ(hf_config_from_json(mha.dump(), "mha").kv_heads, 4) << "no num_key_value_heads: one KV head per head";
@@ -72,6 +76,9 @@ TEST(HfConfig, WhatMocbenchLacksIsRefusedNamingTheKey) {
   json j = llama_json();
   j["rope_scaling"] = json{{"type", "linear"}, {"factor", 2.0}};
   EXPECT_NE(refusal(j).find("rope_scaling"), std::string::npos) << refusal(j);
+  j = llama_json();
+  j["rope_parameters"] = json{{"rope_type", "yarn"}, {"rope_theta", 1e6}, {"factor", 4.0}};
+  EXPECT_NE(refusal(j).find("rope_parameters"), std::string::npos) << refusal(j);
   j = llama_json();
   j["attention_bias"] = true;
   EXPECT_NE(refusal(j).find("attention_bias"), std::string::npos);

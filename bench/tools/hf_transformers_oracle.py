@@ -74,12 +74,16 @@ for name, make in configs.items():
         model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32).eval()
         folder = os.path.join(WORK, name)
         model.save_pretrained(folder, safe_serialization=True)
+        if name == "qwen3":  # what transformers writes, for the record
+            print("config.json keys:", sorted(json.load(open(os.path.join(folder, "config.json")))))
         want = their_logits(model, ids)
         for dev in ("cpu", "cuda"):
             got = our_logits(folder, ids, dev)
             r = rel(got, want)
             check(f"{name} transformers -> mocbench ({dev}, fp32)", got.shape == want.shape and r < 1e-5,
                   f"largest logit difference / largest logit = {r:.2e}")
+        if name == "mixtral":  # mocbench's mixture of experts does not decode (README): logits only
+            continue
         with torch.no_grad():
             gen = model.generate(torch.tensor([ids[:16]]), max_new_tokens=32, do_sample=False,
                                  attention_mask=torch.ones(1, 16, dtype=torch.long))[0, 16:].tolist()
