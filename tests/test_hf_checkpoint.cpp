@@ -148,6 +148,32 @@ TEST_F(HfFolder, AModelWrittenAndReadBackHasEveryParameterEqual) {
   expect_round_trip(c, path("bf16"));
 }
 
+// A sharded folder (model.safetensors.index.json naming two shards, as save_pretrained writes large models)
+// reads as the single file does; a shard the index names but the folder lacks is refused.
+TEST_F(HfFolder, AShardedFolderReadsAsTheSingleFile) {
+  auto ops = make_cpu_ops();
+  const ModelConfig c = preset("tiny");
+  Transformer a(*ops, c);
+  save_hf_checkpoint(path("m"), a);
+  SafeTensorsFile f = read_safetensors(path("m/model.safetensors"));
+  std::vector<SafeTensor> one(f.tensors.begin(), f.tensors.begin() + f.tensors.size() / 2),
+      two(f.tensors.begin() + f.tensors.size() / 2, f.tensors.end());
+  write_safetensors(path("m/model-00001-of-00002.safetensors"), one);
+  write_safetensors(path("m/model-00002-of-00002.safetensors"), two);
+  json index{{"metadata", json::object()}, {"weight_map", json::object()}};
+  for (const auto& t : one) index["weight_map"][t.name] = "model-00001-of-00002.safetensors";
+  for (const auto& t : two) index["weight_map"][t.name] = "model-00002-of-00002.safetensors";
+  std::filesystem::remove(path("m/model.safetensors"));
+  write("m/model.safetensors.index.json", index.dump());
+  Transformer b(*ops, hf_config(path("m")));
+  load_hf_weights(path("m"), b);
+  for (std::size_t i = 0; i < a.params().size(); ++i)
+    EXPECT_EQ(ops->download_f32(a.params()[i].value), ops->download_f32(b.params()[i].value)) << a.params()[i].name;
+  std::filesystem::remove(path("m/model-00002-of-00002.safetensors"));
+  Transformer d(*ops, hf_config(path("m")));
+  EXPECT_THROW(load_hf_weights(path("m"), d), ConfigError);
+}
+
 TEST_F(HfFolder, ATiedHeadIsTheEmbeddingAndAStrayTensorIsRefused) {
   auto ops = make_cpu_ops();
   const ModelConfig c = preset("tiny");
