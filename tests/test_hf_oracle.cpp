@@ -106,4 +106,8 @@ TEST_F(HfOracle, EvalOnABadFolderExitsTwoNamingTheProblem) {
   const auto r = shell(std::string(MOCBENCH_BIN) + " eval " + dir + " --ids '1 2 3'");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("rope_scaling"), std::string::npos) << r.out;
+  fs::remove(path("bad/config.json"));
+  const auto none = shell(std::string(MOCBENCH_BIN) + " eval " + dir + " --ids '1 2 3'");
+  EXPECT_EQ(none.code, 2) << none.out;
+  EXPECT_NE(none.out.find("without config.json"), std::string::npos) << none.out;
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -101,6 +102,10 @@ Source open_source(const std::string& ckpt) {
   s.path = ckpt;
   s.hf = is_hf_folder(ckpt);
   if (s.hf) return s;
+  std::error_code ec;
+  if (std::filesystem::is_directory(ckpt, ec))
+    throw ConfigError(ckpt + " is a folder without config.json; a Hugging Face checkpoint folder holds config.json "
+                      "and model.safetensors (or its index)");
   try {
     s.file = gguf::File::open(ckpt);
   } catch (const gguf::GgufError& e) {
