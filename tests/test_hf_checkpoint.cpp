@@ -210,5 +210,28 @@ TEST_F(HfFolder, ATiedHeadIsTheEmbeddingAndAStrayTensorIsRefused) {
   }
 }
 
+// `mocbench generate --temperature T --seed S` on a folder: the engine's sampler, so the same seed gives the same
+// tokens and another seed other tokens; temperature 0 is the greedy default; log-probabilities are <= 0.
+TEST_F(HfFolder, GenerateSamplesTheSameTokensForTheSameSeed) {
+  auto ops = make_cpu_ops();
+  ModelConfig c = preset("tiny");
+  c.init_std = 0.5f;  // logits far from uniform, so that greedy and a draw can be told apart
+  Transformer m(*ops, c);
+  save_hf_checkpoint(path("m"), m);
+  auto gen = [&](const std::string& extra) {
+    const auto r = test::shell(std::string(MOCBENCH_BIN) + " generate " + path("m") + " --ids '1 2 3' -n 12 --format json " + extra);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return r.code == 0 ? json::parse(r.out) : json::object();
+  };
+  const json a = gen("--temperature 1 --seed 7"), b = gen("--temperature 1 --seed 7"), other = gen("--temperature 1 --seed 8");
+  ASSERT_TRUE(a.contains("ids"));
+  EXPECT_EQ(a["ids"], b["ids"]);
+  EXPECT_NE(a["ids"], other["ids"]) << "12 draws from a " << c.vocab << "-token vocabulary, two seeds";
+  for (const auto& lp : a["logprobs"]) EXPECT_LE(lp.get<double>(), 0.0);
+  EXPECT_EQ(gen("--temperature 0")["ids"], gen("")["ids"]);
+  const auto bad = test::shell(std::string(MOCBENCH_BIN) + " generate " + path("m") + " --ids '1 2' --temperature -1");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+}
+
 }  // namespace
 }  // namespace moc

@@ -206,6 +206,8 @@ int run_eval(const EvalOptions& o) {
 struct GenerateOptions {
   std::string ckpt, ids, device = "cpu", ffn, k, select, format = "text";
   int n = 16;
+  float temperature = 0.0f;  // <= 0: greedy
+  std::uint64_t seed = 0;
 };
 
 // The greedy choice (ties: the lowest id) and its log-probability.
@@ -230,15 +232,27 @@ int run_generate(const GenerateOptions& o) {
   std::vector<float> row(all.end() - static_cast<std::ptrdiff_t>(V), all.end());
   std::vector<std::int32_t> out;
   std::vector<double> lps;
+  // Sampling: the engine's own sampler (Ops::sample, the one the decode mode runs: a counter-based draw keyed
+  // by (seed, row, step)) on the step's logits; the log-probability reported is the model's (temperature 1).
+  Tensor logits = l.ops->empty({1, cfg.vocab}, DType::f32, workspace_tag());
+  Tensor counter = l.ops->empty({1}, DType::i32, workspace_tag());
+  Tensor next = l.ops->empty({1}, DType::i32, workspace_tag());
   for (int t = 0; t < o.n; ++t) {
-    const auto [id, lp] = greedy(row);
+    std::int32_t id = greedy(row).first;
+    if (o.temperature > 0.0f) {
+      l.ops->upload_f32(logits, row);
+      l.ops->upload_i32(counter, {t});
+      l.ops->sample(logits, o.temperature, o.seed, counter, next);
+      id = l.ops->download_i32(next)[0];
+    }
     out.push_back(id);
-    lps.push_back(lp);
+    lps.push_back(token_logprob(row.data(), row.size(), id));
     if (t + 1 < o.n) row = l.ops->download_f32(dec.step({id}));
   }
   if (o.format == "json") {
     const nlohmann::ordered_json j{{"checkpoint", o.ckpt}, {"model", cfg.describe()}, {"device", o.device},
-                                   {"prompt", prompt},     {"ids", out},            {"logprobs", lps}};
+                                   {"temperature", o.temperature}, {"seed", o.seed},  {"prompt", prompt},
+                                   {"ids", out},                   {"logprobs", lps}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
@@ -302,8 +316,8 @@ void add_eval_command(CLI::App& app, std::vector<Command>& out) {
                      throw ConfigError("eval: give the token ids (--ids \"1 2 3\" or --tokens FILE)");
                    return run_eval(*o);
                  }});
-  auto* g = app.add_subcommand("generate", "Greedy tokens from a checkpoint (GGUF or Hugging Face) after given ids, with their "
-                                          "log-probabilities, optionally as training-free MoC");
+  auto* g = app.add_subcommand("generate", "Greedy (or sampled, seeded) tokens from a checkpoint (GGUF or Hugging Face) "
+                                          "after given ids, with their log-probabilities, optionally as training-free MoC");
   auto go = std::make_shared<GenerateOptions>();
   g->add_option("CKPT", go->ckpt, kCkptHelp)->required()->check(CLI::ExistingPath);
   g->add_option("--ids", go->ids, "The prompt's token ids, space-separated")->required();
@@ -313,6 +327,11 @@ void add_eval_command(CLI::App& app, std::vector<Command>& out) {
   g->add_option("--k", go->k, "MoC: channels kept per token (integer, or a fraction of d_ffn)");
   g->add_option("--select", go->select, "MoC: the ranking, gate | silu | abs_silu")
       ->check(CLI::IsMember({"gate", "silu", "abs_silu"}));
+  g->add_option("--temperature", go->temperature,
+                 "0: greedy (ties: the lowest id); > 0: draws from softmax(logits / T) with the engine's sampler")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  g->add_option("--seed", go->seed, "The sampler's seed (with --temperature > 0: the same seed, the same tokens)")
+      ->capture_default_str();
   g->add_option("--format", go->format, "text | json")->capture_default_str()->check(CLI::IsMember({"text", "json"}));
   out.push_back({g, [go] { return run_generate(*go); }});
   auto* v = app.add_subcommand("convert", "Write a checkpoint (GGUF or Hugging Face) as a Hugging Face folder that "
