@@ -55,6 +55,7 @@ fi
 "$(dirname "$0")/setup_imgui.sh"
 # llama.cpp's gguf Python package (pinned PyPI wheel into .local/gguf-py): the GGUF tests' oracle.
 "$(dirname "$0")/setup_gguf_py.sh"
+"$(dirname "$0")/setup_tokenizers_py.sh"  # the tokenize script and its test (tests/test_tokenize_script.cpp)
 
 if ! command -v nvcc >/dev/null 2>&1 && [ -x "$cuda_root/bin/nvcc" ]; then
   if [ "$cuda_root" = /usr/local/cuda ]; then

@@ -31,15 +31,5 @@ if [ ! -f "$model" ]; then
   rm -rf "$tmp" "$pinned_wheel"
 fi
 
-tok=.local/tokenizers-py/site
-pin="tokenizers==0.23.3"
-if [ ! -f "$tok/.mocbench-pin" ] || [ "$(cat "$tok/.mocbench-pin")" != "$pin" ]; then
-  echo "setup_real_model: installing $pin into $tok"
-  fetch_pinned_wheel setup_real_model .local/tokenizers-py/wheels "$pin" \
-    "tokenizers-0.23.3-cp310-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl" \
-    376851d22bcf9d650a5c3090bb83e6cf9e895fbf0595369fa4cd43c1f69b5f87 --platform manylinux2014_x86_64 --python-version 3.11
-  rm -rf "$tok" && mkdir -p "$tok"
-  unpack "$pinned_wheel" "$tok" tokenizers/
-  echo "$pin" >"$tok/.mocbench-pin"
-fi
+"$(dirname "$0")/setup_tokenizers_py.sh"
 "$(dirname "$0")/setup_gguf_py.sh"

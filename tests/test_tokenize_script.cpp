@@ -1,8 +1,8 @@
 // scripts/tokenize_gguf.py (text -> a model's token ids for `mocbench eval --tokens`) on a Hugging Face folder: a
 // small byte-level BPE trained here by `tokenizers` and saved as tokenizer.json; the script's ids are that
 // tokenizer's encoding of each file followed by config.json's eos_token_id, cut at --max-tokens; and they
-// decode back to the text. Needs Debian's python3 and the pinned `tokenizers` wheel (scripts/setup_real_model.sh
-// unpacks it into .local/tokenizers-py); skipped, saying so, without it.
+// decode back to the text. Needs Debian's python3 and the pinned `tokenizers` wheel (scripts/setup.sh unpacks it
+// into .local/tokenizers-py, scripts/setup_tokenizers_py.sh); skipped, saying so, without it.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -22,7 +22,7 @@ class TokenizeScript : public moc::test::ScratchDirTest {
   void SetUp() override {
     ScratchDirTest::SetUp();
     if (shell(py + " -c 'import tokenizers'").code != 0)
-      GTEST_SKIP() << "no tokenizers wheel in .local/tokenizers-py: run scripts/setup_real_model.sh";
+      GTEST_SKIP() << "no tokenizers wheel in .local/tokenizers-py: run scripts/setup.sh";
   }
 };
 
