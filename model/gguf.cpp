@@ -6,6 +6,8 @@
 #include <limits>
 #include <sstream>
 
+#include "kernels/dtype.h"
+
 namespace moc::gguf {
 
 namespace {
@@ -207,12 +209,7 @@ float half_to_float(std::uint16_t h) {
   return f;
 }
 
-float bf16_to_float(std::uint16_t h) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+float bf16_to_float(std::uint16_t h) { return bf16_to_f32(h); }
 
 File File::open(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

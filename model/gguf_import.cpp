@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "model/param_io.h"
+
 namespace moc {
 
 namespace {
@@ -35,14 +37,6 @@ std::vector<float> values(const gguf::File& f, const std::string& name, std::vec
   return f.dequantize(*t);
 }
 
-// [out, in] row-major (ggml {in, out}) to mocbench's [in, out].
-std::vector<float> transpose(const std::vector<float>& w, std::size_t out, std::size_t in) {
-  std::vector<float> t(w.size());
-  for (std::size_t o = 0; o < out; ++o)
-    for (std::size_t i = 0; i < in; ++i) t[i * out + o] = w[o * in + i];
-  return t;
-}
-
 // Undoes llama.cpp's q/k row permutation: within each head of hd rows, GGUF row 2i + j holds Hugging Face row
 // j * hd / 2 + i (j = 0, 1).
 std::vector<float> unpermute_rows(const std::vector<float>& w, std::size_t heads, std::size_t hd, std::size_t in) {
@@ -58,18 +52,12 @@ std::vector<float> unpermute_rows(const std::vector<float>& w, std::size_t heads
 }
 
 Param& param(Transformer& m, const std::string& name) {
-  for (auto& p : m.params())
-    if (p.name == name) return p;
-  throw ConfigError("GGUF: the model has no parameter " + name + " (a configuration mocbench does not import)");
+  return param_io::find(m, name, "GGUF", " (a configuration mocbench does not import)");
 }
 
-// FFN matrices are stored with d_ffn rounded up to 8 (zero channels): [d, Fp] columns or [Fp, d] rows.
-void upload_ffn(Ops& o, Param& p, const std::vector<float>& logical, std::size_t rows, std::size_t cols) {
-  const auto R = static_cast<std::size_t>(p.value.dim(0)), C = static_cast<std::size_t>(p.value.dim(1));
-  std::vector<float> v(R * C, 0.0f);
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t c = 0; c < cols; ++c) v[r * C + c] = logical[r * cols + c];
-  o.upload_f32(p.value, v);
+// [out, in] row-major (ggml {in, out}) to mocbench's [in, out].
+std::vector<float> transpose(const std::vector<float>& w, std::size_t out, std::size_t in) {
+  return param_io::transpose(w, out, in);
 }
 
 }  // namespace
@@ -130,9 +118,9 @@ void load_gguf_weights(const gguf::File& f, Transformer& model) {
     o.upload_f32(param(model, p + "wk").value, transpose(k, kvd, d));
     o.upload_f32(param(model, p + "wv").value, transpose(values(f, g + "attn_v.weight", {d, kvd}), kvd, d));
     o.upload_f32(param(model, p + "wo").value, transpose(values(f, g + "attn_output.weight", {d, d}), d, d));
-    upload_ffn(o, param(model, p + "w_gate"), transpose(values(f, g + "ffn_gate.weight", {d, F}), F, d), d, F);
-    upload_ffn(o, param(model, p + "w_up"), transpose(values(f, g + "ffn_up.weight", {d, F}), F, d), d, F);
-    upload_ffn(o, param(model, p + "w_down"), transpose(values(f, g + "ffn_down.weight", {F, d}), d, F), F, d);
+    param_io::upload_logical(o, param(model, p + "w_gate"), transpose(values(f, g + "ffn_gate.weight", {d, F}), F, d), d, F);
+    param_io::upload_logical(o, param(model, p + "w_up"), transpose(values(f, g + "ffn_up.weight", {d, F}), F, d), d, F);
+    param_io::upload_logical(o, param(model, p + "w_down"), transpose(values(f, g + "ffn_down.weight", {F, d}), d, F), F, d);
   }
 }
 

@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,6 +13,8 @@
 #include <vector>
 
 #include "kernels/dtype.h"
+#include "model/gguf.h"  // half_to_float
+#include "model/param_io.h"
 #include "model/safetensors.h"
 
 namespace moc {
@@ -114,22 +115,7 @@ std::vector<float> to_floats(const SafeTensor& t, const std::string& dir) {
     for (std::size_t i = 0; i < n; ++i) {
       std::uint16_t h;
       std::memcpy(&h, t.data.data() + 2 * i, 2);
-      if (t.dtype == "BF16") {
-        v[i] = bf16_to_f32(h);
-      } else {  // IEEE half
-        const std::uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
-        std::uint32_t bits;
-        if (exp == 0) {
-          float f = std::ldexp(static_cast<float>(man), -24);
-          std::memcpy(&bits, &f, 4);
-          bits |= sign;
-        } else if (exp == 31) {
-          bits = sign | 0x7f800000u | (man << 13);
-        } else {
-          bits = sign | ((exp + 112) << 23) | (man << 13);
-        }
-        std::memcpy(&v[i], &bits, 4);
-      }
+      v[i] = t.dtype == "BF16" ? bf16_to_f32(h) : gguf::half_to_float(h);
     }
   } else {
     throw ConfigError(dir + ": tensor " + t.name + " is " + t.dtype + "; mocbench reads F32, BF16 and F16");
@@ -137,42 +123,11 @@ std::vector<float> to_floats(const SafeTensor& t, const std::string& dir) {
   return v;
 }
 
-// [rows, cols] row-major -> [cols, rows].
-std::vector<float> transpose(const std::vector<float>& w, std::size_t rows, std::size_t cols) {
-  std::vector<float> t(w.size());
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t c = 0; c < cols; ++c) t[c * rows + r] = w[r * cols + c];
-  return t;
-}
+using param_io::download_logical;
+using param_io::transpose;
+using param_io::upload_logical;
 
-Param& param(Transformer& m, const std::string& name) {
-  for (auto& p : m.params())
-    if (p.name == name) return p;
-  throw ConfigError("the model has no parameter " + name);
-}
-
-// A parameter's logical values (FFN matrices without their zero padding channels), [rows, cols] as mocbench
-// stores it; and the reverse.
-std::vector<float> logical(Ops& o, const Param& p, std::size_t rows, std::size_t cols) {
-  const auto v = o.download_f32(p.value);
-  const auto C = static_cast<std::size_t>(p.value.dim(p.value.shape().size() - 1));
-  if (p.value.shape().size() == 1) return v;
-  std::vector<float> out(rows * cols);
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = v[r * C + c];
-  return out;
-}
-void upload_logical(Ops& o, Param& p, const std::vector<float>& v, std::size_t rows, std::size_t cols) {
-  if (p.value.shape().size() == 1) {
-    o.upload_f32(p.value, v);
-    return;
-  }
-  const auto R = static_cast<std::size_t>(p.value.dim(0)), C = static_cast<std::size_t>(p.value.dim(1));
-  std::vector<float> s(R * C, 0.0f);
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t c = 0; c < cols; ++c) s[r * C + c] = v[r * cols + c];
-  o.upload_f32(p.value, s);
-}
+Param& param(Transformer& m, const std::string& name) { return param_io::find(m, name, "Hugging Face checkpoint"); }
 
 // One mapping between a file tensor and a parameter: HF shape [out, in] (`matrix`) or a vector.
 struct Link {
@@ -354,10 +309,10 @@ void save_hf_checkpoint(const std::string& dir, Transformer& model) {
     std::vector<float> v;
     std::vector<std::int64_t> shape;
     if (l.in == 0) {
-      v = logical(o, p, l.out, 1);
+      v = download_logical(o, p, l.out, 1);
       shape = {static_cast<std::int64_t>(l.out)};
     } else {
-      v = l.embedding ? logical(o, p, l.out, l.in) : transpose(logical(o, p, l.in, l.out), l.in, l.out);
+      v = l.embedding ? download_logical(o, p, l.out, l.in) : transpose(download_logical(o, p, l.in, l.out), l.in, l.out);
       shape = {static_cast<std::int64_t>(l.out), static_cast<std::int64_t>(l.in)};
     }
     SafeTensor t;
