@@ -21,3 +21,22 @@ fetch_pinned_wheel() {
   fi
   pinned_wheel="$dir/$wheel"
 }
+
+# unpack_pinned_wheel WHEEL DEST PREFIX STAMP
+#   the wheel's files under PREFIX (e.g. "gguf/") into DEST, replacing it whole (unpacked beside it, then swapped:
+#   an interrupted run leaves the old DEST), with STAMP written to DEST/.mocbench-pin.
+unpack_pinned_wheel() {
+  local wheel="$1" dest="$2" prefix="$3" stamp="$4" tmp="$2.tmp.$$"
+  rm -rf "$dest".tmp.*  # an earlier interrupted run's
+  mkdir -p "$tmp"
+  python3 - "$wheel" "$tmp" "$prefix" <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    for name in z.namelist():
+        if name.startswith(sys.argv[3]) and not name.endswith("/"):
+            z.extract(name, sys.argv[2])
+PY
+  echo "$stamp" >"$tmp/.mocbench-pin"
+  rm -rf "$dest"
+  mv "$tmp" "$dest"
+}

@@ -23,17 +23,4 @@ echo "setup_gguf_py: installing $pin into ${prefix#"$PWD"/}/site"
 . scripts/pinned_wheel.sh  # (the working folder is the repository root)
 fetch_pinned_wheel setup_gguf_py "$prefix/wheels" "$pin" "$wheel" "$sha"
 
-tmp="$prefix/site.tmp.$$"
-rm -rf "$tmp"
-trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp"
-python3 - "$pinned_wheel" "$tmp" <<'PY'
-import sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as z:
-    for name in z.namelist():
-        if name.startswith("gguf/") and not name.endswith("/"):
-            z.extract(name, sys.argv[2])
-PY
-echo "$want" >"$tmp/.mocbench-pin"
-rm -rf "$prefix/site"
-mv "$tmp" "$prefix/site"
+unpack_pinned_wheel "$pinned_wheel" "$prefix/site" gguf/ "$want"

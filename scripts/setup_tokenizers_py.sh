@@ -17,17 +17,4 @@ echo "setup_tokenizers_py: installing $pin into $tok"
 fetch_pinned_wheel setup_tokenizers_py .local/tokenizers-py/wheels "$pin" \
   "tokenizers-0.23.3-cp310-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl" \
   376851d22bcf9d650a5c3090bb83e6cf9e895fbf0595369fa4cd43c1f69b5f87 --platform manylinux2014_x86_64 --python-version 3.11
-tmp=".local/tokenizers-py/site.tmp.$$"
-rm -rf "$tmp"
-trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp"
-python3 - "$pinned_wheel" "$tmp" <<'PY'
-import sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as z:
-    for name in z.namelist():
-        if name.startswith("tokenizers/") and not name.endswith("/"):
-            z.extract(name, sys.argv[2])
-PY
-echo "$pin" >"$tmp/.mocbench-pin"
-rm -rf "$tok"
-mv "$tmp" "$tok"
+unpack_pinned_wheel "$pinned_wheel" "$tok" tokenizers/ "$pin"
