@@ -15,6 +15,8 @@ import numpy as np
 import gguf
 from gguf.quants import dequantize
 
+from ref_common import report, rmsnorm, take_option
+
 
 def tensors(reader):
     out = {}
@@ -28,10 +30,6 @@ def field(reader, key):
     f = reader.fields[key]
     v = f.parts[f.data[0]]
     return v.tobytes().decode() if f.types[0] == gguf.GGUFValueType.STRING else v[0].item()
-
-
-def rmsnorm(x, g, eps):
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
 
 
 def rope_adjacent(x, theta):
@@ -83,16 +81,8 @@ def forward(reader, ids):
 
 def main():
     args = sys.argv[1:]
-    out = None
-    if "--logits" in args:
-        i = args.index("--logits")
-        out = args[i + 1]
-        del args[i:i + 2]
-    greedy = None
-    if "--greedy" in args:
-        i = args.index("--greedy")
-        greedy = int(args[i + 1])
-        del args[i:i + 2]
+    out = take_option(args, "--logits")
+    greedy = take_option(args, "--greedy", int)
     reader = gguf.GGUFReader(args[0])
     ids = np.array([int(a) for a in args[1:]])
     if greedy:
@@ -104,13 +94,7 @@ def main():
             seq.append(int(np.argmax(last)))
         print(" ".join(map(str, seq[len(ids):])), gap)
         return
-    logits = forward(reader, ids)
-    if out:
-        np.save(out, logits)
-    z = logits[:-1] - logits[:-1].max(-1, keepdims=True)
-    lse = np.log(np.exp(z).sum(-1))
-    loss = float(np.mean(lse - z[np.arange(len(ids) - 1), ids[1:]]))
-    print(f"{loss:.10f}")
+    report(forward(reader, ids), ids, out)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import sys
 
 import numpy as np
 
+from ref_common import report, rmsnorm, take_option
+
 
 def read_safetensors(path):
     with open(path, "rb") as f:
@@ -47,10 +49,6 @@ def tensors(d):
     for shard in sorted(set(idx["weight_map"].values())):
         out.update(read_safetensors(os.path.join(d, shard)))
     return out
-
-
-def rmsnorm(x, g, eps):
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
 
 
 def rope_half(x, theta):
@@ -118,18 +116,9 @@ def forward(d, ids):
 
 def main():
     args = sys.argv[1:]
-    out = None
-    if "--logits" in args:
-        i = args.index("--logits")
-        out = args[i + 1]
-        del args[i:i + 2]
+    out = take_option(args, "--logits")
     ids = np.array([int(a) for a in args[1:]])
-    logits = forward(args[0], ids)
-    if out:
-        np.save(out, logits)
-    z = logits[:-1] - logits[:-1].max(-1, keepdims=True)
-    lse = np.log(np.exp(z).sum(-1))
-    print(f"{float(np.mean(lse - z[np.arange(len(ids) - 1), ids[1:]])):.10f}")
+    report(forward(args[0], ids), ids, out)
 
 
 if __name__ == "__main__":
