@@ -1041,7 +1041,7 @@ TEST_F(Cli, StatsCsvAndJson) {
   EXPECT_EQ(p2["steps"], 2);
   ASSERT_EQ(p2["reports"].size(), 5u) << "four default reports, phase_sum with two tables";
   const auto& bd = p2["reports"][4];
-  EXPECT_EQ(bd["report"], "phase_sum_breakdown");
+  EXPECT_EQ(bd["id"], "phase_sum_breakdown");
   EXPECT_EQ(bd["rows"][0]["Part"], "gate");
   EXPECT_DOUBLE_EQ(bd["rows"][0]["Profiled (us)"].get<double>(), 0.5) << "1000 ns over 2 steps x 1 copy";
   EXPECT_DOUBLE_EQ(bd["rows"][0]["Timed (us)"].get<double>(), 1.0);

@@ -31,14 +31,14 @@ using stats::Cell;
 using stats::Table;
 
 double num(const Cell& c) {
-  EXPECT_TRUE(std::holds_alternative<double>(c));
-  return std::holds_alternative<double>(c) ? std::get<double>(c) : std::nan("");
+  EXPECT_TRUE(c.value.has_value());
+  return c.value ? *c.value : std::nan("");
 }
 std::string text(const Cell& c) {
-  EXPECT_TRUE(std::holds_alternative<std::string>(c));
-  return std::holds_alternative<std::string>(c) ? std::get<std::string>(c) : std::string();
+  EXPECT_FALSE(c.text.empty());
+  return c.text;
 }
-bool empty(const Cell& c) { return std::holds_alternative<std::monostate>(c); }
+bool empty(const Cell& c) { return c.empty(); }
 
 prof::KernelRecord kernel(const std::string& name, std::int64_t s, std::int64_t e, std::int64_t range, std::uint32_t stream,
                           std::uint32_t corr, int step = 0) {
@@ -245,7 +245,7 @@ TEST(ProfileStats, KernelSummaryGroupsByNameSortedByTotalTime) {
   EXPECT_EQ(tb.id, "cuda_gpu_kern_sum");
   EXPECT_EQ(tb.title, "CUDA GPU Kernel Summary");
   std::vector<std::string> headers;
-  for (std::size_t c = 0; c < tb.columns.size(); ++c) headers.push_back(tb.header(c));
+  for (const auto& c : tb.columns) headers.push_back(c.key);
   EXPECT_EQ(headers, (std::vector<std::string>{"Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)",
                                                "Min (ns)", "Max (ns)", "StdDev (ns)", "Name"}));
   ASSERT_EQ(tb.rows.size(), 4u);
@@ -281,8 +281,8 @@ TEST(ProfileStats, MemTimeSummaryPerOperation) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   const Table tb = stats::cuda_gpu_mem_time_sum(fresh_sample(rng));
-  EXPECT_EQ(tb.header(2), "Count");
-  EXPECT_EQ(tb.header(8), "Operation");
+  EXPECT_EQ(tb.columns[2].key, "Count");
+  EXPECT_EQ(tb.columns[8].key, "Operation");
   ASSERT_EQ(tb.rows.size(), 3u);
   // HtoD 10 + 30 + 20 = 60 (odd count: median 20), memsets 7 + 9 = 16 (even: 8), DtoH 5; of 81 ns.
   EXPECT_EQ(text(tb.rows[0][8]), "[CUDA memcpy Host-to-Device]");
@@ -309,7 +309,7 @@ TEST(ProfileStats, NvtxSumOverHostTimesSkipsGraphReplays) {
   std::mt19937 rng(seed);
   const Table tb = stats::nvtx_sum(fresh_sample(rng));
   std::vector<std::string> headers;
-  for (std::size_t c = 0; c < tb.columns.size(); ++c) headers.push_back(tb.header(c));
+  for (const auto& c : tb.columns) headers.push_back(c.key);
   EXPECT_EQ(headers, (std::vector<std::string>{"Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)",
                                                "Min (ns)", "Max (ns)", "StdDev (ns)", "Style", "Range"}));
   // step 10000 + 11000, layer.0 2000, layer.1 2000, ffn.gate 100 + 300, ffn.up 300 (ffn.topk: a replay).
@@ -337,8 +337,8 @@ TEST(ProfileStats, NvtxDeviceProjectionIncludesReplays) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   const Table tb = stats::nvtx_gpu_proj_sum(fresh_sample(rng));
-  EXPECT_EQ(tb.header(1), "Total Proj Time (ns)");
-  EXPECT_EQ(tb.header(8), "Total GPU Ops");
+  EXPECT_EQ(tb.columns[1].key, "Total Proj Time (ns)");
+  EXPECT_EQ(tb.columns[8].key, "Total GPU Ops");
   // step 3509 + 500, layer.1 1700, layer.0 800, ffn.gate 100 + 500, ffn.topk 400, ffn.up 300: of 7809.
   const std::vector<std::string> order = {"step", "layer.1", "layer.0", "ffn.gate", "ffn.topk", "ffn.up"};
   const double totals[] = {4009, 1700, 800, 600, 400, 300}, ops[] = {9, 3, 2, 2, 1, 1};
@@ -370,10 +370,10 @@ TEST(ProfileStats, PhaseSumPerStepWithTheTimedBreakdown) {
   ASSERT_EQ(tables.size(), 2u);
   const Table& ph = tables[0];
   EXPECT_EQ(ph.id, "phase_sum");
-  EXPECT_EQ(ph.header(0), "Phase");
-  EXPECT_EQ(ph.header(1), "Kernels per step");
-  EXPECT_EQ(ph.header(2), "GPU time per step (ms)");
-  EXPECT_EQ(ph.header(3), "Share of step (%)");
+  EXPECT_EQ(ph.columns[0].key, "Phase");
+  EXPECT_EQ(ph.columns[1].key, "Kernels per step");
+  EXPECT_EQ(ph.columns[2].key, "GPU time per step (ms)");
+  EXPECT_EQ(ph.columns[3].key, "Share of step (%)");
   // Innermost ranges, layers merged, 2 steps; busy 2231 ns in all (every op disjoint), then the idle time
   // between the ops of each step; shares of the steps' span (busy + idle).
   const double span = static_cast<double>(prof::step_span_ns(tr)), idle = span - 2231;
@@ -399,8 +399,8 @@ TEST(ProfileStats, PhaseSumPerStepWithTheTimedBreakdown) {
 
   const Table& bd = tables[1];
   EXPECT_EQ(bd.id, "phase_sum_breakdown");
-  EXPECT_EQ(bd.header(1), "Profiled (ms)");
-  EXPECT_EQ(bd.header(2), "Timed (ms)");
+  EXPECT_EQ(bd.columns[1].key, "Profiled (ms)");
+  EXPECT_EQ(bd.columns[2].key, "Timed (ms)");
   ASSERT_EQ(bd.rows.size(), 5u);
   // Profiled per step: gate 100 + 500, up & down 300, top-K 400, other 800 + 85 + 46 = 931 + the idle time.
   const char* parts[] = {"gate", "up & down", "top-K", "other", "total (step)"};
@@ -420,8 +420,8 @@ TEST(ProfileStats, PhaseSumBreakdownOfAnFfnDecodePointIsPerCallInMicroseconds) {
   const stats::Metrics m = {{"latency_us", 2.0}, {"gate_us", 0.5}, {"topk_us", 0.25}, {"up_down_us", 1.0},
                             {"other_us", 0.25},  {"weight_copies", 4}};
   const Table bd = stats::phase_sum(t, m, "ffn-decode")[1];
-  EXPECT_EQ(bd.header(1), "Profiled (us)");
-  EXPECT_EQ(bd.header(2), "Timed (us)");
+  EXPECT_EQ(bd.columns[1].key, "Profiled (us)");
+  EXPECT_EQ(bd.columns[2].key, "Timed (us)");
   ASSERT_EQ(bd.rows.size(), 5u);
   EXPECT_EQ(text(bd.rows[4][0]), "total (call)");
   // Per call: the step's ns / (2 steps x 4 copies) / 1000; other holds the idle time between ops.
@@ -455,7 +455,7 @@ TEST(ProfileStats, FusedDecodeOpsAreOtherWithANote) {
   k.start_ns = 10, k.end_ns = 90, k.range_id = 1;
   t.kernels = {k};
   const auto tables = stats::phase_sum(t, {}, "ffn-decode");
-  EXPECT_EQ(tables[0].header(2), "CPU time per step (ms)");
+  EXPECT_EQ(tables[0].columns[2].key, "CPU time per step (ms)");
   EXPECT_EQ(text(tables[0].rows[0][0]), "ffn.decode");
   EXPECT_DOUBLE_EQ(num(tables[1].rows[3][1]), 0.08);
   ASSERT_EQ(tables[1].notes.size(), 4u);
@@ -571,8 +571,9 @@ TEST(ProfileStats, TextTableScalesLargeTimesAndShowsMissingCells) {
   Table tb;
   tb.id = "x";
   tb.title = "X";
-  tb.columns = {{"Total Time", stats::Unit::ns, false, 0}, {"Timed", stats::Unit::ms, false, 3}, {"Name", stats::Unit::none, true, 0}};
-  tb.rows = {{2.5e9, 1.5, std::string("a")}, {3.0e7, std::monostate{}, std::string("b")}};
+  tb.columns = {stats::column("Total Time", stats::Unit::ns, false, 0), stats::column("Timed", stats::Unit::ms, false, 3),
+                stats::column("Name", stats::Unit::none, true, 0)};
+  tb.rows = {{2.5e9, 1.5, "a"}, {3.0e7, {}, "b"}};
   tb.notes = {"a note"};
   std::ostringstream o;
   stats::print_text(tb, o);
@@ -602,9 +603,9 @@ TEST(ProfileStats, CsvAndJsonCarryRawUnits) {
   std::ostringstream j;
   stats::print_json(tb, j);
   const json doc = json::parse(j.str());
-  EXPECT_EQ(doc["report"], "cuda_gpu_kern_sum");
+  EXPECT_EQ(doc["id"], "cuda_gpu_kern_sum");
   ASSERT_EQ(doc["columns"].size(), 9u);
-  EXPECT_EQ(doc["columns"][1]["name"], "Total Time (ns)");
+  EXPECT_EQ(doc["columns"][1]["key"], "Total Time (ns)");
   EXPECT_EQ(doc["columns"][1]["unit"], "ns");
   EXPECT_EQ(doc["columns"][8]["unit"], "text");
   ASSERT_EQ(doc["rows"].size(), 4u);

@@ -177,11 +177,11 @@ TEST(StageStamps, KernelPathFfnKernelsSplitByStagesAndKeepTheirRestInTheirPart) 
 TEST(StageStamps, StageSumTotalsPerStageInKernelOrder) {
   const auto tb = stats::stage_sum(stamped_trace());
   ASSERT_EQ(tb.rows.size(), 6u);
-  EXPECT_EQ(std::get<std::string>(tb.rows[0][1]), "attention");
-  EXPECT_EQ(std::get<std::string>(tb.rows[5][1]), "gate & up");
-  EXPECT_DOUBLE_EQ(std::get<double>(tb.rows[0][3]), 300);
-  EXPECT_DOUBLE_EQ(std::get<double>(tb.rows[0][4]), 100.0 * 300 / 1300);
-  EXPECT_DOUBLE_EQ(std::get<double>(tb.rows[0][5]), 5);
+  EXPECT_EQ(tb.rows[0][1].text, "attention");
+  EXPECT_EQ(tb.rows[5][1].text, "gate & up");
+  EXPECT_DOUBLE_EQ(*tb.rows[0][3].value, 300);
+  EXPECT_DOUBLE_EQ(*tb.rows[0][4].value, 100.0 * 300 / 1300);
+  EXPECT_DOUBLE_EQ(*tb.rows[0][5].value, 5);
   ASSERT_FALSE(tb.notes.empty());
   EXPECT_NE(tb.notes[0].find("86.7%"), std::string::npos) << tb.notes[0];  // 1300 of 1500 ns
   EXPECT_NE(stats::stage_sum(ProfileTrace{}).notes.at(0).find("no stage stamps"), std::string::npos);

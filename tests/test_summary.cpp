@@ -110,15 +110,15 @@ class Summary : public ::testing::Test {
 TEST_F(Summary, OneTablePerModeWithUnitsInTheHeaders) {
   const auto s = summary();
   ASSERT_EQ(s.tables.size(), 2u);
-  EXPECT_EQ(s.tables[0].mode, "ffn-decode");
-  EXPECT_EQ(s.tables[1].mode, "train");
+  EXPECT_EQ(s.tables[0].id, "ffn-decode");
+  EXPECT_EQ(s.tables[1].id, "train");
   EXPECT_NE(s.heading.find("NVIDIA H100 80GB HBM3"), std::string::npos) << s.heading;
   const auto& t = s.tables[0];
   EXPECT_EQ(column(t, "latency_us").title, "latency (µs)");
   EXPECT_EQ(column(t, "latency_us").unit, "us");
   EXPECT_EQ(column(t, "GBps").unit, "GB/s");
-  EXPECT_TRUE(column(t, "ffn").axis);
-  EXPECT_TRUE(column(t, "batch").axis);
+  EXPECT_TRUE(column(t, "ffn").text);
+  EXPECT_TRUE(column(t, "batch").text);
   EXPECT_EQ(column(s.tables[1], "peak_GiB").title, "peak (GiB)");
   // A value that does not vary (batch 64 in train) is not a column.
   EXPECT_THROW(column(s.tables[1], "batch"), std::runtime_error);
@@ -145,9 +145,9 @@ TEST_F(Summary, SpeedupAndNoiseAreAgainstTheDenseTwinWithTheSameOtherAxes) {
   EXPECT_EQ(t.rows[4][st].text, "oom");
   EXPECT_FALSE(t.rows[4][lat].value);
   EXPECT_EQ(t.rows[4][sp].text, "-");
-  ASSERT_EQ(t.headlines.size(), 2u);
-  EXPECT_NE(t.headlines[0].find("moc vs dense: 1.50x (batch=1)"), std::string::npos) << t.headlines[0];
-  EXPECT_NE(t.headlines[1].find("moc_2:8 vs dense: 0.75x"), std::string::npos) << t.headlines[1];
+  ASSERT_EQ(t.notes.size(), 2u);
+  EXPECT_NE(t.notes[0].find("moc vs dense: 1.50x (batch=1)"), std::string::npos) << t.notes[0];
+  EXPECT_NE(t.notes[1].find("moc_2:8 vs dense: 0.75x"), std::string::npos) << t.notes[1];
   // Training also compares memory: MoC's peak is 0.75 of dense's.
   const auto& tr = s.tables[1];
   std::size_t mem = 0, peak = 0;
@@ -189,7 +189,7 @@ TEST_F(Summary, AMedianThatNeverMetTheNoiseTargetIsMarkedNotFinal) {
   EXPECT_DOUBLE_EQ(*t.rows[1][noise].value, 87.0);
   EXPECT_EQ(t.rows[2][noise].text, "50.0");  // stored before the flag existed: unknown, not marked
   bool said = false;
-  for (const auto& h : t.headlines) said = said || (h.find("1 point stopped") != std::string::npos &&
+  for (const auto& h : t.notes) said = said || (h.find("1 point stopped") != std::string::npos &&
                                                     h.find("not final") != std::string::npos);
   EXPECT_TRUE(said);
   std::size_t met = 0;
@@ -247,12 +247,12 @@ TEST(SummaryJson, ANonFiniteValueIsNullAndTheEnvironmentIsCarried) {
   s.heading = "run 7: \"quoted\"";
   s.environment = {"MOCBENCH_ATTN=own"};
   SummaryTable t;
-  t.mode = "decode";
+  t.id = "decode";
   t.title = "decode";
   t.columns = {{"ffn", "ffn", "", true}, {"speedup_vs_dense", "vs dense", "x"}};
-  t.rows = {{{"moc", std::nullopt}, {"inf", std::numeric_limits<double>::infinity()}},
-            {{"dense", std::nullopt}, {"nan", std::nan("")}},
-            {{"moc_2:8", std::nullopt}, {"1.25", 1.25}}};
+  t.rows = {{"moc", {std::numeric_limits<double>::infinity(), "inf"}},
+            {"dense", {std::nan(""), "nan"}},
+            {"moc_2:8", {1.25, "1.25"}}};
   s.tables.push_back(t);
   std::ostringstream o;
   print_summary(s, SummaryFormat::json, o);

@@ -217,15 +217,19 @@ int cmd_stats(const std::string& db_path, long long run_id, std::optional<int> p
     for (const auto& r : reports)
       for (auto& t : stats::run_report(r, trace, p.metrics, mode, time, c)) tables.push_back(std::move(t));
     if (defaults && !trace.stages.empty()) tables.push_back(stats::stage_sum(trace));
-    if (format == "table") {
+    if (format == "table" || format == "markdown") {
       char info[256];
       std::snprintf(info, sizeof info, "%s profile, %d step(s), %.1f kernels per step", trace.source.c_str(),
                     trace.steps, static_cast<double>(trace.kernels.size()) / std::max(1, trace.steps));
       o << "point " << p.index << ": " << axes_text(p) << " (mode " << (mode.empty() ? "?" : mode) << "; " << info
         << "; " << prof::time_mode_name(time) << " device time";
       if (trace.dropped_records) o << "; " << trace.dropped_records << " records dropped";
-      o << ")\n\n";
-      for (const auto& t : tables) stats::print_text(t, o);
+      o << ")\n" << (format == "table" ? "\n" : "");
+      for (const auto& t : tables) {
+        if (format == "table") stats::print_text(t, o);
+        else report::print_markdown(t, o);
+      }
+      if (format == "markdown") o << "\n";
     } else if (format == "csv") {
       for (const auto& t : tables) {
         if (!first_block) o << "\n";
@@ -326,7 +330,11 @@ int cmd_compare(const std::string& a, const std::string& b, const std::string& d
     throw ConfigError(e.what());
   }
   std::ostringstream o;
-  print_comparison(c, format.empty() ? ExportFormat::csv : parse_format(format), o, format.empty());
+  const ComparisonFormat f = format == "csv"        ? ComparisonFormat::csv
+                             : format == "json"     ? ComparisonFormat::json
+                             : format == "markdown" ? ComparisonFormat::markdown
+                                                    : ComparisonFormat::table;
+  print_comparison(c, f, o);
   std::fwrite(o.str().data(), 1, o.str().size(), stdout);
   return 0;
 }
@@ -434,9 +442,9 @@ void add_analysis_commands(CLI::App& app, std::vector<Command>& out) {
     report_help += "(default: cuda_gpu_kern_sum cuda_gpu_mem_time_sum nvtx_sum phase_sum, and stage_sum for a point "
                    "with stage stamps)";
     c->add_option("--report", o->reports, report_help);
-    c->add_option("--format", o->format, "table | csv | json")
+    c->add_option("--format", o->format, "table | markdown | csv | json")
         ->capture_default_str()
-        ->check(CLI::IsMember({"table", "csv", "json"}));
+        ->check(CLI::IsMember({"table", "markdown", "csv", "json"}));
     c->add_option("--time", o->time,
                   "Device time of each kernel, copy and set: exclusive (where records overlap -- a kernel launched "
                   "with programmatic dependent launch waiting for its predecessor -- the shared time counts once, "
@@ -453,7 +461,7 @@ void add_analysis_commands(CLI::App& app, std::vector<Command>& out) {
   {
     auto* c = app.add_subcommand("compare", "Compare two runs of one scenario point by point (ratio = B / A)");
     struct O {
-      std::string a, b, format, db = "mocbench.db";
+      std::string a, b, format = "table", db = "mocbench.db";
       std::vector<std::string> metrics;
       bool force = false;
     };
@@ -462,7 +470,9 @@ void add_analysis_commands(CLI::App& app, std::vector<Command>& out) {
     c->add_option("B", o->b, "Candidate: RUN, FILE:RUN or FILE (its newest run)")->required();
     c->add_option("--db", o->db, "Database for bare run ids")->capture_default_str();
     c->add_option("--metric", o->metrics, "Metric to compare (repeatable; default: the main ones)");
-    c->add_option("--format", o->format, "csv | json instead of the table")->check(CLI::IsMember({"csv", "json"}));
+    c->add_option("--format", o->format, "table | markdown | csv | json")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"table", "markdown", "csv", "json"}));
     c->add_flag("--force", o->force, "Compare runs of different scenarios");
     out.push_back({c, [o] { return cmd_compare(o->a, o->b, o->db, o->metrics, o->format, o->force); }});
   }

@@ -30,19 +30,6 @@ const char* unit_suffix(Unit u) {
   return "";
 }
 
-// Shortest text that reads back as v (integers without a point).
-std::string exact_num(double v) {
-  if (std::isnan(v) || std::isinf(v)) return "null";
-  if (v == std::floor(v) && std::fabs(v) < 1e15) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
-    return buf;
-  }
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
-
 double metric(const Metrics& m, const std::string& name, bool* found) {
   for (const auto& [k, v] : m)
     if (k == name && !std::isnan(v)) {
@@ -54,9 +41,9 @@ double metric(const Metrics& m, const std::string& name, bool* found) {
 }
 
 std::vector<Column> stat_columns(const std::string& count_name) {
-  return {{"Time", Unit::percent, false, 1},    {"Total Time", Unit::ns, false, 0}, {count_name, Unit::none, false, 0},
-          {"Avg", Unit::ns, false, 1},          {"Med", Unit::ns, false, 1},        {"Min", Unit::ns, false, 0},
-          {"Max", Unit::ns, false, 0},          {"StdDev", Unit::ns, false, 1}};
+  return {column("Time", Unit::percent, false, 1),    column("Total Time", Unit::ns, false, 0), column(count_name, Unit::none, false, 0),
+          column("Avg", Unit::ns, false, 1),          column("Med", Unit::ns, false, 1),        column("Min", Unit::ns, false, 0),
+          column("Max", Unit::ns, false, 0),          column("StdDev", Unit::ns, false, 1)};
 }
 
 // Groups of durations by key, as rows sorted by total time descending (then by key).
@@ -114,12 +101,6 @@ std::string time_note(TimeMode time) {
 
 }  // namespace
 
-std::string Table::header(std::size_t col) const {
-  const Column& c = columns.at(col);
-  if (c.unit == Unit::none) return c.name;
-  return c.name + " (" + unit_suffix(c.unit) + ")";
-}
-
 const std::vector<std::string>& report_names() {
   static const std::vector<std::string> names = {"cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "cuda_api_sum",
                                                  "cuda_kern_exec_sum", "nvtx_sum", "nvtx_gpu_proj_sum", "phase_sum",
@@ -166,8 +147,8 @@ Table duration_summary(std::string id, std::string title, const std::string& cou
   tb.id = std::move(id);
   tb.title = std::move(title);
   tb.columns = stat_columns(count_name);
-  for (const auto& [column, value] : extra) tb.columns.push_back({column, Unit::none, true, 0});
-  tb.columns.push_back({name_column, Unit::none, true, 0});
+  for (const auto& [name, value] : extra) tb.columns.push_back(column(name, Unit::none, true, 0));
+  tb.columns.push_back(column(name_column, Unit::none, true, 0));
   double grand = 0;
   for (const auto& [name, st] : summarize(groups, &grand)) {
     auto row = stat_cells(st, grand);
@@ -201,10 +182,10 @@ Table cuda_kern_exec_sum(const prof::ProfileTrace& t, TimeMode time) {
   Table tb;
   tb.id = "cuda_kern_exec_sum";
   tb.title = "CUDA Kernel Launch & Exec Time Summary (eager launches)";
-  tb.columns = {{"Count", Unit::none, false, 0},    {"API Avg", Unit::ns, false, 1},
-                {"Launch-to-start Avg", Unit::ns, false, 1}, {"Launch-to-start Med", Unit::ns, false, 1},
-                {"Launch-to-start Min", Unit::ns, false, 0}, {"Launch-to-start Max", Unit::ns, false, 0},
-                {"Kernel Avg", Unit::ns, false, 1}, {"Name", Unit::none, true, 0}};
+  tb.columns = {column("Count", Unit::none, false, 0),    column("API Avg", Unit::ns, false, 1),
+                column("Launch-to-start Avg", Unit::ns, false, 1), column("Launch-to-start Med", Unit::ns, false, 1),
+                column("Launch-to-start Min", Unit::ns, false, 0), column("Launch-to-start Max", Unit::ns, false, 0),
+                column("Kernel Avg", Unit::ns, false, 1), column("Name", Unit::none, true, 0)};
   // The earliest API call of each correlation id: the launch (a runtime call and the driver call inside it
   // share the id).
   std::unordered_map<std::uint32_t, const prof::ApiRecord*> launch;
@@ -285,10 +266,10 @@ Table nvtx_gpu_proj_sum(const prof::ProfileTrace& t) {
   tb.id = "nvtx_gpu_proj_sum";
   tb.title = "NVTX GPU Projection Summary";
   tb.columns = stat_columns("Instances");
-  tb.columns[1].name = "Total Proj Time";
-  tb.columns.push_back({"Total GPU Ops", Unit::none, false, 0});
-  tb.columns.push_back({"Style", Unit::none, true, 0});
-  tb.columns.push_back({"Range", Unit::none, true, 0});
+  tb.columns[1] = column("Total Proj Time", Unit::ns, false, 0);
+  tb.columns.push_back(column("Total GPU Ops", Unit::none, false, 0));
+  tb.columns.push_back(column("Style", Unit::none, true, 0));
+  tb.columns.push_back(column("Range", Unit::none, true, 0));
   std::map<std::string, Group> groups;
   for (const auto& r : t.ranges) {
     if (r.ops <= 0) continue;
@@ -321,10 +302,10 @@ Table phase_table(const prof::ProfileTrace& t, const prof::DeviceTimes& dt, Time
   Table ph;
   ph.id = "phase_sum";
   ph.title = "Phase Summary (each op in its innermost range, layers merged)";
-  ph.columns = {{"Phase", Unit::none, true, 0},
-                {"Kernels per step", Unit::none, false, 1},
-                {dev + " time per step", Unit::ms, false, 3},
-                {"Share of step", Unit::percent, false, 1}};
+  ph.columns = {column("Phase", Unit::none, true, 0),
+                column("Kernels per step", Unit::none, false, 1),
+                column(dev + " time per step", Unit::ms, false, 3),
+                column("Share of step", Unit::percent, false, 1)};
   struct Acc {
     double kernels = 0;
     std::int64_t ns = 0;
@@ -376,11 +357,11 @@ Table breakdown_table(const prof::ProfileTrace& t, const prof::DeviceTimes& dt, 
   bd.title = "Latency Breakdown (profiled vs timed)";
   const bool decode = mode == "ffn-decode";
   const Unit u = decode ? Unit::us : Unit::ms;
-  bd.columns = {{"Part", Unit::none, true, 0},
-                {"Profiled", u, false, 3},
-                {"Timed", u, false, 3},
-                {"Profiled share", Unit::percent, false, 1},
-                {"Timed share", Unit::percent, false, 1}};
+  bd.columns = {column("Part", Unit::none, true, 0),
+                column("Profiled", u, false, 3),
+                column("Timed", u, false, 3),
+                column("Profiled share", Unit::percent, false, 1),
+                column("Timed share", Unit::percent, false, 1)};
   double per = steps * 1e6;  // ns per step -> ms
   if (decode) {
     bool found = false;
@@ -428,8 +409,8 @@ Table breakdown_table(const prof::ProfileTrace& t, const prof::DeviceTimes& dt, 
   }
   if (!decode && all_parts && total_found) timed_part[kOther] = timed_total - timed_sum;
   auto share = [](const Cell& v, double total, bool have_total) -> Cell {
-    if (!have_total || total <= 0 || !std::holds_alternative<double>(v)) return std::monostate{};
-    return 100.0 * std::get<double>(v) / total;
+    if (!have_total || total <= 0 || !v.value) return Cell{};
+    return 100.0 * *v.value / total;
   };
   for (int p : {kGate, kUpDown, kTopk, kOther}) {
     const Cell prof_cell = prof_part[p];
@@ -487,14 +468,14 @@ Table stage_sum(const prof::ProfileTrace& t) {
   Table tb;
   tb.id = "stage_sum";
   tb.title = "Kernel Stage Summary (device-side stamps, layers merged)";
-  tb.columns = {{"Kernel", Unit::none, true, 0},
-                {"Stage", Unit::none, true, 0},
-                {"Instances per step", Unit::none, false, 1},
-                {"Time per step", Unit::ns, false, 1},
-                {"Share of kernel", Unit::percent, false, 1},
-                {"Barrier wait per step", Unit::ns, false, 1},
-                {"Avg", Unit::ns, false, 1},
-                {"Max", Unit::ns, false, 0}};
+  tb.columns = {column("Kernel", Unit::none, true, 0),
+                column("Stage", Unit::none, true, 0),
+                column("Instances per step", Unit::none, false, 1),
+                column("Time per step", Unit::ns, false, 1),
+                column("Share of kernel", Unit::percent, false, 1),
+                column("Barrier wait per step", Unit::ns, false, 1),
+                column("Avg", Unit::ns, false, 1),
+                column("Max", Unit::ns, false, 0)};
   const double steps = std::max(1, t.steps);
   struct Acc {
     std::vector<std::int64_t> d;
@@ -559,20 +540,20 @@ Table roofline(const prof::ProfileTrace& t, const prof::Ceilings& ceilings, Time
   Table tb;
   tb.id = "roofline";
   tb.title = "Roofline (per kernel and phase, against what each op declared)";
-  tb.columns = {{"Time per step", Unit::ns, false, 1}, {"Instances", Unit::none, false, 0},
-                {"Bytes per step", Unit::none, false, 0}, {"GB/s", Unit::none, false, 1},
-                {"Of bandwidth", Unit::percent, false, 1}, {"TFLOP/s", Unit::none, false, 2},
-                {"Of peak", Unit::percent, false, 1},     {"Floor per step", Unit::ns, false, 1},
-                {"Of floor", Unit::percent, false, 1},    {"Lost per step", Unit::ns, false, 1},
-                {"Phase", Unit::none, true, 0},           {"Op", Unit::none, true, 0},
-                {"Name", Unit::none, true, 0}};
+  tb.columns = {column("Time per step", Unit::ns, false, 1), column("Instances", Unit::none, false, 0),
+                column("Bytes per step", Unit::none, false, 0), column("GB/s", Unit::none, false, 1),
+                column("Of bandwidth", Unit::percent, false, 1), column("TFLOP/s", Unit::none, false, 2),
+                column("Of peak", Unit::percent, false, 1),     column("Floor per step", Unit::ns, false, 1),
+                column("Of floor", Unit::percent, false, 1),    column("Lost per step", Unit::ns, false, 1),
+                column("Phase", Unit::none, true, 0),           column("Op", Unit::none, true, 0),
+                column("Name", Unit::none, true, 0)};
   std::size_t bounds = 0;
   for (const auto& row : r.rows) {
     std::vector<Cell> c;
     c.emplace_back(row.time_ns);
     c.emplace_back(static_cast<double>(row.instances) / r.steps);
     if (!row.declared) {
-      for (int i = 0; i < 8; ++i) c.emplace_back(std::monostate{});
+      for (int i = 0; i < 8; ++i) c.emplace_back(Cell{});
       c.emplace_back(row.phase);
       c.emplace_back(std::string("(undeclared)"));
       c.emplace_back(row.kernel);
@@ -584,16 +565,16 @@ Table roofline(const prof::ProfileTrace& t, const prof::Ceilings& ceilings, Time
     c.emplace_back(row.bytes);
     c.emplace_back(gbps);
     if (known) c.emplace_back(100.0 * gbps / ceilings.copy_GBps);
-    else c.emplace_back(std::monostate{});
+    else c.emplace_back(Cell{});
     c.emplace_back(tf);
     if (known) c.emplace_back(100.0 * tf / ceilings.gemm_tflops);
-    else c.emplace_back(std::monostate{});
+    else c.emplace_back(Cell{});
     if (known) {
       c.emplace_back(row.floor_ns);
       c.emplace_back(row.time_ns > 0 ? 100.0 * row.floor_ns / row.time_ns : 0.0);
       c.emplace_back(row.lost_ns);
     } else {
-      for (int i = 0; i < 3; ++i) c.emplace_back(std::monostate{});
+      for (int i = 0; i < 3; ++i) c.emplace_back(Cell{});
     }
     c.emplace_back(row.phase);
     c.emplace_back(row.op + (row.bound ? " (bytes: upper bound)" : ""));
@@ -646,140 +627,32 @@ std::vector<Table> run_report(const std::string& name, const prof::ProfileTrace&
   throw std::invalid_argument("unknown report '" + name + "'; reports: " + known);
 }
 
-// ---- printers
+// ---- printers: the shared table's (db/table.h), framed as `nsys stats` frames its tables.
 
-std::string group_thousands(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  std::string s = buf;
-  std::size_t begin = s[0] == '-' ? 1 : 0;
-  std::size_t end = s.find('.');
-  if (end == std::string::npos) end = s.size();
-  std::string out = s.substr(0, begin);
-  for (std::size_t i = begin; i < end; ++i) {
-    out.push_back(s[i]);
-    const std::size_t left = end - i - 1;
-    if (left > 0 && left % 3 == 0) out.push_back(',');
-  }
-  out += s.substr(end);
-  return out;
+report::Column column(std::string name, Unit unit, bool text, int decimals) {
+  report::Column c;
+  c.key = unit == Unit::none ? name : name + " (" + unit_suffix(unit) + ")";
+  c.title = unit == Unit::ns ? name : c.key;  // ns: the text printers add the unit they scale to
+  c.unit = unit_suffix(unit);
+  c.text = text;
+  c.decimals = decimals;
+  c.grouped = !text;
+  c.scale_ns = unit == Unit::ns;
+  return c;
 }
 
 void print_text(const Table& tb, std::ostream& out) {
   out << " ** " << tb.title << " (" << tb.id << "):\n\n";
-  if (tb.rows.empty()) {
-    for (const auto& n : tb.notes) out << " " << n << "\n";
-    out << "\n";
-    return;
-  }
-  // One readable unit for the table's ns columns, chosen from the median of their values.
-  std::vector<double> ns_values;
-  for (const auto& row : tb.rows)
-    for (std::size_t c = 0; c < tb.columns.size() && c < row.size(); ++c)
-      if (tb.columns[c].unit == Unit::ns && std::holds_alternative<double>(row[c]))
-        ns_values.push_back(std::get<double>(row[c]));
-  double scale = 1;
-  const char* scaled = "ns";
-  if (!ns_values.empty()) {
-    std::nth_element(ns_values.begin(), ns_values.begin() + static_cast<std::ptrdiff_t>(ns_values.size() / 2),
-                     ns_values.end());
-    const double med = ns_values[ns_values.size() / 2];
-    if (med >= 1e10) scale = 1e9, scaled = "s";
-    else if (med >= 1e7) scale = 1e6, scaled = "ms";
-    else if (med >= 1e4) scale = 1e3, scaled = "us";
-  }
-  const std::size_t nc = tb.columns.size();
-  std::vector<std::string> head(nc);
-  std::vector<std::vector<std::string>> cells;
-  for (std::size_t c = 0; c < nc; ++c) {
-    const Column& col = tb.columns[c];
-    head[c] = col.unit == Unit::ns ? col.name + " (" + scaled + ")" : tb.header(c);
-  }
-  for (const auto& row : tb.rows) {
-    std::vector<std::string> line(nc);
-    for (std::size_t c = 0; c < nc; ++c) {
-      const Column& col = tb.columns[c];
-      const Cell& v = c < row.size() ? row[c] : Cell{};
-      if (std::holds_alternative<std::string>(v)) {
-        line[c] = std::get<std::string>(v);
-      } else if (std::holds_alternative<double>(v)) {
-        const double x = std::get<double>(v);
-        if (col.unit == Unit::ns) line[c] = scale == 1 ? group_thousands(x, col.decimals) : group_thousands(x / scale, 3);
-        else line[c] = group_thousands(x, col.decimals);
-      } else {
-        line[c] = "-";
-      }
-    }
-    cells.push_back(std::move(line));
-  }
-  std::vector<std::size_t> w(nc);
-  for (std::size_t c = 0; c < nc; ++c) {
-    w[c] = head[c].size();
-    for (const auto& line : cells) w[c] = std::max(w[c], line[c].size());
-  }
-  auto emit = [&](const std::vector<std::string>& line) {
-    std::string s;
-    for (std::size_t c = 0; c < nc; ++c) {
-      s += c ? "  " : " ";
-      const std::size_t pad = w[c] - line[c].size();
-      const bool last = c + 1 == nc;
-      if (tb.columns[c].text) {
-        s += line[c];
-        if (!last) s.append(pad, ' ');
-      } else {
-        s.append(pad, ' ');
-        s += line[c];
-      }
-    }
-    out << s << "\n";
-  };
-  emit(head);
-  std::vector<std::string> dashes(nc);
-  for (std::size_t c = 0; c < nc; ++c) dashes[c] = std::string(w[c], '-');
-  emit(dashes);
-  for (const auto& line : cells) emit(line);
-  if (!tb.notes.empty()) out << "\n";
+  if (!tb.rows.empty()) report::print_grid(tb, out, {" ", {}});
+  if (!tb.rows.empty() && !tb.notes.empty()) out << "\n";
   for (const auto& n : tb.notes) out << " " << n << "\n";
   out << "\n";
 }
 
 void print_csv(const Table& tb, std::ostream& out, const std::vector<std::pair<std::string, std::string>>& prefix) {
-  auto line = [&out](const std::vector<std::string>& v) { out << csv_line(v); };
-  std::vector<std::string> h;
-  for (const auto& p : prefix) h.push_back(p.first);
-  for (std::size_t c = 0; c < tb.columns.size(); ++c) h.push_back(tb.header(c));
-  line(h);
-  for (const auto& row : tb.rows) {
-    std::vector<std::string> v;
-    for (const auto& p : prefix) v.push_back(p.second);
-    for (std::size_t c = 0; c < tb.columns.size(); ++c) {
-      const Cell& x = c < row.size() ? row[c] : Cell{};
-      if (std::holds_alternative<std::string>(x)) v.push_back(std::get<std::string>(x));
-      else if (std::holds_alternative<double>(x)) v.push_back(exact_num(std::get<double>(x)));
-      else v.emplace_back();
-    }
-    line(v);
-  }
+  report::print_csv(tb, out, prefix);
 }
 
-void print_json(const Table& tb, std::ostream& out) {
-  using Json = nlohmann::ordered_json;  // key order as the table has it
-  Json columns = Json::array(), rows = Json::array();
-  for (std::size_t c = 0; c < tb.columns.size(); ++c)
-    columns.push_back(Json{{"name", tb.header(c)}, {"unit", tb.columns[c].text ? "text" : unit_suffix(tb.columns[c].unit)}});
-  for (const auto& row : tb.rows) {
-    Json r = Json::object();
-    for (std::size_t c = 0; c < tb.columns.size(); ++c) {
-      const Cell& x = c < row.size() ? row[c] : Cell{};
-      if (std::holds_alternative<std::string>(x)) r[tb.header(c)] = std::get<std::string>(x);
-      else if (std::holds_alternative<double>(x)) r[tb.header(c)] = std::get<double>(x);  // NaN / inf: null
-      else r[tb.header(c)] = nullptr;
-    }
-    rows.push_back(std::move(r));
-  }
-  const Json doc{{"report", tb.id}, {"title", tb.title}, {"columns", std::move(columns)}, {"rows", std::move(rows)},
-                 {"notes", tb.notes}};
-  out << json_line(doc);
-}
+void print_json(const Table& tb, std::ostream& out) { out << json_line(report::to_json(tb)); }
 
 }  // namespace moc::stats

@@ -1,7 +1,7 @@
 // `mocbench stats`: reports over a point's profile (prof::ProfileTrace), modelled on `nsys stats`. Each
 // report is a pure function from the trace (and, for phase_sum, the point's stored metrics) to a small
-// table model; one printer set renders any table as an aligned text table (human time units, nsys-like
-// headers), CSV or JSON (one result model, several printers, as nvbench does).
+// table model; the shared printers (db/table.h) render any table as an aligned text table (human time units,
+// nsys-like headers), Markdown, CSV or JSON (one result model, several printers, as nvbench does).
 //
 // Reports:
 //   cuda_gpu_kern_sum      per kernel name (CPU ops on the CPU backend): Time (%), Total Time, Instances, Avg,
@@ -34,37 +34,27 @@
 #include <iosfwd>
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
 
+#include "db/table.h"
 #include "profiling/roofline.h"
 #include "profiling/trace.h"
 
 namespace moc::stats {
 
 // What a column's numbers are. Time columns in ns are shown in a readable unit by the text printer
-// (ns, us, ms or s, one per table); CSV and JSON always carry the unit in the header / the column model.
+// (ns, us, ms or s, one per table); CSV and JSON always carry the unit in the column's key ("Total Time (ns)").
 enum class Unit { none, ns, us, ms, percent };
 
-struct Column {
-  std::string name;  // without the unit: "Total Time"; printers append " (ns)", " (%)", ...
-  Unit unit = Unit::none;
-  bool text = false;  // a text column (left-aligned): Name, Range, Style, Operation, Phase, Part
-  int decimals = 0;   // digits after the point in the text printer for Unit::none / ns, percent, ms, us
-};
+// The reports' tables are the shared table model (db/table.h): one model, the same printers as `show` and
+// `compare`.
+using Table = report::Table;
+using Column = report::Column;
+using Cell = report::Cell;  // empty: a value the point lacks ('-' in text, empty in CSV, null in JSON)
 
-// A cell: empty (a value the point lacks: '-' in text, empty in CSV, null in JSON), a number, or text.
-using Cell = std::variant<std::monostate, double, std::string>;
-
-struct Table {
-  std::string id;     // "cuda_gpu_kern_sum", "phase_sum", "phase_sum_breakdown", ...
-  std::string title;  // "CUDA GPU Kernel Summary"
-  std::vector<Column> columns;
-  std::vector<std::vector<Cell>> rows;
-  std::vector<std::string> notes;  // printed after the table (text) / carried in JSON
-  // Header of a column with its unit: "Total Time (ns)", "Time (%)", "Instances".
-  std::string header(std::size_t col) const;
-};
+// A report column: key "Name (unit)" (the CSV header and JSON key), numbers with thousands separators and
+// `decimals` digits in the text printer, ns columns scaled there to one readable unit per table.
+Column column(std::string name, Unit unit, bool text = false, int decimals = 0);
 
 // The report names `stats` accepts, and the ones it runs by default.
 const std::vector<std::string>& report_names();
@@ -113,11 +103,11 @@ void print_text(const Table& table, std::ostream& out);
 // every line (the CLI puts point and report there).
 void print_csv(const Table& table, std::ostream& out,
                const std::vector<std::pair<std::string, std::string>>& prefix = {});
-// {"report": id, "title": ..., "columns": [{"name": header, "unit": "ns"}...], "rows": [{header: value}...],
-//  "notes": [...]}; empty cells are null.
+// The shared JSON table (report::to_json) on one line: {"id": report, "title", "columns": [{"key": "Total Time
+// (ns)", "title", "unit": "ns"}...], "rows": [{key: value}...], "notes": [...]}; empty cells are null.
 void print_json(const Table& table, std::ostream& out);
 
 // A number as the text printer shows it: thousands separators, `decimals` digits after the point.
-std::string group_thousands(double v, int decimals);
+using report::group_thousands;
 
 }  // namespace moc::stats

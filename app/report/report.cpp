@@ -20,12 +20,6 @@ namespace {
 // Key order as written; numbers that are not finite become null.
 using Json = nlohmann::ordered_json;
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
 
 std::string iso_utc(std::int64_t unix_ms) {
   std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
@@ -107,24 +101,33 @@ void write_export(const db::ResultsDb& store, const std::vector<std::int64_t>& r
   std::vector<std::string> csv_axes;
   for (const auto& a : axes)
     if (a != "mode") csv_axes.push_back(a);
-  if (format == ExportFormat::csv) {
-    auto cells = [&out](const std::vector<std::string>& v) { out << csv_line(v); };
-    std::vector<std::string> header = fixed;
-    header.insert(header.end(), csv_axes.begin(), csv_axes.end());
-    header.insert(header.end(), metrics.begin(), metrics.end());
-    cells(header);
+  if (format == ExportFormat::csv) {  // the shared table's CSV printer: text cells as written, numbers exact
+    report::Table t;
+    t.id = "export";
+    auto col = [&t](const std::string& key, bool text) {
+      report::Column c;
+      c.key = key;
+      c.text = text;
+      c.unit = text ? "" : std::string(metrics::unit(key));
+      t.columns.push_back(std::move(c));
+    };
+    for (const auto& f : fixed) col(f, true);
+    for (const auto& a : csv_axes) col(a, true);
+    for (const auto& m : metrics) col(m, false);
     for (const auto& it : items) {
-      std::vector<std::string> row = fixed_values(it);
+      std::vector<report::Cell> row;
+      for (auto& v : fixed_values(it)) row.emplace_back(std::move(v));
       for (const auto& a : csv_axes) {
         const auto* v = find_kv(it.point.axes, a);
-        row.push_back(v ? *v : std::string());
+        row.emplace_back(v ? *v : std::string());
       }
       for (const auto& m : metrics) {
         const auto* v = find_kv(it.point.metrics, m);
-        row.push_back(v && !std::isnan(*v) ? num(*v) : std::string());
+        row.push_back(v && std::isfinite(*v) ? report::Cell(*v) : report::Cell());
       }
-      cells(row);
+      t.rows.push_back(std::move(row));
     }
+    report::print_csv({&t}, out);
     return;
   }
   // One point per line, through nlohmann-json (a metric that is not finite is null).
@@ -201,73 +204,70 @@ Comparison compare_runs(const db::ResultsDb& da, std::int64_t ra, const db::Resu
   return c;
 }
 
-void print_comparison(const Comparison& c, ExportFormat format, std::ostream& out, bool table) {
-  auto ratio = [](const CompareRow& r) -> std::optional<double> {
-    if (r.a && r.b && *r.a != 0) return *r.b / *r.a;
-    return std::nullopt;
+report::Table comparison_table(const Comparison& c) {
+  report::Table t;
+  t.id = "compare";
+  t.title = "A: " + c.label_a + "\nB: " + c.label_b;
+  auto col = [&t](std::string key, std::string title, bool text, bool machine_only = false) {
+    report::Column x;
+    x.key = std::move(key);
+    x.title = std::move(title);
+    x.text = text;
+    x.machine_only = machine_only;
+    t.columns.push_back(std::move(x));
   };
-  if (!table) {
-    if (format == ExportFormat::json) {
-      out << "[";
-      for (std::size_t i = 0; i < c.rows.size(); ++i) {
-        const auto& r = c.rows[i];
-        const auto q = ratio(r);
-        const Json row{{"point", r.key},
-                       {"metric", r.metric},
-                       {"a", r.a ? Json(*r.a) : Json()},
-                       {"b", r.b ? Json(*r.b) : Json()},
-                       {"ratio_b_over_a", q ? Json(*q) : Json()},
-                       {"status_a", r.status_a},
-                       {"status_b", r.status_b},
-                       {"verdict", metrics::verdict_name(r.verdict)},
-                       {"unit", std::string(metrics::unit(r.metric))}};
-        out << (i ? ",\n " : "\n ") << json_line(row);
-      }
-      out << (c.rows.empty() ? "]\n" : "\n]\n");
-      return;
-    }
-    out << "point,metric,a,b,ratio_b_over_a,status_a,status_b,verdict,unit\n";
-    for (const auto& r : c.rows)
-      out << csv_cell(r.key) << "," << csv_cell(r.metric) << "," << (r.a ? num(*r.a) : "") << ","
-          << (r.b ? num(*r.b) : "") << "," << (ratio(r) ? num(*ratio(r)) : "") << "," << r.status_a << ","
-          << r.status_b << "," << metrics::verdict_name(r.verdict) << ","
-          << csv_cell(std::string(metrics::unit(r.metric))) << "\n";
-    return;
-  }
-  out << "A: " << c.label_a << "\nB: " << c.label_b << "\n";
-  for (const auto& w : c.warnings) out << "note: " << w << "\n";
-  std::size_t kw = 5, mw = 14;
+  col("point", "point", true);
+  col("metric", "metric", true);
+  col("a", "A", false);
+  col("b", "B", false);
+  col("ratio_b_over_a", "B/A", false);
+  col("status_a", "", true, true);
+  col("status_b", "", true, true);
+  col("verdict", "B is", true);  // better / worse / same (within both sides' noise, or no better direction)
+  col("unit", "", true, true);
+  auto side = [](const std::optional<double>& v, const std::string& status) {
+    if (!v) return report::Cell(std::nullopt, status == "ok" ? "-" : status);
+    char b[32];
+    std::snprintf(b, sizeof b, "%.6g", *v);
+    return report::Cell(v, b);
+  };
   for (const auto& r : c.rows) {
-    kw = std::max(kw, r.key.size());
-    mw = std::max(mw, r.metric.size());
-  }
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "%-*s  %-*s %14s %14s %9s  %s\n", static_cast<int>(kw), "point",
-                static_cast<int>(mw), "metric", "A", "B", "B/A", "B is");
-  out << buf;
-  for (const auto& r : c.rows) {
-    auto cell = [](const std::optional<double>& v, const std::string& status) {
-      if (v) {
-        char b[32];
-        std::snprintf(b, sizeof b, "%.6g", *v);
-        return std::string(b);
-      }
-      return status == "ok" ? std::string("-") : status;
-    };
-    const auto q = ratio(r);
+    std::optional<double> q;
+    if (r.a && r.b && *r.a != 0) q = *r.b / *r.a;
     char rb[32] = "-";
     if (q) std::snprintf(rb, sizeof rb, "%.3fx", *q);
-    // "same": within both sides' noise, or a metric with no better direction; blank when a side is missing.
-    const char* verdict = r.verdict == metrics::Verdict::missing ? "" : metrics::verdict_name(r.verdict);
-    std::snprintf(buf, sizeof buf, "%-*s  %-*s %14s %14s %9s  %s\n", static_cast<int>(kw), r.key.c_str(),
-                  static_cast<int>(mw), r.metric.c_str(), cell(r.a, r.status_a).c_str(), cell(r.b, r.status_b).c_str(),
-                  rb, verdict);
-    out << buf;
+    t.rows.push_back({r.key, r.metric, side(r.a, r.status_a), side(r.b, r.status_b), report::Cell(q, rb), r.status_a,
+                      r.status_b, metrics::verdict_name(r.verdict), std::string(metrics::unit(r.metric))});
   }
-  out << c.matched << " points matched";
-  if (c.only_a) out << ", " << c.only_a << " only in A";
-  if (c.only_b) out << ", " << c.only_b << " only in B";
-  out << "\n";
+  std::string matched = std::to_string(c.matched) + " points matched";
+  if (c.only_a) matched += ", " + std::to_string(c.only_a) + " only in A";
+  if (c.only_b) matched += ", " + std::to_string(c.only_b) + " only in B";
+  t.notes.push_back(matched);
+  return t;
+}
+
+void print_comparison(const Comparison& c, ComparisonFormat format, std::ostream& out) {
+  const report::Table t = comparison_table(c);
+  switch (format) {
+    case ComparisonFormat::csv: report::print_csv({&t}, out); return;
+    case ComparisonFormat::json: {
+      // An array of the rows (row_json's objects), one per line.
+      out << "[";
+      for (std::size_t i = 0; i < t.rows.size(); ++i) out << (i ? ",\n " : "\n ") << json_line(report::row_json(t, i));
+      out << (t.rows.empty() ? "]\n" : "\n]\n");
+      return;
+    }
+    case ComparisonFormat::markdown:
+      for (const auto& w : c.warnings) out << "note: " << w << "\n";
+      report::print_markdown(t, out);
+      return;
+    case ComparisonFormat::table:
+      out << t.title << "\n";
+      for (const auto& w : c.warnings) out << "note: " << w << "\n";
+      report::print_grid(t, out);
+      for (const auto& n : t.notes) out << n << "\n";
+      return;
+  }
 }
 
 }  // namespace moc

@@ -10,6 +10,7 @@
 
 #include "db/point_compare.h"
 #include "db/results_db.h"
+#include "db/table.h"
 
 namespace moc {
 
@@ -53,7 +54,13 @@ struct Comparison {
 // when the runs belong to different scenarios (by name) and !allow_different_scenarios.
 Comparison compare_runs(const db::ResultsDb& da, std::int64_t ra, const db::ResultsDb& dbb, std::int64_t rb,
                         const std::vector<std::string>& metrics, bool allow_different_scenarios);
-// A table (ratio = B / A, with the verdict), or CSV / JSON with the same columns plus each metric's unit.
-void print_comparison(const Comparison& c, ExportFormat format, std::ostream& out, bool table);
+// The comparison as the shared table (db/table.h): point, metric, A, B, B/A, verdict ("B is": better, worse,
+// same -- within both sides' noise or a metric with no better direction -- or missing), and for the machine
+// printers status_a, status_b and the metric's unit; the title names A and B, the note counts the matches.
+report::Table comparison_table(const Comparison& c);
+enum class ComparisonFormat { table, markdown, csv, json };
+// table: "A: ...", "B: ...", notes on differing scenario text / devices / versions, the grid, "N points
+// matched"; markdown: the same as a pipe table; csv: every column; json: an array of row objects.
+void print_comparison(const Comparison& c, ComparisonFormat format, std::ostream& out);
 
 }  // namespace moc

@@ -62,7 +62,19 @@ struct ModeSpec {
 };
 
 ValueSpec value(std::string key, std::string title, std::string unit, Getter get, int decimals = -1) {
-  return {{std::move(key), std::move(title), std::move(unit), false, decimals}, std::move(get)};
+  SummaryColumn c;
+  c.key = std::move(key);
+  c.title = std::move(title);
+  c.unit = std::move(unit);
+  c.decimals = decimals;
+  return {std::move(c), std::move(get)};
+}
+
+SummaryColumn text_column(const std::string& key) {
+  SummaryColumn c;
+  c.key = c.title = key;
+  c.text = true;
+  return c;
 }
 
 ValueSpec noise() { return value("noise_pct", "± %", "%", scaled("noise", 100.0), 1); }
@@ -107,17 +119,8 @@ ModeSpec spec_of(const std::string& mode) {
   return {mode, {value("median_ms", "median (ms)", "ms", scaled("median_ms", 1)), noise()}, ""};
 }
 
-// 3 significant digits without an exponent (1.72, 30.1, 581, 2175).
-std::string number(double v, int decimals) {
-  char buf[64];
-  if (decimals < 0) {
-    const double a = std::fabs(v);
-    decimals = a >= 100 || a == 0 ? 0 : a >= 10 ? 1 : a >= 1 ? 2 : 3;
-    if (a != 0 && a < 0.01) decimals = 4;
-  }
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
-}
+// 3 significant digits without an exponent (1.72, 30.1, 581, 2175), or `decimals` digits.
+std::string number(double v, int decimals) { return report::format_number(v, decimals); }
 
 std::string axis_value(const db::PointRecord& p, const std::string& name) {
   for (const auto& [k, v] : p.axes)
@@ -138,7 +141,7 @@ std::string ratio_text(double r) { return number(r, 2) + "x"; }
 SummaryTable table_of(const std::string& mode, const std::vector<const db::PointRecord*>& pts, bool gpu) {
   const ModeSpec spec = spec_of(mode);
   SummaryTable t;
-  t.mode = mode;
+  t.id = mode;
   t.title = mode + ": " + spec.title;
   // Axis columns: the axes whose value varies among this mode's points (the FFN's always, when swept).
   std::vector<std::string> axes;
@@ -151,8 +154,8 @@ SummaryTable table_of(const std::string& mode, const std::vector<const db::Point
     for (const auto* p : pts) seen.insert(axis_value(*p, a));
     return seen.size() < 2;
   });
-  for (const auto& a : axes) t.columns.push_back({a, a, "", true, -1});
-  t.columns.push_back({"status", "status", "", true, -1});
+  for (const auto& a : axes) t.columns.push_back(text_column(a));
+  t.columns.push_back(text_column("status"));
   // Profiled points: kernels per step and the GPU's busy time per step (`mocbench stats` has the rest).
   std::vector<ValueSpec> values = spec.values;
   if (std::any_of(pts.begin(), pts.end(), [](const auto* p) { return metric(p->metrics, "profile_kernels").has_value(); })) {
@@ -195,16 +198,17 @@ SummaryTable table_of(const std::string& mode, const std::vector<const db::Point
     return axis_value(*p, "ffn") != "dense";
   });
   if (speedups) {
-    t.columns.push_back({"speedup_vs_dense", "vs dense (speed)", "x", false, 2});
-    if (!spec.memory_metric.empty()) t.columns.push_back({"memory_vs_dense", "vs dense (memory)", "x", false, 2});
+    t.columns.push_back(value("speedup_vs_dense", "vs dense (speed)", "x", {}, 2).column);
+    if (!spec.memory_metric.empty())
+      t.columns.push_back(value("memory_vs_dense", "vs dense (memory)", "x", {}, 2).column);
   }
   // Per FFN variant: speedups and the points they were seen at, for the headline.
   std::map<std::string, std::vector<std::pair<double, std::string>>> by_ffn;
   int noisy = 0;  // points whose repetitions hit a bound before the noise met the scenario's target
   for (const auto* p : pts) {
     std::vector<SummaryCell> row;
-    for (const auto& a : axes) row.push_back({axis_value(*p, a), std::nullopt});
-    row.push_back({p->status, std::nullopt});
+    for (const auto& a : axes) row.emplace_back(axis_value(*p, a));
+    row.emplace_back(p->status);
     const bool ok = p->status == "ok";
     const auto met = metric(p->metrics, "noise_met");  // absent in runs stored before it was recorded
     const bool not_final = ok && met && *met == 0.0;
@@ -213,7 +217,7 @@ SummaryTable table_of(const std::string& mode, const std::vector<const db::Point
       const auto x = ok ? v.get(p->metrics) : std::nullopt;
       std::string text = x ? number(*x, v.column.decimals) : "-";
       if (not_final && v.column.key == "noise_pct") text += "!";
-      row.push_back({std::move(text), x});
+      row.emplace_back(x, std::move(text));
     }
     if (speedups) {
       std::optional<double> s, mem;
@@ -226,8 +230,8 @@ SummaryTable table_of(const std::string& mode, const std::vector<const db::Point
           if (ma && mb && *ma > 0) mem = *mb / *ma;
         }
       }
-      row.push_back({s ? ratio_text(*s) : "-", s});
-      if (!spec.memory_metric.empty()) row.push_back({mem ? ratio_text(*mem) : "-", mem});
+      row.emplace_back(s, s ? ratio_text(*s) : "-");
+      if (!spec.memory_metric.empty()) row.emplace_back(mem, mem ? ratio_text(*mem) : "-");
       const std::string ffn = axis_value(*p, "ffn");
       if (s && ffn != "dense") {
         std::string where;  // the point's other shown axes
@@ -239,7 +243,7 @@ SummaryTable table_of(const std::string& mode, const std::vector<const db::Point
     t.rows.push_back(std::move(row));
   }
   if (noisy > 0)
-    t.headlines.push_back("! " + std::to_string(noisy) + (noisy == 1 ? " point" : " points") +
+    t.notes.push_back("! " + std::to_string(noisy) + (noisy == 1 ? " point" : " points") +
                           " stopped at the repetition or time bound with the noise above the scenario's "
                           "target_noise: those medians are not final (a quieter machine, or more max_reps / "
                           "time_bound_s)");
@@ -248,23 +252,10 @@ SummaryTable table_of(const std::string& mode, const std::vector<const db::Point
     auto at = [](const std::pair<double, std::string>& e) {
       return ratio_text(e.first) + (e.second.empty() ? "" : " (" + e.second + ")");
     };
-    t.headlines.push_back(ffn + " vs dense: " + (v.size() > 1 ? "best " + at(*hi) + ", worst " + at(*lo) : at(*hi)) +
+    t.notes.push_back(ffn + " vs dense: " + (v.size() > 1 ? "best " + at(*hi) + ", worst " + at(*lo) : at(*hi)) +
                           " (speed; > 1 is faster)");
   }
   return t;
-}
-
-// Column widths in characters (µs and ± count one each).
-std::size_t width_of(const std::string& s) {
-  std::size_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
-}
-
-std::string pad(const std::string& s, std::size_t w, bool right) {
-  const std::size_t n = width_of(s);
-  if (n >= w) return s;
-  return right ? std::string(w - n, ' ') + s : s + std::string(w - n, ' ');
 }
 
 const char* colour_of(const SummaryColumn& c, const SummaryCell& cell) {
@@ -281,30 +272,17 @@ std::string environment_line(const RunSummary& s) {
   return line;
 }
 
+// The shared printers (db/table.h), framed with the run's heading, environment and error.
 void print_text(const RunSummary& s, std::ostream& out, bool colour) {
   out << s.heading << "\n";
   if (!s.environment.empty()) out << "  environment: " << environment_line(s) << "\n";
   if (!s.error.empty()) out << (colour ? "\033[33m" : "") << "  " << s.error << (colour ? "\033[0m" : "") << "\n";
+  report::TextStyle style;
+  if (colour) style.colour = colour_of;
   for (const auto& t : s.tables) {
     out << "\n" << (colour ? "\033[1m" : "") << t.title << (colour ? "\033[0m" : "") << "\n";
-    std::vector<std::size_t> w(t.columns.size());
-    for (std::size_t c = 0; c < t.columns.size(); ++c) {
-      w[c] = width_of(t.columns[c].title);
-      for (const auto& r : t.rows) w[c] = std::max(w[c], width_of(r[c].text));
-    }
-    for (std::size_t c = 0; c < t.columns.size(); ++c)
-      out << (c ? "  " : "") << pad(t.columns[c].title, w[c], !t.columns[c].axis);
-    out << "\n";
-    for (std::size_t c = 0; c < t.columns.size(); ++c) out << (c ? "  " : "") << std::string(w[c], '-');
-    out << "\n";
-    for (const auto& r : t.rows) {
-      for (std::size_t c = 0; c < t.columns.size(); ++c) {
-        const char* col = colour ? colour_of(t.columns[c], r[c]) : nullptr;
-        out << (c ? "  " : "") << (col ? col : "") << pad(r[c].text, w[c], !t.columns[c].axis) << (col ? "\033[0m" : "");
-      }
-      out << "\n";
-    }
-    for (const auto& h : t.headlines) out << "  " << h << "\n";
+    report::print_grid(t, out, style);
+    for (const auto& h : t.notes) out << "  " << h << "\n";
   }
 }
 
@@ -312,88 +290,32 @@ void print_markdown(const RunSummary& s, std::ostream& out) {
   out << "**" << s.heading << "**\n";
   if (!s.environment.empty()) out << "\nenvironment: `" << environment_line(s) << "`\n";
   if (!s.error.empty()) out << "\n" << s.error << "\n";
-  for (const auto& t : s.tables) {
-    out << "\n" << t.title << "\n\n|";
-    for (const auto& c : t.columns) out << " " << c.title << " |";
-    out << "\n|";
-    for (const auto& c : t.columns) out << (c.axis ? "---|" : "---:|");
-    out << "\n";
-    for (const auto& r : t.rows) {
-      out << "|";
-      for (const auto& cell : r) out << " " << cell.text << " |";
-      out << "\n";
-    }
-    if (!t.headlines.empty()) out << "\n";
-    for (const auto& h : t.headlines) out << "- " << h << "\n";
-  }
-}
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
+  for (const auto& t : s.tables) report::print_markdown(t, out);
 }
 
 // One CSV for every mode: run, mode, then the union of the tables' columns (by key, in first-seen order);
-// headers carry the unit ("latency_us", "peak_GiB"); values unrounded.
+// headers carry the unit ("latency_us", "peak_GiB"); values exact.
 void print_csv(const RunSummary& s, std::ostream& out) {
-  std::vector<std::string> keys;
-  for (const auto& t : s.tables)
-    for (const auto& c : t.columns)
-      if (std::find(keys.begin(), keys.end(), c.key) == keys.end()) keys.push_back(c.key);
-  out << "run,mode";
-  for (const auto& k : keys) out << "," << csv_field(k);
-  out << "\n";
-  for (const auto& t : s.tables)
-    for (const auto& r : t.rows) {
-      out << s.run_id << "," << csv_field(t.mode);
-      for (const auto& k : keys) {
-        out << ",";
-        for (std::size_t c = 0; c < t.columns.size(); ++c)
-          if (t.columns[c].key == k) {
-            if (t.columns[c].axis) out << csv_field(r[c].text);
-            else if (r[c].value) {
-              char buf[64];
-              std::snprintf(buf, sizeof buf, "%.9g", *r[c].value);
-              out << buf;
-            }
-          }
-      }
-      out << "\n";
-    }
+  std::vector<const SummaryTable*> tables;
+  std::vector<std::vector<std::string>> prefix;
+  for (const auto& t : s.tables) {
+    tables.push_back(&t);
+    prefix.push_back({std::to_string(s.run_id), t.id});
+  }
+  report::print_csv(tables, out, {"run", "mode"}, prefix);
 }
 
-// Through nlohmann-json: a cell that is not a finite number (NaN, +-Inf, or no value) is null.
+// Through nlohmann-json: a cell that is not a finite number (NaN, +-Inf, or no value) is null. Each table is
+// report::to_json's object ("id" is the mode, "notes" the headlines).
 void print_json(const RunSummary& s, std::ostream& out) {
-  using J = nlohmann::ordered_json;
+  using J = report::Json;
   J doc;
   doc["run"] = s.run_id;
   doc["heading"] = s.heading;
   doc["error"] = s.error;
   doc["environment"] = s.environment;
   J tables = J::array();
-  for (const auto& t : s.tables) {
-    J tj;
-    tj["mode"] = t.mode;
-    tj["title"] = t.title;
-    J cols = J::array();
-    for (const auto& c : t.columns) cols.push_back(J{{"key", c.key}, {"title", c.title}, {"unit", c.unit}});
-    tj["columns"] = cols;
-    J rows = J::array();
-    for (const auto& row : t.rows) {
-      J rj = J::object();
-      for (std::size_t c = 0; c < t.columns.size(); ++c) {
-        const auto& cell = row[c];
-        if (t.columns[c].axis) rj[t.columns[c].key] = cell.text;
-        else rj[t.columns[c].key] = cell.value && std::isfinite(*cell.value) ? J(*cell.value) : J();
-      }
-      rows.push_back(rj);
-    }
-    tj["rows"] = rows;
-    tj["headlines"] = t.headlines;
-    tables.push_back(tj);
-  }
+  for (const auto& t : s.tables) tables.push_back(report::to_json(t));
   doc["tables"] = tables;
   out << doc.dump(-1, ' ', false, J::error_handler_t::replace) << "\n";
 }

@@ -13,29 +13,19 @@
 #include <vector>
 
 #include "db/results_db.h"
+#include "db/table.h"
 
 namespace moc {
 
-struct SummaryColumn {
-  std::string key;    // machine name: an axis name, "status", or a value's name (ms_per_token, speedup, ...)
-  std::string title;  // header text with the unit: "ms/token", "latency (µs)", "peak (GiB)"
-  std::string unit;   // "ms", "us", "GiB", "x", "%", "" (axes and counts)
-  bool axis = false;  // an axis column (text) rather than a value
-  int decimals = -1;  // fixed decimals for this column; -1: 3 significant digits
-};
-
-struct SummaryCell {
-  std::string text;             // axis value or status; for values the printed number
-  std::optional<double> value;  // a value column's number in the column's unit (none: not measured)
-};
-
-struct SummaryTable {
-  std::string mode;  // train | decode | ffn-train | ffn-decode | topk
-  std::string title;
-  std::vector<SummaryColumn> columns;
-  std::vector<std::vector<SummaryCell>> rows;  // one per point of this mode, in sweep order
-  std::vector<std::string> headlines;          // "moc vs dense: 1.04x (batch=1) .. 0.91x (batch=4)"
-};
+// A mode's table is the shared table model (db/table.h): id = the mode (train | decode | ffn-decode | ...),
+// one row per point in sweep order; columns: the axes that vary and the status (text columns), then values
+// (key: machine name such as ms_per_token or speedup_vs_dense; title with the unit: "ms/token", "latency
+// (µs)"); each value cell carries its number in the column's unit and the text the table shows ("1.50x",
+// "87.0!" for a median whose noise never met its target, "-" where not measured); notes: the headlines,
+// "moc vs dense: best 1.16x (batch=1), worst 1.04x (batch=4) (speed; > 1 is faster)".
+using SummaryColumn = report::Column;
+using SummaryCell = report::Cell;
+using SummaryTable = report::Table;
 
 struct RunSummary {
   std::int64_t run_id = 0;

@@ -47,11 +47,11 @@ def main():
     phases = {}
     for p in stats["points"]:
         for rep in p["reports"]:
-            if rep["report"] == "phase_sum_breakdown":
-                unit = [c["name"] for c in rep["columns"] if c["name"].startswith("Profiled (")][0]
+            if rep["id"] == "phase_sum_breakdown":
+                unit = [c["key"] for c in rep["columns"] if c["key"].startswith("Profiled (")][0]
                 parts[p["point"]] = {r["Part"]: r[unit] for r in rep["rows"]}
-            if rep["report"] == "phase_sum":
-                col = [c["name"] for c in rep["columns"] if "time per step" in c["name"]][0]
+            if rep["id"] == "phase_sum":
+                col = [c["key"] for c in rep["columns"] if "time per step" in c["key"]][0]
                 phases[p["point"]] = {r["Phase"]: r[col] for r in rep["rows"]}
     n_layers = None
     try:

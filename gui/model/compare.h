@@ -8,6 +8,7 @@
 
 #include "db/point_compare.h"
 #include "db/results_db.h"
+#include "db/table.h"
 
 namespace moc::gui {
 
@@ -32,5 +33,13 @@ struct CompareTable {
 // memory, ...).
 CompareTable build_compare(const std::vector<db::PointRecord>& a, const std::vector<db::PointRecord>& b,
                            std::vector<std::string> names = {});
+
+// The comparison as the shared table model (db/table.h), one table per mode (id and title: the mode, in A's
+// order), as the view draws it and as its "Copy CSV" / "Copy Markdown" buttons put it on the clipboard: the
+// point, then per metric that mode's points have, A, B (bytes in binary units, other values with four
+// significant digits), B/A ("0.500x") and, for the machine printers only, the verdict (better, worse, same,
+// missing); keys <metric>_a, <metric>_b, <metric>_ratio, <metric>_verdict. median_ms is left out where
+// latency_us or ms_per_token (the same time) is shown.
+std::vector<report::Table> compare_tables(const CompareTable& t);
 
 }  // namespace moc::gui

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 #include "gui/model/breakdown.h"
 #include "gui/model/sweep.h"
@@ -299,6 +300,53 @@ void floor_color_bar(float width) {
   ImGui::Dummy(ImVec2(h, ImGui::GetFrameHeight()));
   ImGui::SameLine();
   ImGui::TextDisabled("undeclared");
+}
+
+}  // namespace moc::gui
+
+namespace moc::gui {
+
+void draw_report_table(const char* id, const report::Table& t,
+                       const std::function<std::optional<ImVec4>(std::size_t row, std::size_t col)>& cell_bg) {
+  ImGui::PushID(id);
+  if (ImGui::SmallButton("Copy CSV")) {
+    std::ostringstream o;
+    report::print_csv({&t}, o);
+    ImGui::SetClipboardText(o.str().c_str());
+  }
+  ImGui::SameLine();
+  if (ImGui::SmallButton("Copy Markdown")) {
+    std::ostringstream o;
+    report::print_markdown(t, o);
+    ImGui::SetClipboardText(o.str().c_str());
+  }
+  const report::Shown s = report::shown(t);
+  const int cols = static_cast<int>(s.columns.size());
+  const ImVec2 outer(0, (static_cast<float>(s.rows.size()) + 1.6f) * ImGui::GetFrameHeight() + ImGui::GetStyle().ScrollbarSize);
+  if (cols > 0 && ImGui::BeginTable(id, cols,
+                                    ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit |
+                                        ImGuiTableFlags_ScrollX,
+                                    outer)) {
+    for (const auto& h : s.headers) ImGui::TableSetupColumn(h.c_str());
+    ImGui::TableHeadersRow();
+    for (std::size_t r = 0; r < s.rows.size(); ++r) {
+      ImGui::TableNextRow();
+      for (std::size_t i = 0; i < s.columns.size(); ++i) {
+        ImGui::TableNextColumn();
+        if (cell_bg)
+          if (const auto bg = cell_bg(r, s.columns[i]))
+            ImGui::TableSetBgColor(ImGuiTableBgTarget_CellBg, ImGui::GetColorU32(ImVec4(bg->x, bg->y, bg->z, 0.45f)));
+        const std::string& text = s.rows[r][i];
+        if (!t.columns[s.columns[i]].text) {  // numbers right-aligned, as the text printers align them
+          const float pad = ImGui::GetContentRegionAvail().x - ImGui::CalcTextSize(text.c_str()).x;
+          if (pad > 0) ImGui::SetCursorPosX(ImGui::GetCursorPosX() + pad);
+        }
+        ImGui::TextUnformatted(text.c_str());
+      }
+    }
+    ImGui::EndTable();
+  }
+  ImGui::PopID();
 }
 
 }  // namespace moc::gui

@@ -3,8 +3,7 @@
 // where the difference is within both sides' noise.
 #include <imgui.h>
 
-#include <algorithm>
-#include <cmath>
+#include <optional>
 
 #include "gui/model/compare.h"
 #include "gui/model/units.h"
@@ -33,63 +32,18 @@ void draw_compare_view(Store& store, UiState& ui) {
     ImGui::End();
     return;
   }
-  // One table per mode, with the metrics that mode's points have.
-  std::vector<std::string> modes;
-  for (const auto& row : t.rows)
-    if (std::find(modes.begin(), modes.end(), row.mode) == modes.end()) modes.push_back(row.mode);
+  // One table per mode, with the metrics that mode's points have (compare_tables: the shared table model, so the
+  // copy buttons give exactly what is drawn). B/A is green where B is better, red where worse.
   ImGui::BeginChild("tables");
-  for (const auto& mode : modes) {
-    std::vector<std::size_t> cols_of;
-    auto has_metric = [&](const std::string& m) {
-      const auto it = std::find(t.metrics.begin(), t.metrics.end(), m);
-      if (it == t.metrics.end()) return false;
-      const auto i = static_cast<std::size_t>(it - t.metrics.begin());
-      for (const auto& row : t.rows)
-        if (row.mode == mode && row.cells[i].verdict != Verdict::missing) return true;
-      return false;
-    };
-    // median_ms is the same time as latency_us (ffn-decode) and ms_per_token (decode): shown only without them.
-    const bool median_repeats = has_metric("latency_us") || has_metric("ms_per_token");
-    for (std::size_t i = 0; i < t.metrics.size(); ++i)
-      if (has_metric(t.metrics[i]) && !(median_repeats && t.metrics[i] == "median_ms")) cols_of.push_back(i);
-    int rows = 0;
-    for (const auto& row : t.rows) rows += row.mode == mode;
-    ImGui::SeparatorText(mode.empty() ? "(no mode)" : mode.c_str());
-    const int cols = 1 + 3 * static_cast<int>(cols_of.size());
-    const ImVec2 outer(0, (static_cast<float>(rows) + 1.6f) * ImGui::GetFrameHeight() + ImGui::GetStyle().ScrollbarSize);
-    if (!ImGui::BeginTable(("cmp_" + mode).c_str(), cols,
-                           ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_ScrollX,
-                           outer))
-      continue;
-    ImGui::TableSetupColumn("point");
-    for (std::size_t i : cols_of) {
-      ImGui::TableSetupColumn((t.metrics[i] + " A").c_str());
-      ImGui::TableSetupColumn((t.metrics[i] + " B").c_str());
-      ImGui::TableSetupColumn("B/A");
-    }
-    ImGui::TableHeadersRow();
-    for (const auto& row : t.rows) {
-      if (row.mode != mode) continue;
-      ImGui::TableNextRow();
-      ImGui::TableNextColumn();
-      ImGui::TextUnformatted(row.label.c_str());
-      for (std::size_t i : cols_of) {
-        const CompareCell& c = row.cells[i];
-        const bool bytes = is_bytes_metric(t.metrics[i]);
-        ImGui::TableNextColumn();
-        ImGui::TextUnformatted(std::isnan(c.a) ? "-" : bytes ? format_bytes(c.a).c_str() : format_value(c.a).c_str());
-        ImGui::TableNextColumn();
-        ImGui::TextUnformatted(std::isnan(c.b) ? "-" : bytes ? format_bytes(c.b).c_str() : format_value(c.b).c_str());
-        ImGui::TableNextColumn();
-        if (c.verdict == Verdict::better || c.verdict == Verdict::worse) {
-          const ImVec4 col = verdict_color(c.verdict == Verdict::better);
-          ImGui::TableSetBgColor(ImGuiTableBgTarget_CellBg, ImGui::GetColorU32(ImVec4(col.x, col.y, col.z, 0.45f)));
-        }
-        if (std::isnan(c.ratio)) ImGui::TextUnformatted("-");
-        else ImGui::Text("%.3fx", c.ratio);
-      }
-    }
-    ImGui::EndTable();
+  for (const auto& tb : compare_tables(t)) {
+    ImGui::SeparatorText(tb.title.c_str());
+    draw_report_table(("cmp_" + tb.id).c_str(), tb, [&tb](std::size_t row, std::size_t col) -> std::optional<ImVec4> {
+      const auto& key = tb.columns[col].key;
+      if (key.size() < 6 || key.compare(key.size() - 6, 6, "_ratio") != 0) return std::nullopt;
+      const std::string& verdict = tb.cell(row, col + 1).text;  // <metric>_verdict follows <metric>_ratio
+      if (verdict != "better" && verdict != "worse") return std::nullopt;
+      return verdict_color(verdict == "better");
+    });
   }
   ImGui::EndChild();
   ImGui::End();

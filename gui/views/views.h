@@ -3,11 +3,13 @@
 // generation or the selection changes).
 #pragma once
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "db/table.h"
 #include "gui/model/breakdown.h"
 #include "gui/model/kernel_stats.h"
 #include "gui/model/memory.h"
@@ -197,6 +199,11 @@ ImVec4 memory_color(const std::string& cls);  // weights, gradients, optimizer_s
 ImVec4 phase_color(const std::string& phase);  // timeline: kernels by phase; "stage: <name>": stage_color
 ImVec4 stage_color(const std::string& stage);  // a stamped kernel's stage: gate, up, down, top-K as the parts
 ImVec4 verdict_color(bool better);
+// A shared table (db/table.h) as an ImGui table -- the cells report::shown gives the CLI's text printers,
+// numbers right-aligned -- under "Copy CSV" and "Copy Markdown" buttons that put the same table on the
+// clipboard. cell_bg: a cell's background (drawn at 45% opacity), or none.
+void draw_report_table(const char* id, const report::Table& t,
+                       const std::function<std::optional<ImVec4>(std::size_t row, std::size_t col)>& cell_bg = {});
 ImVec4 roof_color(bool compute);  // Roofline: the memory roof (false) and the compute roof (true)
 ImVec4 floor_color(double pct);  // % of floor: red (0%) - yellow (50%) - green (100%+); grey for NaN (floor_colour)
 // The % of floor scale as a legend: a red-to-green bar labelled 0% / 50% / 100%, and a grey swatch "undeclared".

@@ -184,6 +184,31 @@ void expect_same_comparison(const std::string& db, const std::string& extra, con
   EXPECT_TRUE(std::any_of(gui.begin(), gui.end(), [](const auto& kv) {
     return kv.first.second == "latency_us" && kv.second == "better";
   })) << "B's halved latencies";
+  // The view draws (and copies) compare_tables: the shared table model, with the same values, ratios and
+  // verdicts as the CLI's rows, every matched point once.
+  std::size_t table_rows = 0;
+  for (const auto& tb : compare_tables(t)) {
+    table_rows += tb.rows.size();
+    for (std::size_t r = 0; r < tb.rows.size(); ++r) {
+      const std::string point = tb.cell(r, 0).text;
+      for (std::size_t c = 1; c + 3 < tb.columns.size() + 1; c += 4) {
+        const std::string metric = tb.columns[c].key.substr(0, tb.columns[c].key.size() - 2);
+        const std::string verdict = tb.cell(r, c + 3).text;
+        const bool any = tb.cell(r, c).value || tb.cell(r, c + 1).value;
+        if (!any) continue;
+        ASSERT_TRUE(cli.count({point, metric})) << point << " " << metric;
+        EXPECT_EQ(cli.at({point, metric}), verdict) << point << " " << metric;
+        for (const auto& row : rows)
+          if (row["point"] == point && row["metric"] == metric) {
+            if (row["a"].is_null()) EXPECT_FALSE(tb.cell(r, c).value);
+            else EXPECT_DOUBLE_EQ(*tb.cell(r, c).value, row["a"].get<double>());
+            if (row["ratio_b_over_a"].is_null()) EXPECT_FALSE(tb.cell(r, c + 2).value);
+            else EXPECT_DOUBLE_EQ(*tb.cell(r, c + 2).value, row["ratio_b_over_a"].get<double>());
+          }
+      }
+    }
+  }
+  EXPECT_EQ(table_rows, t.rows.size());
 }
 
 TEST(CompareCliAndDashboard, SameMatchedPointsMetricsAndVerdictsOnTwoRuns) {
