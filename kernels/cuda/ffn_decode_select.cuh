@@ -198,14 +198,17 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   const int mode = MODE >= 0 ? MODE : a.mode;
   const int rule = RULE >= 0 ? RULE : a.rule;
   const bool is_topk = mode == kSelTopK;
-  unsigned* hist = reinterpret_cast<unsigned*>(smem);
+  // The fixed-size regions first, at constant offsets (their addresses need no arithmetic on a.Fp / a.Wp),
+  // then the histogram, the keys and the kept bits; sel_smem_bytes is their sum.
+  unsigned* scratch = reinterpret_cast<unsigned*>(smem);
+  unsigned* info = scratch + 32;
+  unsigned* ck = info + 32;
+  unsigned short* ci = reinterpret_cast<unsigned short*>(ck + kRankMax);
+  unsigned* hist = reinterpret_cast<unsigned*>(ci + kRankMax);  // 16-byte aligned: 3328 bytes in
   unsigned* keys_ = hist + (is_topk ? kHBins : 0);
   unsigned* sel = keys_ + (CACHE ? a.Fp : 0);
   unsigned* aux = sel + a.Wp;
-  unsigned* ck = aux + a.Wp;
-  unsigned* scratch = ck + kRankMax;
-  unsigned* info = scratch + 32;
-  const SelSmem s{hist, keys_, sel, aux, ck, scratch, info, reinterpret_cast<unsigned short*>(info + 32)};
+  const SelSmem s{hist, keys_, sel, aux, ck, scratch, info, ci};
 
   const int tid = threadIdx.x;
   const int r = static_cast<int>(blockIdx.x) % a.C;  // row (rank in the cluster)
@@ -241,7 +244,7 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
 
   // 2-4. The kept bits of row r.
   if (row && is_topk) {
-    const topk::Smem tm{hist, sel, aux, ck, s.ci, scratch, info};
+    const topk::Smem tm{hist, sel, aux, ck, ci, scratch, info};
     if (!sel_topk<NT>(a, tm, key_at, h)) return;
   } else if (row && mode == kSelGroup) {
     sel_groups<NT>(a, s, key_at);
