@@ -102,6 +102,11 @@ const std::vector<MetricInfo> kRegistry = {
     {"val_ppl", "perplexity", L, "", "validation perplexity"},
     {"val_ppl_min", "perplexity", L, "", "best validation perplexity"},
     {"val_ppl_min_step", "count", N, "", "step of the best perplexity"},
+    {"eval_loss", "nats", L, "", "loss on the evaluated text"},
+    {"eval_ppl", "perplexity", L, "", "perplexity on the evaluated text"},
+    {"eval_tokens", "tokens", N, "", "tokens evaluated"},
+    {"eval_windows", "count", N, "", "windows evaluated"},
+    {"eval_ms", "ms", L, kNoise, "evaluation pass"},
     {"val_tokens_evaluated", "tokens", N, "", "validation tokens"},
     {"data_train_tokens", "tokens", N, "", "training tokens"},
     {"data_val_tokens", "tokens", N, "", "validation tokens"},
@@ -185,7 +190,7 @@ const std::vector<std::string>& default_compare_metrics() {
   // step_ms and fwd_bwd_ms are not listed: in their modes they are median_ms, which is.
   static const std::vector<std::string> k = {"latency_us",  "ms_per_token",  "median_ms",  "tokens_per_s",
                                              "rows_per_s",  "achieved_GBps", "pct_of_floor", "mfu_pct",
-                                             "peak_bytes",  "peak_activation_bytes"};
+                                             "eval_ppl",    "peak_bytes",    "peak_activation_bytes"};
   return k;
 }
 

@@ -1,5 +1,7 @@
 #include "model/checkpoint.h"
 
+#include "model/published.h"
+
 #include <cstring>
 #include <set>
 #include <stdexcept>
@@ -172,7 +174,13 @@ void save_checkpoint(const std::string& path, Transformer& model, const Trainer*
   write_safetensors(path, out, metadata_of(model, trainer ? trainer->steps_done() : 0, trainer != nullptr));
 }
 
-CheckpointInfo load_weights(const std::string& path, Transformer& model) { return load(path, model, nullptr); }
+CheckpointInfo load_weights(const std::string& path, Transformer& model) {
+  if (is_published_checkpoint(path)) {  // a GGUF file or a Hugging Face folder (model/published.h)
+    PublishedCheckpoint::open(path).load(model);
+    return {};
+  }
+  return load(path, model, nullptr);
+}
 
 CheckpointInfo load_checkpoint(const std::string& path, Transformer& model, Trainer& trainer) {
   return load(path, model, &trainer);

@@ -21,7 +21,8 @@ struct CheckpointInfo {
 
 // The model must be in its training layout (not prepare_decode'd). With a trainer, its state is saved too.
 void save_checkpoint(const std::string& path, Transformer& model, const Trainer* trainer = nullptr);
-// Weights only (the optimizer's tensors in the file are ignored). Call before prepare_decode.
+// Weights only (the optimizer's tensors in the file are ignored). Call before prepare_decode. A published
+// checkpoint (a GGUF file or a Hugging Face folder: model/published.h) is loaded too (no metadata returned).
 CheckpointInfo load_weights(const std::string& path, Transformer& model);
 // Weights, the optimizer's state and its step count: training resumes where it was saved.
 CheckpointInfo load_checkpoint(const std::string& path, Transformer& model, Trainer& trainer);

@@ -54,4 +54,41 @@ EvalResult evaluate_ids(Transformer& model, const std::vector<std::int32_t>& ids
   return r;
 }
 
+double mean_window_loss(Transformer& model, std::int64_t windows, int batch, int seq, const WindowFn& window,
+                        const std::function<void()>& check) {
+  Ops& o = model.ops();
+  const std::int64_t n = static_cast<std::int64_t>(batch) * seq;
+  Tensor tok = o.empty({n}, DType::i32, workspace_tag()), tgt = o.empty({n}, DType::i32, workspace_tag());
+  std::vector<std::int32_t> htok, htgt;
+  double sum = 0;
+  std::int64_t tokens = 0;
+  for (std::int64_t w0 = 0; w0 < windows; w0 += batch) {
+    if (check) check();
+    const int b = static_cast<int>(std::min<std::int64_t>(batch, windows - w0));
+    htok.clear();
+    htgt.clear();
+    for (int r = 0; r < b; ++r) window(w0 + r, htok, htgt);
+    const std::int64_t m = static_cast<std::int64_t>(b) * seq;
+    Tensor vt = tok.slice0(0, m), vg = tgt.slice0(0, m);
+    o.upload_i32(vt, htok);
+    o.upload_i32(vg, htgt);
+    sum += model.forward(vt, vg, b, seq, false) * static_cast<double>(m);
+    tokens += m;
+  }
+  return sum / static_cast<double>(std::max<std::int64_t>(tokens, 1));
+}
+
+std::int64_t id_windows(std::size_t ids, int seq) {
+  return static_cast<std::int64_t>(ids / (static_cast<std::size_t>(seq) + 1));
+}
+
+void id_window(const std::vector<std::int32_t>& ids, int seq, std::int64_t w, std::vector<std::int32_t>& inputs,
+               std::vector<std::int32_t>& targets) {
+  const auto s = static_cast<std::size_t>(seq);
+  const std::size_t a = static_cast<std::size_t>(w) * (s + 1);
+  inputs.insert(inputs.end(), ids.begin() + static_cast<std::ptrdiff_t>(a), ids.begin() + static_cast<std::ptrdiff_t>(a + s));
+  targets.insert(targets.end(), ids.begin() + static_cast<std::ptrdiff_t>(a + 1),
+                 ids.begin() + static_cast<std::ptrdiff_t>(a + s + 1));
+}
+
 }  // namespace moc

@@ -82,7 +82,7 @@ TEST_F(Cli, RunListShowExportCompare) {
   const std::string db = path("r.db");
   auto r1 = mocbench("run " + kSmoke + " --db " + db);
   ASSERT_EQ(r1.code, 0) << r1.out;
-  EXPECT_NE(r1.out.find("run 1 ok: 10 ok, 0 oom, 0 failed of 10 points"), std::string::npos) << r1.out;
+  EXPECT_NE(r1.out.find("run 1 ok: 12 ok, 0 oom, 0 failed of 12 points"), std::string::npos) << r1.out;
   ASSERT_EQ(mocbench("run " + kSmoke + " --quiet --db " + db).code, 0);
 
   auto list = mocbench("list --db " + db);
@@ -109,7 +109,7 @@ TEST_F(Cli, RunListShowExportCompare) {
   std::stringstream ss;
   ss << std::ifstream(csv).rdbuf();
   const auto rows = parse_csv(ss.str());
-  ASSERT_EQ(rows.size(), 21u) << "header + 2 runs x 10 points";
+  ASSERT_EQ(rows.size(), 25u) << "header + 2 runs x 12 points";
   const auto& h = rows[0];
   std::map<std::string, std::size_t> col;
   for (std::size_t i = 0; i < h.size(); ++i) col[h[i]] = i;
@@ -122,7 +122,7 @@ TEST_F(Cli, RunListShowExportCompare) {
     EXPECT_EQ(rows[r][col["device_kind"]], "cpu");
     EXPECT_EQ(rows[r][col["scenario"]], "smoke_cpu");
     EXPECT_GT(std::stod(rows[r][col["median_ms"]]), 0.0);
-    EXPECT_EQ(rows[r][col["run"]], r <= 10 ? "1" : "2");
+    EXPECT_EQ(rows[r][col["run"]], r <= 12 ? "1" : "2");
     const std::string mode = rows[r][col["mode"]];
     if (mode == "ffn-decode") {
       EXPECT_GT(std::stod(rows[r][col["latency_us"]]), 0.0);
@@ -140,7 +140,7 @@ TEST_F(Cli, RunListShowExportCompare) {
   auto st = mocbench("stats 1 --db " + db);
   ASSERT_EQ(st.code, 0) << st.out;
   EXPECT_NE(st.out.find(" ** CPU Op Summary (cuda_gpu_kern_sum):"), std::string::npos) << st.out;
-  EXPECT_NE(st.out.find("point 9: "), std::string::npos) << "every point of smoke_cpu is profiled";
+  EXPECT_NE(st.out.find("point 11: "), std::string::npos) << "every point of smoke_cpu is profiled";
   auto pf = mocbench("export 1 --format perfetto --db " + db);
   ASSERT_EQ(pf.code, 0);
   {
@@ -171,11 +171,11 @@ TEST_F(Cli, RunListShowExportCompare) {
 
   auto cmp = mocbench("compare 1 2 --db " + db);
   ASSERT_EQ(cmp.code, 0) << cmp.out;
-  EXPECT_NE(cmp.out.find("10 points matched"), std::string::npos) << cmp.out;
+  EXPECT_NE(cmp.out.find("12 points matched"), std::string::npos) << cmp.out;
   auto cmp_csv = mocbench("compare " + db + ":1 " + db + " --metric median_ms --format csv");
   ASSERT_EQ(cmp_csv.code, 0) << cmp_csv.out;
   const auto crow = parse_csv(cmp_csv.out);
-  ASSERT_EQ(crow.size(), 11u);
+  ASSERT_EQ(crow.size(), 13u);
   EXPECT_EQ(crow[0][4], "ratio_b_over_a");
   for (std::size_t r = 1; r < crow.size(); ++r) EXPECT_GT(std::stod(crow[r][4]), 0.0);
 
@@ -192,7 +192,7 @@ TEST_F(Cli, RunListShowExportCompare) {
     auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
     const auto pts = store.points(store.runs().front().id);
     ASSERT_EQ(pts.size(), 1u);
-    EXPECT_EQ(pts[0].index, 8) << "topk/moc is the ninth point of the sweep";
+    EXPECT_EQ(pts[0].index, 10) << "topk/moc is the eleventh point of the sweep";
   }
   EXPECT_EQ(mocbench("run " + kSmoke + " --only mode=nothing --db " + db).code, 2);
   EXPECT_EQ(mocbench("--help").code, 0);

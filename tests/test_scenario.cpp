@@ -166,7 +166,7 @@ TEST(ScenarioErrors, ImpossibleValuesAreRefusedWhereTheyAreWritten) {
   expect_refused(kBase + "preset = [\"2b\"]\n", 7, 11, "unknown preset '2b' in [axes]", "350m");
   expect_refused(kBase + "mode = [\"ffn_decode\"]\n", 7, 9,
                  "unknown mode 'ffn_decode' in [axes]; did you mean 'ffn-decode'?",
-                 "train, decode, ffn-train, ffn-decode, topk");
+                 "train, decode, eval, ffn-train, ffn-decode, topk");
   expect_refused("device = \"gpu\"\n" + kBase, 1, 10, "unknown device 'gpu' at the top level; did you mean 'cuda'?",
                  "auto, cpu, cuda");
   expect_refused(kBase + "topk_position = [\"relu\"]\n", 7, 18, "unknown selection rule 'relu'", "abs_silu");
@@ -648,7 +648,7 @@ TEST(ScenarioData, BadDataSettingsAreRefusedWithTheirLine) {
   {
     std::string t = kText;
     t.replace(t.find("mode = \"train\""), 14, "mode = \"ffn-train\"");
-    expect_refused(t, 6, 0, "[data] applies to train and decode points");
+    expect_refused(t, 6, 0, "[data] applies to train, decode and eval points");
   }
   expect_refused(kText + "[overrides.cpu]\ndata = { save = \"x/{nope}.st\" }\n", 12, 0, "unknown placeholder {nope}");
   expect_refused(kText + "[overrides.cpu]\ndata = { resume = true }\n", 6, 0, "resume = true needs [model] weights");

@@ -37,6 +37,10 @@ struct Files {
     std::ofstream(dir / "c1" / "a.txt") << "one document\n";
     std::ofstream(dir / "c2" / "a.txt") << "another document\n";
     std::ofstream(dir / "w.safetensors") << "";
+    for (const char* t : {"t1.txt", "t2.txt"}) {  // token ids for eval points ([data] tokens)
+      std::ofstream o(dir / t);
+      for (int i = 0; i < 600; ++i) o << (i * 7 + (t[1] - '0')) % 512 << ' ';
+    }
   }
   ~Files() {
     std::error_code ec;
@@ -44,11 +48,13 @@ struct Files {
   }
 };
 
-// A train point with [data] on the CPU, with `extra` lines added to the section named.
+// A train point with [data] on the CPU, with `extra` lines added to the section named ([data] tokens: an eval
+// point, which tokens feed, without the corpus).
 std::string scenario(const Files& f, KeySection section, const std::string& extra) {
   std::string data = "corpus = \"" + (f.dir / "c1").string() + "\"\n";
-  if (section == KeySection::data && extra.starts_with("corpus")) data.clear();
-  return "name = \"k\"\nmode = \"train\"\ndevice = \"cpu\"\n[model]\npreset = \"tiny\"\nvocab = 512\nweights = \"" +
+  const bool tokens = section == KeySection::data && extra.starts_with("tokens");
+  if (section == KeySection::data && (extra.starts_with("corpus") || tokens)) data.clear();
+  return std::string("name = \"k\"\nmode = \"") + (tokens ? "eval" : "train") + "\"\ndevice = \"cpu\"\n[model]\npreset = \"tiny\"\nvocab = 512\nweights = \"" +
          (f.dir / "w.safetensors").string() + "\"\n[measure]\n" + (section == KeySection::measure ? extra : "") +
          "[profile]\n" + (section == KeySection::profile ? extra : "") + "[data]\n" + data +
          (section == KeySection::data ? extra : "");
@@ -134,7 +140,9 @@ TEST(ScenarioKeys, EveryMeasureProfileAndDataKeyChangesTheExpandedPoint) {
     const ScenarioPoint base = parse_scenario(scenario(f, s, ""), "base.toml").expand("cpu").at(0);
     for (const auto& k : scenario_keys(s)) {
       SCOPED_TRACE(std::string(section_name(s)) + "." + k.name);
-      const auto values = probes(f, k.rule);
+      const auto values = std::string(k.name) == "tokens"
+                              ? std::vector<std::string>{quoted(f.dir / "t1.txt"), quoted(f.dir / "t2.txt")}
+                              : probes(f, k.rule);
       ASSERT_FALSE(values.empty()) << "no probe values for this key's rule";
       bool changed = false;
       for (const auto& v : values) {

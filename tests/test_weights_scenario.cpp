@@ -64,7 +64,7 @@ TEST(WeightsScenario, DecodeAndTrainPointsRunOnACheckpointAndABadOneFailsItsPoin
   const auto mode = shell(std::string(MOCBENCH_BIN) + " run " + scenario("mode", (dir / "tiny.safetensors").string(), "ffn-decode") +
                        " --db " + db + " --quiet");
   EXPECT_EQ(mode.code, 2) << mode.out;
-  EXPECT_NE(mode.out.find("apply to train and decode"), std::string::npos) << mode.out;
+  EXPECT_NE(mode.out.find("apply to train, decode and eval"), std::string::npos) << mode.out;
   fs::remove_all(dir);
 }
 

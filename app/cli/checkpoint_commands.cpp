@@ -23,6 +23,7 @@
 #include "model/evaluate.h"
 #include "model/gguf_import.h"
 #include "model/hf_checkpoint.h"
+#include "model/published.h"
 #ifdef MOCBENCH_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
@@ -86,37 +87,9 @@ std::unique_ptr<Ops> make_ops(const std::string& device) {
 #endif
 }
 
-// A checkpoint, before its weights: a Hugging Face folder (config.json) or a GGUF file.
-struct Source {
-  bool hf = false;
-  std::string path;
-  std::optional<gguf::File> file;
-  ModelConfig config() const { return hf ? hf_config(path) : gguf_config(*file); }
-  void load(Transformer& m) const {
-    if (hf) load_hf_weights(path, m);
-    else load_gguf_weights(*file, m);
-  }
-};
-Source open_source(const std::string& ckpt) {
-  Source s;
-  s.path = ckpt;
-  s.hf = is_hf_folder(ckpt);
-  if (s.hf) return s;
-  std::error_code ec;
-  if (std::filesystem::is_directory(ckpt, ec))
-    throw ConfigError(ckpt + " is a folder without config.json; a Hugging Face checkpoint folder holds config.json "
-                      "and model.safetensors (or its index)");
-  try {
-    s.file = gguf::File::open(ckpt);
-  } catch (const gguf::GgufError& e) {
-    throw ConfigError(std::string(e.what()) + " (a checkpoint is a GGUF file or a Hugging Face folder with config.json)");
-  }
-  return s;
-}
-
 Loaded load_model(const std::string& ckpt, const std::string& device, const std::string& ffn, const std::string& k,
                   const std::string& select) {
-  const Source src = open_source(ckpt);
+  const PublishedCheckpoint src = PublishedCheckpoint::open(ckpt);
   ModelConfig cfg = src.config();
   if (!ffn.empty()) apply_override(cfg, "ffn", ffn);
   if (!k.empty()) apply_override(cfg, "k", k);
@@ -271,7 +244,7 @@ struct ConvertOptions {
 
 // `mocbench convert CKPT OUT`: the checkpoint as a Hugging Face folder (model/hf_checkpoint.h).
 int run_convert(const ConvertOptions& o) {
-  const Source src = open_source(o.ckpt);
+  const PublishedCheckpoint src = PublishedCheckpoint::open(o.ckpt);
   ModelConfig cfg = src.config();
   auto ops = make_cpu_ops();
   Transformer model(*ops, cfg);

@@ -1,5 +1,7 @@
 #include "app/modes/mode_util.h"
 
+#include "model/activation_analysis.h"
+
 #include "app/modes/mode.h"
 
 namespace moc {
@@ -50,6 +52,47 @@ FfnLayerBuffers ffn_layer_buffers(PointState& state, bool train, std::int64_t ro
   b.x = random_tensor(ops, rng, {rows, cfg.hidden}, cfg.act_dtype, workspace_tag(), 1.0f);
   b.y = ops.empty({rows, cfg.hidden}, cfg.act_dtype, workspace_tag());
   return b;
+}
+
+void store_gate_analysis(const GateAnalysis& ga, PointOutcome& out) {
+  auto& m = out.metrics;
+  double mass = 0, overlap = 0;
+  for (std::size_t l = 0; l < ga.layers.size(); ++l) {
+    const auto& L = ga.layers[l];
+    const std::string suffix = ".L" + std::to_string(l);
+    auto hist = [&](const std::string& name, const Histogram& h) {
+      Series s{name + suffix, {}, {}};
+      for (std::size_t i = 0; i < h.density.size(); ++i) {
+        s.x.push_back(h.centre(i));
+        s.y.push_back(h.density[i]);
+      }
+      out.series.push_back(std::move(s));
+    };
+    hist("gate_pre_hist", L.pre);
+    hist("gate_post_hist", L.post);
+    hist("overlap_hist", L.overlap);
+    m.push_back({"gate_threshold_pre" + suffix, L.threshold_pre});
+    m.push_back({"gate_threshold_post" + suffix, L.threshold_post});
+    m.push_back({"overlap_mean" + suffix, L.overlap_mean});
+    mass += L.kept_mass;
+    overlap += L.overlap_mean;
+  }
+  const double nl = static_cast<double>(std::max<std::size_t>(ga.layers.size(), 1));
+  m.push_back({"analysis_kept", ga.kept});
+  m.push_back({"analysis_tokens", ga.tokens});
+  m.push_back({"kept_silu_mass", mass / nl});
+  m.push_back({"overlap_mean", overlap / nl});
+  Series u{"union_by_batch", {}, {}}, ui{"union_independent_by_batch", {}, {}};
+  for (std::size_t b = 0; b < ga.union_mean.size(); ++b) {
+    u.x.push_back(static_cast<double>(b + 1));
+    u.y.push_back(ga.union_mean[b]);
+    ui.x.push_back(static_cast<double>(b + 1));
+    ui.y.push_back(ga.union_independent[b]);
+    m.push_back({"union_b" + std::to_string(b + 1), ga.union_mean[b]});
+    m.push_back({"union_independent_b" + std::to_string(b + 1), ga.union_independent[b]});
+  }
+  out.series.push_back(std::move(u));
+  out.series.push_back(std::move(ui));
 }
 
 }  // namespace moc

@@ -38,4 +38,12 @@ struct FfnLayerBuffers {
 };
 FfnLayerBuffers ffn_layer_buffers(PointState& state, bool train, std::int64_t rows, int copies);
 
+// A gate analysis (model/activation_analysis.h) into a point's record: per layer the pre- and post-SiLU
+// histograms (series gate_pre_hist.L<l>, gate_post_hist.L<l>, overlap_hist.L<l>) with the top-K thresholds,
+// the mean kept |SiLU| mass and overlap, and the unions of B tokens against independent selections
+// (union_b<B>, series union_by_batch): what text training and eval points store.
+struct GateAnalysis;
+struct PointOutcome;
+void store_gate_analysis(const GateAnalysis& ga, PointOutcome& out);
+
 }  // namespace moc

@@ -4,10 +4,11 @@
 
 namespace moc {
 
-extern const Mode kTrainMode, kDecodeMode, kFfnTrainMode, kFfnDecodeMode, kTopkMode;
+extern const Mode kTrainMode, kDecodeMode, kEvalMode, kFfnTrainMode, kFfnDecodeMode, kTopkMode;
 
 const std::vector<const Mode*>& all_modes() {
-  static const std::vector<const Mode*> modes{&kTrainMode, &kDecodeMode, &kFfnTrainMode, &kFfnDecodeMode, &kTopkMode};
+  static const std::vector<const Mode*> modes{&kTrainMode, &kDecodeMode, &kEvalMode, &kFfnTrainMode,
+                                                 &kFfnDecodeMode, &kTopkMode};
   return modes;
 }
 

@@ -11,9 +11,11 @@
 #include <sstream>
 
 #include "app/harness/point_bench.h"
+#include "app/modes/mode_util.h"
 #include "model/activation_analysis.h"
 #include "model/checkpoint.h"
 #include "model/data/token_data.h"
+#include "model/evaluate.h"
 #include "model/trainer.h"
 #include "model/transformer.h"
 
@@ -46,6 +48,23 @@ data::PreparedData prepare(const TextData& d, int vocab) {
 
 }  // namespace
 
+namespace {
+struct CorpusWindows final : EvalWindows {
+  CorpusWindows(const data::PreparedData& prep, int seq, std::uint64_t seed)
+      : file(prep.val_tokens), loader(file, seq, seed) {}
+  std::int64_t windows() const override { return loader.windows(); }
+  void window(std::int64_t w, std::vector<std::int32_t>& in, std::vector<std::int32_t>& out) const override {
+    loader.window(w, in, out);
+  }
+  data::TokenFile file;
+  data::WindowLoader loader;
+};
+}  // namespace
+
+std::unique_ptr<EvalWindows> validation_windows(const TextData& d, int vocab, int seq) {
+  return std::make_unique<CorpusWindows>(prepare(d, vocab), seq, d.seed);
+}
+
 std::vector<std::int32_t> validation_prompts(const TextData& d, int vocab, int batch, int prompt, int follow) {
   const auto prep = prepare(d, vocab);
   const data::TokenFile val(prep.val_tokens);
@@ -76,52 +95,11 @@ void add_data_metrics(const data::PreparedData& prep, double prep_s, std::vector
 // The trained gates on validation text (model/activation_analysis.h): per layer the pre- and post-SiLU
 // histograms with the top-K threshold, the overlap of two tokens' selections, the unions of B tokens.
 void add_gate_analysis(Transformer& model, data::WindowLoader& val, const PointSpec& spec, PointOutcome& out) {
-  auto& m = out.metrics;
   std::vector<std::int32_t> htok, htgt;
   // The trained gates on validation text: up to 8 windows (different documents where the split has them).
   const int nb = static_cast<int>(std::min<std::int64_t>(8, val.windows()));
-  htok.clear();
-  htgt.clear();
   for (int b = 0; b < nb; ++b) val.window(val.windows() * b / nb, htok, htgt);
-  const GateAnalysis ga = analyze_gates(model, htok, nb, spec.seq, 4, spec.data.seed + 1);
-  double mass = 0, overlap = 0;
-  for (std::size_t l = 0; l < ga.layers.size(); ++l) {
-    const auto& L = ga.layers[l];
-    const std::string suffix = ".L" + std::to_string(l);
-    auto hist = [&](const std::string& name, const Histogram& h) {
-      Series s{name + suffix, {}, {}};
-      for (std::size_t i = 0; i < h.density.size(); ++i) {
-        s.x.push_back(h.centre(i));
-        s.y.push_back(h.density[i]);
-      }
-      out.series.push_back(std::move(s));
-    };
-    hist("gate_pre_hist", L.pre);
-    hist("gate_post_hist", L.post);
-    hist("overlap_hist", L.overlap);
-    m.push_back({"gate_threshold_pre" + suffix, L.threshold_pre});
-    m.push_back({"gate_threshold_post" + suffix, L.threshold_post});
-    m.push_back({"overlap_mean" + suffix, L.overlap_mean});
-    mass += L.kept_mass;
-    overlap += L.overlap_mean;
-  }
-  const double nl = static_cast<double>(std::max<std::size_t>(ga.layers.size(), 1));
-  m.push_back({"analysis_kept", ga.kept});
-  m.push_back({"analysis_tokens", ga.tokens});
-  m.push_back({"kept_silu_mass", mass / nl});
-  m.push_back({"overlap_mean", overlap / nl});
-  Series u{"union_by_batch", {}, {}}, ui{"union_independent_by_batch", {}, {}};
-  for (std::size_t b = 0; b < ga.union_mean.size(); ++b) {
-    u.x.push_back(static_cast<double>(b + 1));
-    u.y.push_back(ga.union_mean[b]);
-    ui.x.push_back(static_cast<double>(b + 1));
-    ui.y.push_back(ga.union_independent[b]);
-    m.push_back({"union_b" + std::to_string(b + 1), ga.union_mean[b]});
-    m.push_back({"union_independent_b" + std::to_string(b + 1), ga.union_independent[b]});
-  }
-  out.series.push_back(std::move(u));
-  out.series.push_back(std::move(ui));
-
+  store_gate_analysis(analyze_gates(model, htok, nb, spec.seq, 4, spec.data.seed + 1), out);
 }
 
 // The optimizer schedule of [data]: AdamW with a linear warm-up, then cosine decay.
@@ -187,22 +165,8 @@ void run_text_train(Ops& ops, const PointSpec& spec, const ModelConfig& cfg, Poi
   // Mean loss over the validation windows (every token weighs the same), in batches of the point's batch.
   const std::int64_t eval_windows = d.eval_windows > 0 ? std::min<std::int64_t>(d.eval_windows, val.windows()) : val.windows();
   auto evaluate = [&] {
-    double sum = 0;
-    std::int64_t tokens = 0;
-    for (std::int64_t w0 = 0; w0 < eval_windows; w0 += spec.batch) {
-      stop();
-      const int b = static_cast<int>(std::min<std::int64_t>(spec.batch, eval_windows - w0));
-      htok.clear();
-      htgt.clear();
-      for (int r = 0; r < b; ++r) val.window(w0 + r, htok, htgt);
-      const std::int64_t m = static_cast<std::int64_t>(b) * spec.seq;
-      Tensor vt = tok.slice0(0, m), vg = tgt.slice0(0, m);
-      ops.upload_i32(vt, htok);
-      ops.upload_i32(vg, htgt);
-      sum += model.forward(vt, vg, b, spec.seq, false) * static_cast<double>(m);
-      tokens += m;
-    }
-    return sum / static_cast<double>(std::max<std::int64_t>(tokens, 1));
+    return mean_window_loss(model, eval_windows, spec.batch, spec.seq,
+                            [&](std::int64_t w, auto& in, auto& out) { val.window(w, in, out); }, stop);
   };
 
   Series s_loss{"train_loss", {}, {}}, s_lr{"lr", {}, {}}, s_tokens{"tokens_seen", {}, {}};

@@ -5,6 +5,7 @@
 // with [data] take their prompts from the validation documents and measure the channel union on them.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@ namespace moc {
 
 struct TextData {
   std::string corpus;          // a named corpus (python3.11-doc) or a directory; "" = random tokens
+  std::string tokens;          // eval points: a file of the model's token ids (instead of corpus)
   double val_fraction = 0.05;  // documents held out for validation
   std::uint64_t seed = 0;      // the split, the tokenizer's sampling and the window order
   int steps = 200;             // optimizer steps (the learning-rate schedule's length)
@@ -39,6 +41,16 @@ struct PointOutcome;
 
 // A train point with [data]: the whole training run above; metrics and series into out.
 void run_text_train(Ops& ops, const PointSpec& spec, const ModelConfig& cfg, PointOutcome& out);
+// The validation split of [data]'s corpus (tokenized with mocbench's own tokenizer of `vocab` pieces, cached) as
+// windows of `seq` tokens: what text training validates on, and what `eval` points with a corpus evaluate.
+class EvalWindows {
+ public:
+  virtual ~EvalWindows() = default;
+  virtual std::int64_t windows() const = 0;
+  virtual void window(std::int64_t w, std::vector<std::int32_t>& inputs, std::vector<std::int32_t>& targets) const = 0;
+};
+std::unique_ptr<EvalWindows> validation_windows(const TextData& data, int vocab, int seq);
+
 // Decode points with [data]: `batch` prompts of `prompt` tokens from different validation windows, and
 // `follow` more tokens of each (the text that continues them), row-major [batch, prompt + follow].
 std::vector<std::int32_t> validation_prompts(const TextData& data, int vocab, int batch, int prompt, int follow);

@@ -58,7 +58,8 @@ struct ValueSpec {
 struct ModeSpec {
   std::string title;
   std::vector<ValueSpec> values;
-  std::string memory_metric;  // "peak vs dense" basis; empty: none
+  std::string memory_metric;   // "peak vs dense" basis; empty: none
+  std::string quality_metric;  // "perplexity vs dense" basis (this / dense, lower is better); empty: none
 };
 
 ValueSpec value(std::string key, std::string title, std::string unit, Getter get, int decimals = -1) {
@@ -88,14 +89,14 @@ ModeSpec spec_of(const std::string& mode) {
              value("peak_GiB", "peak (GiB)", "GiB", scaled("peak_bytes", kGiB), 2),
              value("activations_GiB", "activations (GiB)", "GiB", scaled("peak_activations_bytes", kGiB), 2),
              value("optimizer_GiB", "optimizer (GiB)", "GiB", scaled("peak_optimizer_state_bytes", kGiB), 2)},
-            "peak_bytes"};
+            "peak_bytes", ""};
   if (mode == "decode")
     return {"end-to-end greedy decoding (one step = one token per row)",
             {value("ms_per_token", "ms/token", "ms", first_of({{"ms_per_token", 1}, {"median_ms", 1}})), noise(),
              value("tokens_per_s", "tokens/s", "1/s", scaled("tokens_per_s", 1), 0),
              value("prefill_ms", "prefill (ms)", "ms", scaled("prefill_ms", 1)),
              value("peak_GiB", "peak (GiB)", "GiB", scaled("peak_bytes", kGiB), 2)},
-            ""};
+            "", ""};
   if (mode == "ffn-decode")
     return {"one FFN layer, one token per row (weight-bandwidth bound)",
             {value("latency_us", "latency (µs)", "us", first_of({{"latency_us", 1}, {"median_ms", 1e3}})), noise(),
@@ -103,20 +104,29 @@ ModeSpec spec_of(const std::string& mode) {
              value("floor_us", "floor (µs)", "us", scaled("floor_us", 1)),
              value("pct_of_floor", "% of floor", "%", scaled("pct_of_floor", 1), 0),
              value("channels_read", "channels read", "", scaled("union_channels", 1), 0)},
-            ""};
+            "", ""};
   if (mode == "ffn-train")
     return {"one FFN layer, forward + backward",
             {value("fwd_bwd_ms", "fwd+bwd (ms)", "ms", first_of({{"fwd_bwd_ms", 1}, {"median_ms", 1}})), noise(),
              value("forward_ms", "forward (ms)", "ms", scaled("forward_ms", 1)),
              value("backward_ms", "backward (ms)", "ms", scaled("backward_ms", 1)),
              value("activations_MiB", "stored activations (MiB)", "MiB", scaled("ffn_activation_bytes", kMiB), 1)},
-            "ffn_activation_bytes"};
+            "ffn_activation_bytes", ""};
+  if (mode == "eval")
+    return {"next-token loss and perplexity on text",
+            {value("eval_ms", "pass (ms)", "ms", first_of({{"eval_ms", 1}, {"median_ms", 1}})), noise(),
+             value("tokens_per_s", "tokens/s", "1/s", scaled("tokens_per_s", 1), 0),
+             value("eval_loss", "loss", "", scaled("eval_loss", 1), 4),
+             value("eval_ppl", "perplexity", "", scaled("eval_ppl", 1), 2),
+             value("eval_tokens", "tokens", "", scaled("eval_tokens", 1), 0)},
+            "",
+            "eval_ppl"};
   if (mode == "topk")
     return {"row top-K selection",
             {value("latency_us", "latency (µs)", "us", first_of({{"latency_us", 1}, {"median_ms", 1e3}})), noise(),
              value("Mrows_per_s", "rows/s (M)", "1/s", scaled("rows_per_s", 1e-6))},
-            ""};
-  return {mode, {value("median_ms", "median (ms)", "ms", scaled("median_ms", 1)), noise()}, ""};
+            "", ""};
+  return {mode, {value("median_ms", "median (ms)", "ms", scaled("median_ms", 1)), noise()}, "", ""};
 }
 
 // 3 significant digits without an exponent (1.72, 30.1, 581, 2175), or `decimals` digits.
@@ -201,6 +211,8 @@ SummaryTable table_of(const std::string& mode, const std::vector<const db::Point
     t.columns.push_back(value("speedup_vs_dense", "vs dense (speed)", "x", {}, 2).column);
     if (!spec.memory_metric.empty())
       t.columns.push_back(value("memory_vs_dense", "vs dense (memory)", "x", {}, 2).column);
+    if (!spec.quality_metric.empty())
+      t.columns.push_back(value("ppl_vs_dense", "vs dense (perplexity)", "x", {}, 3).column);
   }
   // Per FFN variant: speedups and the points they were seen at, for the headline.
   std::map<std::string, std::vector<std::pair<double, std::string>>> by_ffn;
@@ -220,18 +232,23 @@ SummaryTable table_of(const std::string& mode, const std::vector<const db::Point
       row.emplace_back(x, std::move(text));
     }
     if (speedups) {
-      std::optional<double> s, mem;
+      std::optional<double> s, mem, ppl;
       const auto it = dense.find(twin_key(*p));
+      // this / dense of a metric both points have (dense's above 0).
+      auto against_dense = [&](const std::string& name) -> std::optional<double> {
+        const auto a = metric(it->second->metrics, name), b = metric(p->metrics, name);
+        if (a && b && *a > 0) return *b / *a;
+        return std::nullopt;
+      };
       if (ok && it != dense.end()) {
         const auto a = spec.values[0].get(it->second->metrics), b = spec.values[0].get(p->metrics);
         if (a && b && *b > 0) s = *a / *b;
-        if (!spec.memory_metric.empty()) {
-          const auto ma = metric(it->second->metrics, spec.memory_metric), mb = metric(p->metrics, spec.memory_metric);
-          if (ma && mb && *ma > 0) mem = *mb / *ma;
-        }
+        if (!spec.memory_metric.empty()) mem = against_dense(spec.memory_metric);
+        if (!spec.quality_metric.empty()) ppl = against_dense(spec.quality_metric);
       }
       row.emplace_back(s, s ? ratio_text(*s) : "-");
       if (!spec.memory_metric.empty()) row.emplace_back(mem, mem ? ratio_text(*mem) : "-");
+      if (!spec.quality_metric.empty()) row.emplace_back(ppl, ppl ? report::format_number(*ppl, 3) + "x" : "-");
       const std::string ffn = axis_value(*p, "ffn");
       if (s && ffn != "dense") {
         std::string where;  // the point's other shown axes
@@ -263,6 +280,7 @@ const char* colour_of(const SummaryColumn& c, const SummaryCell& cell) {
   if (c.key == "noise_pct" && !cell.text.empty() && cell.text.back() == '!') return "\033[33m";
   if (c.key == "speedup_vs_dense" && cell.value) return *cell.value >= 1.0 ? "\033[32m" : "\033[31m";
   if (c.key == "memory_vs_dense" && cell.value) return *cell.value <= 1.0 ? "\033[32m" : "\033[31m";
+  if (c.key == "ppl_vs_dense" && cell.value) return *cell.value <= 1.0 ? "\033[32m" : "\033[31m";
   return nullptr;
 }
 

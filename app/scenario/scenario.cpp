@@ -3,6 +3,7 @@
 #include "app/scenario/scenario_keys.h"
 
 #include "model/data/corpus.h"
+#include "model/published.h"
 #include "model/data/tokenizer.h"
 
 #include <toml++/toml.h>
@@ -17,6 +18,7 @@
 #include <unordered_set>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -37,7 +39,7 @@ ScenarioError::ScenarioError(std::string file_, int line_, int col_, std::string
       message(std::move(message_)),
       hint(std::move(hint_)) {}
 
-std::vector<std::string> scenario_modes() { return {"train", "decode", "ffn-train", "ffn-decode", "topk"}; }
+std::vector<std::string> scenario_modes() { return {"train", "decode", "eval", "ffn-train", "ffn-decode", "topk"}; }
 std::vector<std::string> scenario_backends() { return {"cpu", "cuda"}; }
 
 namespace {
@@ -642,6 +644,7 @@ class Expander {
       if (s.key == "preset") preset_setting_ = &s;
     std::vector<ScenarioPoint> points;
     for (std::size_t idx = 0; idx < raw.size(); ++idx) points.push_back(resolve(idx, raw[idx]));
+    check_data_keys_used(points);
     return points;
   }
 
@@ -729,12 +732,24 @@ class Expander {
         fail(path_, v.pos, "min_lr_ratio must be at most 1, got " + v.text, "e.g. min_lr_ratio = 0.1");
       apply_setting(KeySection::data, st);
       if (st.key == "corpus") corpus_value_ = &v;
+      if (st.key == "tokens") tokens_value_ = &v;
       if (st.key == "save") save_value_ = &v;
     }
-    if (!dat_.empty() && !corpus_value_)
+    if (corpus_value_ && tokens_value_)
+      fail(path_, tokens_value_->pos, "[data] has both corpus and tokens",
+           "corpus is text mocbench tokenizes itself (training, and eval of checkpoints trained here); tokens are "
+           "ids a published checkpoint's own tokenizer wrote (eval points): keep one");
+    if (!dat_.empty() && !corpus_value_ && !tokens_value_)
       fail(path_, sc_.data_pos, "[data] has no corpus",
            "name the text to train on: corpus = \"python3.11-doc\" (Debian's python3.11-doc, installed by "
-           "scripts/setup.sh) or a directory of text files");
+           "scripts/setup.sh) or a directory of text files; or, for eval points, tokens = \"ids.txt\"");
+    if (tokens_value_) {
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(base_.data.tokens, ec))
+        fail(path_, tokens_value_->pos, "[data] tokens: no file '" + base_.data.tokens + "'",
+             "a file of whitespace-separated token ids (scripts/tokenize_gguf.py MODEL OUT.txt TEXT writes one with "
+             "the model's own tokenizer); a relative path is taken from the current directory");
+    }
     if (corpus_value_) {
       try {
         (void)data::resolve_corpus(base_.data.corpus);
@@ -854,13 +869,27 @@ class Expander {
   void resolve_model(ScenarioPoint& pt, At& at) {
     at.preset = find_value(at.rp, "preset");
     if (!at.preset && preset_setting_) at.preset = &preset_setting_->value;
-    if (!at.preset)
-      fail(path_, at.here, "no model preset" + at.context,
-           "set [model] preset = \"1b\" or sweep [axes] preset = [...]; presets: " + join(preset_names()));
-    try {
-      pt.model = preset(at.preset->text);
-    } catch (const ConfigError& e) {
-      fail(path_, at.preset->pos, e.what(), "presets: " + join(preset_names()));
+    const ScenarioValue* published = published_weights(at);
+    if (published) {
+      // A published checkpoint (GGUF, Hugging Face) brings its configuration: no preset, and the keys that
+      // shape the network must agree with it (checked below); the FFN variant, dtypes and seq_len are choices.
+      if (at.preset)
+        fail(path_, at.preset->pos,
+             "preset = " + at.preset->text + " beside a published checkpoint ([model] weights = " + published->text +
+                 ")" + at.context,
+             "drop preset: the configuration comes from the checkpoint");
+      pt.model = published_config(*published);
+      at.preset = published;  // problems with the base configuration point at the checkpoint
+    } else {
+      if (!at.preset)
+        fail(path_, at.here, "no model preset" + at.context,
+             "set [model] preset = \"1b\" or sweep [axes] preset = [...]; presets: " + join(preset_names()) +
+                 "; or [model] weights = a GGUF file or Hugging Face folder, whose configuration is used");
+      try {
+        pt.model = preset(at.preset->text);
+      } catch (const ConfigError& e) {
+        fail(path_, at.preset->pos, e.what(), "presets: " + join(preset_names()));
+      }
     }
     auto set_key = [&](const std::string& k, const ScenarioValue* v) {
       for (auto& x : at.keys)
@@ -872,6 +901,7 @@ class Expander {
     for (const auto& [n, v] : at.rp)
       if (auto mk = model_key_of_axis(n); !mk.empty()) set_key(mk, v);
     auto apply = [&](const std::string& k, const ScenarioValue* v) {
+      if (published) check_agrees(pt.model, k, *v, *published, at);
       try {
         apply_override(pt.model, k, v->text);
       } catch (const ConfigError& e) {
@@ -884,6 +914,107 @@ class Expander {
     for (const auto& late : kLateModelKeys)
       for (const auto& [k, v] : at.keys)
         if (k == late) apply(k, v);
+  }
+
+  // [data] keys that change nothing for this scenario's points are refused: training's keys without a train
+  // point, and the corpus's (split, cache) beside tokens.
+  void check_data_keys_used(const std::vector<ScenarioPoint>& points) const {
+    static const std::vector<std::string> training = {"steps", "stop_at", "eval_every", "lr", "warmup", "min_lr_ratio",
+                                                      "weight_decay", "save", "resume"};
+    static const std::vector<std::string> corpus_only = {"val_fraction", "cache"};
+    const bool trains = std::any_of(points.begin(), points.end(),
+                                    [](const ScenarioPoint& p) { return p.mode == "train" && p.data.active(); });
+    for (const auto& st : dat_) {
+      if (tokens_value_ && (contains(training, st.key) || contains(corpus_only, st.key)))
+        fail(path_, st.value.pos, "[data] " + st.key + " applies to training on a corpus; with tokens it changes nothing",
+             "drop it (tokens feed eval points: tokens, eval_windows, analyze and seed apply)");
+      if (!trains && contains(training, st.key))
+        fail(path_, st.value.pos, "[data] " + st.key + " applies to train points; this scenario has none",
+             "drop it, or add train points");
+    }
+  }
+
+  // [data] tokens, read once: how many ids, the largest, the first word that is not an id.
+  struct TokenFileFacts {
+    std::size_t count = 0;
+    long long max_id = -1;
+    long long bad_at = -1;
+    std::string bad;
+  };
+  const TokenFileFacts& token_file_facts() {
+    if (token_facts_) return *token_facts_;
+    TokenFileFacts f;
+    std::ifstream in(base_.data.tokens);
+    std::string w;
+    while (in >> w && f.bad_at < 0) {
+      std::size_t used = 0;
+      long long v = -1;
+      try {
+        v = std::stoll(w, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != w.size() || v < 0 || v > 0x7fffffff) {
+        f.bad_at = static_cast<long long>(f.count);
+        f.bad = w.substr(0, 40);
+      }
+      f.max_id = std::max(f.max_id, v);
+      ++f.count;
+    }
+    return *(token_facts_ = f);
+  }
+
+  // The point's weights (its axis, else [model]) when they name a published checkpoint: a literal path to a
+  // GGUF file or a Hugging Face folder (a path with placeholders names mocbench checkpoints a run writes).
+  const ScenarioValue* published_weights(const At& at) const {
+    const ScenarioValue* w = find_value(at.rp, "weights");
+    if (!w)
+      for (const auto& s : mdl_)
+        if (s.key == "weights") w = &s.value;
+    if (!w || w->s.empty() || w->s == "random" || w->s.find('{') != std::string::npos) return nullptr;
+    return is_published_checkpoint(w->s) ? w : nullptr;
+  }
+
+  // The checkpoint's configuration, read once per file (a GGUF's metadata, a folder's config.json).
+  ModelConfig published_config(const ScenarioValue& w) {
+    if (const auto it = published_.find(w.s); it != published_.end()) return it->second;
+    try {
+      return published_.emplace(w.s, PublishedCheckpoint::open(w.s).config()).first->second;
+    } catch (const ConfigError& e) {
+      auto [msg, hint] = split_hint(e.what());
+      fail(path_, w.pos, "[model] weights: " + msg,
+           hint.empty() ? "a GGUF file (llama architecture) or a Hugging Face folder mocbench reads (Llama, Qwen3, "
+                          "Mixtral)" : hint);
+    }
+  }
+
+  // A key that shapes the network must agree with the published checkpoint's value; init_std has no effect on
+  // loaded weights. The FFN variant (ffn, k, gcp, select), dtypes, seq_len and seed are the scenario's.
+  void check_agrees(const ModelConfig& cfg, const std::string& k, const ScenarioValue& v, const ScenarioValue& w,
+                    const At& at) const {
+    static const std::vector<std::string> chosen = {"seq_len", "seed", "param_dtype", "act_dtype", "ffn", "k", "gcp",
+                                                    "select"};
+    if (contains(chosen, k)) return;
+    if (k == "init_std")
+      fail(path_, v.pos, "init_std = " + v.text + " beside a published checkpoint" + at.context,
+           "drop it: the weights come from " + w.s + ", not from a random initialisation");
+    ModelConfig changed = cfg;
+    try {
+      apply_override(changed, k, v.text);
+    } catch (const ConfigError&) {
+      return;  // an invalid value: apply() says why
+    }
+    const std::string was = cfg.describe() + " " + std::to_string(cfg.rope_theta) + " " + std::to_string(cfg.norm_eps) +
+                            " " + std::to_string(cfg.qk_norm) + " " + std::to_string(cfg.experts_per_token);
+    const std::string now = changed.describe() + " " + std::to_string(changed.rope_theta) + " " +
+                            std::to_string(changed.norm_eps) + " " + std::to_string(changed.qk_norm) + " " +
+                            std::to_string(changed.experts_per_token);
+    if (was != now || changed.vocab != cfg.vocab || changed.kv_heads != cfg.kv_heads)
+      fail(path_, v.pos,
+           k + " = " + v.text + " disagrees with the published checkpoint " + w.s + " (" + cfg.describe() + ")" +
+               at.context,
+           "drop it: a published checkpoint's architecture comes from the checkpoint; the scenario chooses ffn, k, "
+           "gcp, select, seq_len and the dtypes");
   }
 
   // The model must hold every position the point runs through (as `mocbench smoke` does); then validated,
@@ -934,29 +1065,52 @@ class Expander {
     return out;
   }
 
-  void resolve_weights_and_data(ScenarioPoint& pt, const At& at) const {
+  void resolve_weights_and_data(ScenarioPoint& pt, const At& at) {
     const ScenarioValue* weights = nullptr;
     for (const auto& s : mdl_)
       if (s.key == "weights") weights = &s.value;
     if (const ScenarioValue* v = find_value(at.rp, "weights")) weights = v;  // a weights axis: per point
     if (weights && (weights->s.empty() || weights->s == "random")) weights = nullptr;
     if (weights) {
-      if (pt.mode != "train" && pt.mode != "decode")
-        fail(path_, weights->pos, "[model] weights apply to train and decode points, not " + pt.mode + at.context,
+      if (pt.mode != "train" && pt.mode != "decode" && pt.mode != "eval")
+        fail(path_, weights->pos, "[model] weights apply to train, decode and eval points, not " + pt.mode + at.context,
              "drop weights for this mode, or exclude its points");
       pt.weights = fill(pt, at, *weights, "[model] weights");
       // A path with placeholders usually names checkpoints another scenario writes ([data] save): it is
       // checked when a run starts, before any point, rather than whenever the scenario is read.
       pt.weights_deferred = weights->s.find('{') != std::string::npos;
       std::error_code ec;
-      if (!pt.weights_deferred && !std::filesystem::is_regular_file(pt.weights, ec))
+      if (!pt.weights_deferred && !std::filesystem::is_regular_file(pt.weights, ec) && !is_published_checkpoint(pt.weights))
         fail(path_, weights->pos, "[model] weights: no file '" + pt.weights + "'",
-             "a safetensors checkpoint (mocbench's save_checkpoint, or [data] save); a relative path is taken from "
-             "the current directory");
+             "a safetensors checkpoint (mocbench's save_checkpoint, or [data] save), a GGUF file or a Hugging Face "
+             "folder (config.json + model.safetensors); a relative path is taken from the current directory");
+    }
+    if (tokens_value_) {
+      if (pt.mode != "eval")
+        fail(path_, tokens_value_->pos, "[data] tokens feed eval points, not " + pt.mode + at.context,
+             "train and decode on text take corpus; exclude this mode's points or drop tokens");
+      pt.data = base_.data;
+      const TokenFileFacts& f = token_file_facts();
+      if (f.bad_at >= 0)
+        fail(path_, tokens_value_->pos,
+             "[data] tokens: '" + f.bad + "' (id " + std::to_string(f.bad_at) + " of " + pt.data.tokens +
+                 ") is not a token id",
+             "the file holds whitespace-separated non-negative integers (scripts/tokenize_gguf.py writes them)");
+      if (f.max_id >= pt.model.vocab)
+        fail(path_, tokens_value_->pos,
+             "[data] tokens: " + pt.data.tokens + " holds id " + std::to_string(f.max_id) + ", outside the model's " +
+                 std::to_string(pt.model.vocab) + " ids" + at.context,
+             "tokenize the text with this model's tokenizer (scripts/tokenize_gguf.py MODEL OUT.txt TEXT)");
+      if (static_cast<long long>(f.count) < static_cast<long long>(pt.seq) + 1)
+        fail(path_, tokens_value_->pos,
+             "[data] tokens: " + pt.data.tokens + " holds " + std::to_string(f.count) + " ids, not one window of seq + 1 = " +
+                 std::to_string(pt.seq + 1) + at.context,
+             "lower seq, or give more text");
+      return;
     }
     if (!corpus_value_) return;
-    if (pt.mode != "train" && pt.mode != "decode")
-      fail(path_, sc_.data_pos, "[data] applies to train and decode points, not " + pt.mode + at.context,
+    if (pt.mode != "train" && pt.mode != "decode" && pt.mode != "eval")
+      fail(path_, sc_.data_pos, "[data] applies to train, decode and eval points, not " + pt.mode + at.context,
            "drop [data], or exclude this mode's points");
     if (pt.model.vocab < data::kMinVocab)
       fail(path_, at.model_pos("vocab"),
@@ -1002,7 +1156,9 @@ class Expander {
   std::vector<ScenarioAxis> ax_;
   std::vector<ScenarioSetting> mdl_, meas_, dat_;
   ScenarioPoint base_;
-  const ScenarioValue *corpus_value_ = nullptr, *save_value_ = nullptr;
+  const ScenarioValue *corpus_value_ = nullptr, *tokens_value_ = nullptr, *save_value_ = nullptr;
+  std::map<std::string, ModelConfig> published_;  // published checkpoints' configurations by path
+  std::optional<TokenFileFacts> token_facts_;
   const ScenarioSetting* preset_setting_ = nullptr;
 };
 

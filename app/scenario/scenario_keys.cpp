@@ -21,20 +21,23 @@ const ScenarioKey kTop[] = {
      "it)"},
     {"description", KeyRule::text, "\"...\"", "\"\"", "one line for listings"},
     {"mode", KeyRule::mode, "\"decode\"", "(required unless `mode` is an axis)",
-     "`train`, `decode`, `ffn-train`, `ffn-decode` or `topk`; the default for points whose mode is not swept"},
+     "`train`, `decode`, `eval`, `ffn-train`, `ffn-decode` or `topk`; the default for points whose mode is not swept"},
     {"device", KeyRule::device, "\"auto\"", "auto", "`auto` (CUDA when a GPU is there, else the CPU), `cpu` or `cuda`"},
 };
 
 // [model]: the preset, a checkpoint, and every key of moc::apply_override (a test checks the list against
 // moc::override_keys()).
 const ScenarioKey kModel[] = {
-    {"preset", KeyRule::preset, "\"1b\"", "(required unless `preset` is an axis)",
+    {"preset", KeyRule::preset, "\"1b\"", "(required unless `preset` is an axis or `weights` a published checkpoint)",
      "the base configuration the other keys change: {presets}"},
     {"weights", KeyRule::text, "\"model.safetensors\"", "random",
-     "a checkpoint loaded into train and decode points instead of random weights (mocbench's safetensors "
-     "checkpoints, `model/checkpoint.h`); it must exist when the scenario is read (a relative path is taken "
-     "from the current directory); a checkpoint of another configuration fails its points with the tensor "
-     "that differs. `[model]` only"},
+     "a checkpoint loaded into train, decode and eval points instead of random weights: mocbench's safetensors "
+     "checkpoints (`model/checkpoint.h`; a checkpoint of another configuration fails its points with the tensor "
+     "that differs), or a published checkpoint -- a GGUF file (llama architecture) or a Hugging Face folder "
+     "(config.json + model.safetensors: Llama, Qwen3, Mixtral) -- whose configuration the points take (no "
+     "`preset`; a key that shapes the network must agree with it; `ffn`, `k`, `gcp`, `select` on a dense "
+     "checkpoint give training-free MoC). It must exist when the scenario is read (a relative path is taken "
+     "from the current directory)"},
     {"vocab", KeyRule::pos_int, "32000", "preset", "vocabulary size (token ids)"},
     {"hidden", KeyRule::pos_int, "2048", "preset", "model width d"},
     {"d_ffn", KeyRule::pos_int, "5461", "preset", "FFN channels (the SwiGLU inner width; odd values are fine)"},
@@ -103,10 +106,16 @@ const ScenarioKey kProfile[] = {
 };
 
 const ScenarioKey kData[] = {
-    {"corpus", KeyRule::text, "\"python3.11-doc\"", "(required)",
+    {"corpus", KeyRule::text, "\"python3.11-doc\"", "(required, or tokens)",
      "`python3.11-doc` (the Python 3.11 documentation sources, Debian's python3.11-doc, PSF licence; "
      "scripts/setup.sh installs it) or a directory of text files (each file a document)",
      +[](P& p, const V& v) { p.data.corpus = v.s; }},
+    {"tokens", KeyRule::text, "\"ids.txt\"", "\"\"",
+     "instead of `corpus`, for `eval` points: a file of the model's token ids, whitespace-separated "
+     "(`scripts/tokenize_gguf.py MODEL OUT.txt TEXT...` writes one with a published checkpoint's own tokenizer); "
+     "cut into windows of `seq` + 1 ids (as `mocbench eval --window` cuts them); a relative path is taken from "
+     "the current directory",
+     +[](P& p, const V& v) { p.data.tokens = v.s; }},
     {"val_fraction", KeyRule::pos_number, "0.05", "0.05", "share of the documents held out for validation, in (0, 1)",
      +[](P& p, const V& v) { p.data.val_fraction = v.f; }},
     {"seed", KeyRule::nonneg_int, "1", "0", "the split, the tokenizer's sampling and the window order",
@@ -117,7 +126,8 @@ const ScenarioKey kData[] = {
      +[](P& p, const V& v) { p.data.stop_at = as_int(v); }},
     {"eval_every", KeyRule::nonneg_int, "100", "steps / 10", "steps between validations",
      +[](P& p, const V& v) { p.data.eval_every = as_int(v); }},
-    {"eval_windows", KeyRule::nonneg_int, "0 (all)", "0", "validation windows per evaluation (0: all)",
+    {"eval_windows", KeyRule::nonneg_int, "0 (all)", "0",
+     "validation windows per evaluation (0: all); `eval` points: the windows one repetition evaluates",
      +[](P& p, const V& v) { p.data.eval_windows = as_int(v); }},
     {"lr", KeyRule::pos_number, "0.001", "0.001",
      "AdamW's peak learning rate, after a linear warm-up, then cosine decay to `min_lr_ratio` x `lr`; gradients "
@@ -140,14 +150,17 @@ const ScenarioKey kData[] = {
      +[](P& p, const V& v) { p.data.resume = v.b; }},
     {"cache", KeyRule::text, "\".local/data\"", "\"\"", "token cache directory (\"\": `$MOCBENCH_DATA_CACHE`, else `.local/data`)",
      +[](P& p, const V& v) { p.data.cache = v.s; }},
-    {"analyze", KeyRule::boolean, "true", "true", "the gate analyses above after training",
+    {"analyze", KeyRule::boolean, "true", "true",
+     "the gate analyses above after training; `eval` points with a MoC FFN: the same analyses of their selection "
+     "on the first 8 windows",
      +[](P& p, const V& v) { p.data.analyze = v.b; }},
 };
 
 // [axes]: the study's own dimensions. Any model key is an axis too (scenario.cpp's axis_keys()), except
 // `select`, which is called topk_position here as in the paper's ablation.
 const ScenarioKey kAxes[] = {
-    {"mode", KeyRule::mode, "\"decode\"", "the top-level `mode`", "`train`, `decode`, `ffn-train`, `ffn-decode`, `topk`"},
+    {"mode", KeyRule::mode, "\"decode\"", "the top-level `mode`",
+     "`train`, `decode`, `eval`, `ffn-train`, `ffn-decode`, `topk`"},
     {"batch", KeyRule::pos_int, "4", "1", "integers > 0 (per GPU when `gpus > 1`)"},
     {"seq", KeyRule::pos_int, "256", "the model's `seq_len`", "integers > 0"},
     {"preset", KeyRule::preset, "\"1b\"", "[model] preset", "preset names"},
