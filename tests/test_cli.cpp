@@ -1342,6 +1342,25 @@ TEST_F(Cli, TrainOnTextSaveCheckpointsThenDecodeFromThem) {
       EXPECT_EQ(n["union_by_batch"], 4u);
     }
   }
+  // eval points on the saved checkpoints and the corpus's validation split (issue #29's `eval --corpus` as a
+  // scenario): the same windows as training validated on, so the loss training ended with.
+  write("eval.toml", "name = \"ev\"\nmode = \"eval\"\ndevice = \"cpu\"\n" + head +
+                         "eval_windows = 16\n[measure]\nwarmup = 0\nmin_reps = 1\nmax_reps = 1\n[axes]\n"
+                         "weights = [\"ck/{ffn}.safetensors\"]\nffn = [\"dense\", \"moc\"]\nbatch = [4]\nseq = [32]\n");
+  r = moc::test::shell(in_dir + "run eval.toml --db e.db --no-profile");
+  ASSERT_EQ(r.code, 0) << r.out;
+  {
+    auto trained = db::ResultsDb::open(path("r.db"), db::OpenMode::read_only);
+    auto evald = db::ResultsDb::open(path("e.db"), db::OpenMode::read_only);
+    const auto tp = trained.points(trained.runs().at(0).id), ep = evald.points(evald.runs().at(0).id);
+    ASSERT_EQ(ep.size(), 2u);
+    for (std::size_t i = 0; i < 2; ++i) {
+      ASSERT_EQ(ep[i].status, "ok") << ep[i].error;
+      std::map<std::string, double> t(tp[i].metrics.begin(), tp[i].metrics.end()), e(ep[i].metrics.begin(), ep[i].metrics.end());
+      EXPECT_NEAR(e.at("eval_loss"), t.at("val_loss"), 1e-6 * t.at("val_loss")) << "point " << i;
+      EXPECT_DOUBLE_EQ(e.at("eval_tokens"), t.at("val_tokens_evaluated"));
+    }
+  }
   r = moc::test::shell(in_dir + "run decode.toml --db r.db");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("channels read"), std::string::npos) << r.out;
