@@ -33,3 +33,17 @@ fi
 
 "$(dirname "$0")/setup_tokenizers_py.sh"
 "$(dirname "$0")/setup_gguf_py.sh"
+
+# Held-out text in the model's own token ids for scenarios/real_model.toml: the first 4,096 ids of the Python
+# functional-programming HOWTO (Debian's python3.11-doc, which scripts/setup.sh installs), through
+# scripts/tokenize_gguf.py (the GGUF's byte-level BPE in Hugging Face `tokenizers`).
+ids=.local/smollm2/heldout_ids.txt
+text=/usr/share/doc/python3.11/html/_sources/howto/functional.rst.txt
+if [ ! -s "$ids" ]; then
+  if [ -f "$text" ]; then
+    PYTHONPATH=.local/gguf-py/site:.local/tokenizers-py/site /usr/bin/python3 scripts/tokenize_gguf.py "$model" "$ids.tmp" \
+      "$text" --max-tokens 4096 && mv "$ids.tmp" "$ids"
+  else
+    echo "setup_real_model: $text is missing (Debian's python3.11-doc: scripts/setup.sh installs it); $ids not written" >&2
+  fi
+fi

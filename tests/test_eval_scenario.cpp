@@ -13,6 +13,8 @@
 #include <random>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "app/scenario/scenario.h"
 #include "db/results_db.h"
 #include "model/evaluate.h"
@@ -177,6 +179,22 @@ TEST(EvalScenario, ThePublishedCheckpointsConfigurationIsThePointsAndDisagreemen
   const auto r = shell(std::string(MOCBENCH_BIN) + " run " + f.write("dec", text) + " --db " +
                        (f.dir / "dec.db").string() + " --quiet --no-profile");
   EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// `eval --precision bf16`: the weights rounded to bf16 on load and bf16 activations -- close to fp32's
+// perplexity, and not the same number (the flag reaches the engine).
+TEST(EvalCommand, Bf16PrecisionRoundsTheWeightsAndActivations) {
+  const Fixture f;
+  auto ppl = [&](const std::string& precision) {
+    const auto r = shell(std::string(MOCBENCH_BIN) + " eval " + f.weights() + " --tokens " + f.tokens() +
+                         " --window 16 --format json --precision " + precision);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return nlohmann::json::parse(r.out)["perplexity"].get<double>();
+  };
+  const double p32 = ppl("fp32"), p16 = ppl("bf16");
+  EXPECT_NEAR(p16, p32, 0.02 * p32);
+  EXPECT_NE(p16, p32);
+  EXPECT_EQ(shell(std::string(MOCBENCH_BIN) + " eval " + f.weights() + " --ids \"1 2 3\" --precision fp16").code, 2);
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ namespace moc::cli {
 namespace {
 
 struct EvalOptions {
-  std::string ckpt, ids, tokens, device = "cpu", ffn, k, select, logits, format = "text", analyze;
+  std::string ckpt, ids, tokens, device = "cpu", ffn, k, select, logits, format = "text", analyze, precision = "fp32";
   int window = 0;
   bool logprobs = false;
 };
@@ -88,12 +88,14 @@ std::unique_ptr<Ops> make_ops(const std::string& device) {
 }
 
 Loaded load_model(const std::string& ckpt, const std::string& device, const std::string& ffn, const std::string& k,
-                  const std::string& select) {
+                  const std::string& select, const std::string& precision = "fp32") {
   const PublishedCheckpoint src = PublishedCheckpoint::open(ckpt);
   ModelConfig cfg = src.config();
   if (!ffn.empty()) apply_override(cfg, "ffn", ffn);
   if (!k.empty()) apply_override(cfg, "k", k);
   if (!select.empty()) apply_override(cfg, "select", select);
+  // bf16: weights rounded to bf16 on load and bf16 activations, as the GPU's decode and training run.
+  if (precision == "bf16") cfg.param_dtype = cfg.act_dtype = DType::bf16;
   cfg.validate();
   Loaded l;
   l.ops = make_ops(device);
@@ -152,7 +154,7 @@ void write_analysis(Transformer& model, const std::vector<std::int32_t>& ids, in
 
 int run_eval(const EvalOptions& o) {
   const std::vector<std::int32_t> ids = ids_of(o.ids, o.tokens);
-  Loaded l = load_model(o.ckpt, o.device, o.ffn, o.k, o.select);
+  Loaded l = load_model(o.ckpt, o.device, o.ffn, o.k, o.select, o.precision);
   Transformer& model = *l.model;
   const ModelConfig& cfg = model.config();
   const EvalResult r = evaluate_ids(model, ids, o.window, o.logprobs, !o.logits.empty());
@@ -281,6 +283,8 @@ void add_eval_command(CLI::App& app, std::vector<Command>& out) {
   c->add_flag("--logprobs", o->logprobs, "Also print each predicted token's log-probability");
   c->add_option("--logits", o->logits, "Write every position's logits to this .npy file (float32, [positions, vocab])");
   c->add_option("--format", o->format, "text | json")->capture_default_str()->check(CLI::IsMember({"text", "json"}));
+  c->add_option("--precision", o->precision, "fp32 | bf16: the weights (rounded on load) and activations")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "bf16"}));
   c->add_option("--analyze", o->analyze,
                 "Also analyse the gates on the ids (MoC's selection of --k): per layer G / SiLU(G) histograms with the "
                 "top-K threshold, kept mass, overlap; unions of B tokens; written as JSON to this file");

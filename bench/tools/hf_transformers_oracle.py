@@ -4,13 +4,17 @@ Hugging Face's own LlamaForCausalLM / Qwen3ForCausalLM / MixtralForCausalLM, bot
 
   1. transformers writes small random checkpoints (save_pretrained, safetensors); `mocbench eval --logits` reads
      them on the CPU and on CUDA (fp32): every logit against transformers' fp32 forward; `mocbench generate`
-     against transformers' greedy generate (32 tokens).
+     against transformers' greedy generate (32 tokens). In bf16 on CUDA (`eval --precision bf16`: weights
+     rounded on load, bf16 activations) against the same fp32 logits, next to transformers' own bf16 forward
+     on CUDA: "within bf16 tolerance" is an error no larger than 2x transformers' own. (A random Mixtral's
+     router flips experts under bf16 in both implementations, so its error is of the logits' size for both.)
   2. Folders mocbench wrote (`mocbench convert`, given as arguments) load in transformers with from_pretrained:
      transformers' logits against `mocbench eval` on the same folder.
 
 usage: hf_transformers_oracle.py MOCBENCH WORKDIR [MOCBENCH_WRITTEN_DIR ...]
 Prints one line per check; exit 1 when one fails.
 """
+import copy
 import json
 import os
 import subprocess
@@ -46,10 +50,17 @@ def their_logits(model, ids):
         return model(torch.tensor([ids])).logits[0].double().numpy()
 
 
-def our_logits(folder, ids, device):
+def our_logits(folder, ids, device, precision="fp32"):
     out = os.path.join(WORK, "mine.npy")
-    mocbench("eval", folder, "--ids", " ".join(map(str, ids)), "--device", device, "--logits", out, "--format", "json")
+    mocbench("eval", folder, "--ids", " ".join(map(str, ids)), "--device", device, "--precision", precision,
+             "--logits", out, "--format", "json")
     return np.load(out).astype(np.float64)
+
+
+def their_bf16_logits(model, ids):
+    m = copy.deepcopy(model).to("cuda", dtype=torch.bfloat16)  # a copy: the fp32 model stays as it was
+    with torch.no_grad():
+        return m(torch.tensor([ids], device="cuda")).logits[0].float().cpu().double().numpy()
 
 
 def rel(a, b):
@@ -82,6 +93,10 @@ for name, make in configs.items():
             r = rel(got, want)
             check(f"{name} transformers -> mocbench ({dev}, fp32)", got.shape == want.shape and r < 1e-5,
                   f"largest logit difference / largest logit = {r:.2e}")
+        theirs = rel(their_bf16_logits(model, ids), want)
+        r = rel(our_logits(folder, ids, "cuda", "bf16"), want)
+        check(f"{name} transformers -> mocbench (cuda, bf16)", r < max(2 * theirs, 1e-3),
+              f"against transformers' fp32 logits: mocbench bf16 {r:.2e}, transformers' own bf16 {theirs:.2e}")
         if name == "mixtral":  # mocbench's mixture of experts does not decode (README): logits only
             continue
         with torch.no_grad():
