@@ -50,6 +50,7 @@ GateAnalysis analyze_gates(Transformer& model, const std::vector<std::int32_t>& 
   const MocSelect sel = moc ? cfg.ffn.selection() : MocSelect{};
   const int K = moc ? sel.kept(F) : std::clamp(cfg.ffn.k > 0 ? cfg.ffn.k : F / 4, 1, F);
   const bool grouped = moc && sel.grouped();
+  const SelectRule rule = moc ? cfg.ffn.rule : SelectRule::gate;
   const std::int64_t n = static_cast<std::int64_t>(batch) * seq;
 
   GateAnalysis out;
@@ -76,13 +77,19 @@ GateAnalysis analyze_gates(Transformer& model, const std::vector<std::int32_t>& 
     const auto [slo, shi] = robust_range(S);
     L.pre = histogram(G, bins, glo, ghi);
     L.post = histogram(S, bins, slo, shi);
-    // Each token's selection: the K largest G (row top-K), or the a largest of each group of b.
+    // Each token's selection by the model's ranking (rank: G, SiLU(G) or |SiLU(G)|): the K largest (row top-K),
+    // or the a largest of each group of b.
     std::vector<std::vector<int>> chosen(static_cast<std::size_t>(n));
     std::vector<double> thresholds;
     double mass = 0;
     std::vector<int> order(static_cast<std::size_t>(F));
+    std::vector<float> rank_row(static_cast<std::size_t>(F));
     for (std::int64_t r = 0; r < n; ++r) {
-      const float* row = &G[static_cast<std::size_t>(r * F)];
+      for (int c = 0; c < F; ++c) {
+        const std::size_t i = static_cast<std::size_t>(r * F + c);
+        rank_row[static_cast<std::size_t>(c)] = rule == SelectRule::gate ? G[i] : rule == SelectRule::silu ? S[i] : std::fabs(S[i]);
+      }
+      const float* row = rank_row.data();
       auto& pick = chosen[static_cast<std::size_t>(r)];
       if (grouped) {
         for (int g0 = 0; g0 < F; g0 += sel.group_b) {
@@ -106,8 +113,11 @@ GateAnalysis analyze_gates(Transformer& model, const std::vector<std::int32_t>& 
     }
     if (!thresholds.empty()) {
       std::nth_element(thresholds.begin(), thresholds.begin() + static_cast<long>(thresholds.size() / 2), thresholds.end());
-      L.threshold_pre = thresholds[thresholds.size() / 2];
-      L.threshold_post = silu(L.threshold_pre);
+      const double t = thresholds[thresholds.size() / 2];
+      // Ranked by G: one threshold in G and its SiLU. Ranked by SiLU(G) or |SiLU(G)|: the threshold is on SiLU
+      // (|SiLU| keeps both tails of G: no single G threshold).
+      L.threshold_pre = rule == SelectRule::gate ? t : std::nan("");
+      L.threshold_post = rule == SelectRule::gate ? silu(t) : t;
     } else {
       L.threshold_pre = L.threshold_post = std::nan("");  // a:b has no single threshold
     }

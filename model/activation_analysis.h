@@ -1,8 +1,9 @@
 // What a model's FFN gates do on real tokens (paper §3, Figure 3): per layer, histograms of the gate's
 // pre-activation G = x W_gate and of SiLU(G) with the top-K threshold marked, how much two tokens'
 // selected channels overlap, and how many distinct channels B tokens of B different sequences select
-// together (the union a batched decode step must read: paper §5). Channels are ranked by G, as MoC's
-// selection does (for a:b, the a largest of each group of b); a dense model is analysed at its preset's K.
+// together (the union a batched decode step must read: paper §5). Channels are ranked as the model's MoC
+// selection ranks them (`select`: G, the paper's rule; SiLU(G); |SiLU(G)|, Theorem 1's; for a:b, the a largest
+// of each group of b); a dense model is analysed by G at its preset's K.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -19,8 +20,8 @@ struct Histogram {
 
 struct LayerGateStats {
   Histogram pre, post;           // G and SiLU(G) over every (token, channel)
-  double threshold_pre = 0;      // the median over tokens of the K-th largest G (row top-K)
-  double threshold_post = 0;     // SiLU of it
+  double threshold_pre = 0;      // the median over tokens of the K-th largest G (row top-K, ranked by G; else NaN)
+  double threshold_post = 0;     // SiLU of it; ranked by SiLU(G) or |SiLU(G)|: the median K-th largest of that
   double kept_mass = 0;          // share of sum |SiLU(G)| in the selected channels, mean over tokens
   Histogram overlap;             // |sel(i) & sel(j)| / K for random pairs of tokens of different sequences, [0, 1]
   double overlap_mean = 0;

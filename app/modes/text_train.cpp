@@ -166,7 +166,7 @@ void run_text_train(Ops& ops, const PointSpec& spec, const ModelConfig& cfg, Poi
   const std::int64_t eval_windows = d.eval_windows > 0 ? std::min<std::int64_t>(d.eval_windows, val.windows()) : val.windows();
   auto evaluate = [&] {
     return mean_window_loss(model, eval_windows, spec.batch, spec.seq,
-                            [&](std::int64_t w, auto& in, auto& out) { val.window(w, in, out); }, stop);
+                            [&](std::int64_t w, auto& in, auto& targets) { val.window(w, in, targets); }, stop);
   };
 
   Series s_loss{"train_loss", {}, {}}, s_lr{"lr", {}, {}}, s_tokens{"tokens_seen", {}, {}};

@@ -138,11 +138,12 @@ std::string axis_value(const db::PointRecord& p, const std::string& name) {
   return "";
 }
 
-// The key that pairs a point with its dense twin: every axis but the FFN's kind and K.
+// The key that pairs a point with its dense twin: every axis but the FFN's kind, K and the selection's
+// ranking (a dense FFN selects nothing: one dense point serves every ranking).
 std::string twin_key(const db::PointRecord& p) {
   std::string key;
   for (const auto& [k, v] : p.axes)
-    if (k != "ffn" && k != "k" && k != "mode") key += k + "=" + v + " ";
+    if (k != "ffn" && k != "k" && k != "mode" && k != "topk_position" && k != "select") key += k + "=" + v + " ";
   return key;
 }
 

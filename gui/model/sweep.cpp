@@ -47,7 +47,7 @@ const std::string* axis_of(const db::PointRecord& p, const std::string& name) {
 }
 
 std::vector<std::string> sweep_metrics(const std::vector<db::PointRecord>& points) {
-  static const char* kMain[] = {"latency_us", "ms_per_token", "tokens_per_s", "median_ms", "mfu_pct",
+  static const char* kMain[] = {"latency_us", "ms_per_token", "eval_ppl", "tokens_per_s", "median_ms", "mfu_pct",
                                 "pct_of_floor", "peak_bytes", "peak_activation_bytes", "rows_per_s"};
   std::vector<std::string> seen;
   for (const auto& p : points) {

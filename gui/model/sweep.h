@@ -32,7 +32,7 @@ struct SweepPlot {
 std::vector<std::string> sweep_metrics(const std::vector<db::PointRecord>& points);
 // Axes that take more than one value in the run (sweep order); `mode` first when it varies.
 std::vector<std::string> varying_axes(const std::vector<db::PointRecord>& points);
-// A sensible first metric for a run: latency_us, ms_per_token, tokens_per_s, median_ms, ... .
+// A sensible first metric for a run: latency_us, ms_per_token, eval_ppl, tokens_per_s, median_ms, ... .
 std::string default_metric(const std::vector<db::PointRecord>& points);
 
 // The plot. Points without the metric (or not ok) are left out; series without points are dropped. When the
