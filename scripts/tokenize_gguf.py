@@ -7,7 +7,9 @@ library -- not a hand-written BPE:
   a HF folder     its tokenizer.json (Tokenizer.from_file), the end-of-text id from config.json's eos_token_id
 Documents are separated by the end-of-text id. Writes the ids whitespace-separated.
 
-usage: tokenize_gguf.py MODEL.gguf|HF_FOLDER OUT.txt TEXT_FILE... [--max-tokens N]
+usage: tokenize_gguf.py MODEL.gguf|HF_FOLDER OUT.txt TEXT_FILE... [--max-tokens N] [--no-eos]
+       tokenize_gguf.py MODEL.gguf|HF_FOLDER --decode "ID ID ..."    (the ids' text on stdout)
+  --no-eos: no end-of-text id after each file (a prompt to continue, `scripts/generate_text.sh`)
   (python: Debian's python3 with PYTHONPATH=.local/gguf-py/site:.local/tokenizers-py/site; scripts/setup_real_model.sh)
 """
 import json
@@ -65,10 +67,18 @@ def main():
         i = args.index("--max-tokens")
         limit = int(args[i + 1])
         del args[i:i + 2]
+    no_eos = "--no-eos" in args
+    if no_eos:
+        args.remove("--no-eos")
     if os.path.isdir(args[0]):
         tok, eos = folder_tokenizer(args[0])
     else:
         tok, eos = gguf_tokenizer(args[0])
+    if len(args) == 3 and args[1] == "--decode":
+        sys.stdout.write(tok.decode([int(x) for x in args[2].split()], skip_special_tokens=False))
+        return
+    if no_eos:
+        eos = None
     ids = []
     for path in args[2:]:
         with open(path, encoding="utf-8", errors="replace") as f:

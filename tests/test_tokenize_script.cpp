@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "model/hf_checkpoint.h"
 #include "tests/shell_util.h"
 
 namespace fs = std::filesystem;
@@ -66,4 +67,42 @@ print(got == want, tok.decode(first) == texts[0])
   ASSERT_EQ(cut.code, 0) << cut.out;
   const auto n = shell("wc -w < " + path("cut.txt"));
   EXPECT_EQ(std::stoi(n.out), 5);
+}
+
+// Text in, text out (scripts/generate_text.sh): a folder holding a tokenizer trained here and random weights of
+// that vocabulary (save_hf_checkpoint); the script tokenizes the prompt without an end-of-text id, runs
+// `mocbench generate` and decodes prompt + continuation: the output starts with the prompt. --decode alone
+// turns ids back into the text they encode.
+TEST_F(TokenizeScript, GenerateTextTokenizesThePromptGeneratesAndDecodes) {
+  write("a.txt", "Paris is the capital of France. Rome is the capital of Italy.\n");
+  const std::string model = path("model");
+  fs::create_directories(model);
+  write("train.py", R"(import sys
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+tok = Tokenizer(models.BPE())
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+tok.train([sys.argv[2]], trainers.BpeTrainer(vocab_size=280, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+tok.save(sys.argv[1] + "/tokenizer.json")
+print(tok.get_vocab_size())
+)");
+  const auto trained = shell(py + " " + path("train.py") + " " + model + " " + path("a.txt"));
+  ASSERT_EQ(trained.code, 0) << trained.out;
+  {
+    auto ops = moc::make_cpu_ops();
+    moc::ModelConfig cfg = moc::preset("tiny");
+    cfg.vocab = std::stoi(trained.out);
+    moc::Transformer m(*ops, cfg);
+    moc::save_hf_checkpoint(model, m);
+  }
+  const auto dec = shell(py + " " + src + "/scripts/tokenize_gguf.py " + model + " " + path("ids.txt") + " " +
+                         path("a.txt") + " --no-eos && " + py + " " + src + "/scripts/tokenize_gguf.py " + model +
+                         " --decode \"$(cat " + path("ids.txt") + ")\"");
+  ASSERT_EQ(dec.code, 0) << dec.out;
+  EXPECT_EQ(dec.out, "Paris is the capital of France. Rome is the capital of Italy.\n");
+  const auto gen = shell("MOCBENCH=" + std::string(MOCBENCH_BIN) + " " + src + "/scripts/generate_text.sh " + model +
+                         " 'Paris is' -n 6");
+  ASSERT_EQ(gen.code, 0) << gen.out;
+  EXPECT_EQ(gen.out.rfind("Paris is", 0), 0u) << gen.out;
+  EXPECT_GT(gen.out.size(), std::string("Paris is\n").size()) << "a continuation follows the prompt";
 }
