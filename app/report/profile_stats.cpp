@@ -13,6 +13,7 @@
 #include "app/report/csv_text.h"
 #include "app/report/json_line.h"
 #include <nlohmann/json.hpp>
+#include "profiling/duration_stats.h"
 #include "profiling/phases.h"
 
 namespace moc::stats {
@@ -115,24 +116,16 @@ const std::vector<std::string>& default_reports() {
 }
 
 DurationStats duration_stats(std::vector<std::int64_t> d) {
+  // The one computation the dashboard's Kernels view uses too (profiling/duration_stats.h).
+  const prof::DurationSummary p = prof::summarize_durations(std::vector<double>(d.begin(), d.end()));
   DurationStats s;
-  s.count = d.size();
-  if (d.empty()) return s;
-  std::sort(d.begin(), d.end());
-  std::int64_t total = 0;
-  for (auto v : d) total += v;
-  const double n = static_cast<double>(d.size());
-  s.total = static_cast<double>(total);
-  s.avg = s.total / n;
-  const std::size_t mid = d.size() / 2;
-  s.med = d.size() % 2 ? static_cast<double>(d[mid]) : (static_cast<double>(d[mid - 1]) + static_cast<double>(d[mid])) / 2.0;
-  s.min = static_cast<double>(d.front());
-  s.max = static_cast<double>(d.back());
-  if (d.size() > 1) {
-    double ss = 0;
-    for (auto v : d) ss += (static_cast<double>(v) - s.avg) * (static_cast<double>(v) - s.avg);
-    s.stddev = std::sqrt(ss / (n - 1));
-  }
+  s.count = p.count;
+  s.total = p.total;
+  s.avg = p.mean;
+  s.med = p.median;
+  s.min = p.min;
+  s.max = p.max;
+  s.stddev = p.stddev;
   return s;
 }
 

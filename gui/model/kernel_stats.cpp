@@ -4,21 +4,14 @@
 #include <unordered_map>
 
 #include "gui/model/timeline.h"
+#include "profiling/duration_stats.h"
 
 namespace moc::gui {
 
 DurationStats duration_stats(std::vector<double> ns) {
-  DurationStats s;
-  if (ns.empty()) return s;
-  std::sort(ns.begin(), ns.end());
-  s.count = ns.size();
-  for (double x : ns) s.total_ns += x;
-  s.mean_ns = s.total_ns / static_cast<double>(s.count);
-  const std::size_t h = s.count / 2;
-  s.median_ns = s.count % 2 ? ns[h] : 0.5 * (ns[h - 1] + ns[h]);
-  s.min_ns = ns.front();
-  s.max_ns = ns.back();
-  return s;
+  // `mocbench stats` computes its statistics with the same function (profiling/duration_stats.h).
+  const prof::DurationSummary p = prof::summarize_durations(std::move(ns));
+  return {p.count, p.total, p.mean, p.median, p.min, p.max};
 }
 
 std::vector<KernelRow> kernel_table(const prof::ProfileTrace& t, prof::TimeMode mode) {
