@@ -32,7 +32,7 @@ std::size_t position(const PointOutcome& o, const std::string& name) {
 }
 
 TEST(Modes, TheRegistryListsEveryModeInItsOrder) {
-  const std::vector<std::string> names{"train", "decode", "ffn-train", "ffn-decode", "topk"};
+  const std::vector<std::string> names{"train", "decode", "eval", "ffn-train", "ffn-decode", "topk"};
   EXPECT_EQ(point_modes(), names);
   // The scenario parser keeps its own list (app/scenario/scenario.cpp): a mode added here must be added there too.
   EXPECT_EQ(scenario_modes(), names);
@@ -58,7 +58,7 @@ TEST(Modes, AnUnknownModeNamesTheModesThereAre) {
     run_point(*ops, small_point("inference", "dense"));
     FAIL() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "unknown mode 'inference'; use one of train, decode, ffn-train, ffn-decode, topk");
+    EXPECT_STREQ(e.what(), "unknown mode 'inference'; use one of train, decode, eval, ffn-train, ffn-decode, topk");
   }
 }
 

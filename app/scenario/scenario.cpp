@@ -747,8 +747,11 @@ class Expander {
       std::error_code ec;
       if (!std::filesystem::is_regular_file(base_.data.tokens, ec))
         fail(path_, tokens_value_->pos, "[data] tokens: no file '" + base_.data.tokens + "'",
-             "a file of whitespace-separated token ids (scripts/tokenize_gguf.py MODEL OUT.txt TEXT writes one with "
-             "the model's own tokenizer); a relative path is taken from the current directory");
+             base_.data.tokens.find(".local/smollm2/") != std::string::npos
+                 ? "scripts/setup_real_model.sh fetches SmolLM2 and writes these ids; run from the repository root "
+                   "(a relative path is taken from the current directory)"
+                 : "a file of whitespace-separated token ids (scripts/tokenize_gguf.py MODEL OUT.txt TEXT writes one "
+                   "with the model's own tokenizer); a relative path is taken from the current directory");
     }
     if (corpus_value_) {
       try {
@@ -1082,8 +1085,12 @@ class Expander {
       std::error_code ec;
       if (!pt.weights_deferred && !std::filesystem::is_regular_file(pt.weights, ec) && !is_published_checkpoint(pt.weights))
         fail(path_, weights->pos, "[model] weights: no file '" + pt.weights + "'",
-             "a safetensors checkpoint (mocbench's save_checkpoint, or [data] save), a GGUF file or a Hugging Face "
-             "folder (config.json + model.safetensors); a relative path is taken from the current directory");
+             pt.weights.find(".local/smollm2/") != std::string::npos
+                 ? "scripts/setup_real_model.sh fetches SmolLM2 (~93 MB) and writes the held-out ids; run from the "
+                   "repository root (a relative path is taken from the current directory)"
+                 : "a safetensors checkpoint (mocbench's save_checkpoint, or [data] save), a GGUF file or a Hugging "
+                   "Face folder (config.json + model.safetensors); a relative path is taken from the current "
+                   "directory");
     }
     if (tokens_value_) {
       if (pt.mode != "eval")
