@@ -9,21 +9,6 @@ namespace moc {
 
 namespace {
 
-std::int64_t meta_int(const gguf::File& f, const std::string& key) {
-  const gguf::Value* v = f.find(key);
-  if (!v) throw ConfigError("GGUF: metadata " + key + " is missing; mocbench needs it to build the model");
-  try {
-    return v->as_int(key);
-  } catch (const gguf::GgufError& e) {
-    throw ConfigError(std::string("GGUF: ") + e.what());
-  }
-}
-
-double meta_number(const gguf::File& f, const std::string& key, double fallback) {
-  const gguf::Value* v = f.find(key);
-  return v ? v->as_number(key) : fallback;
-}
-
 // The tensor's values with its ggml dims checked: {ne0, ne1} = {in, out} for a matrix, {n} for a vector.
 std::vector<float> values(const gguf::File& f, const std::string& name, std::vector<std::uint64_t> dims) {
   const gguf::TensorInfo* t = f.tensor(name);
@@ -62,39 +47,6 @@ std::vector<float> transpose(const std::vector<float>& w, std::size_t out, std::
 
 }  // namespace
 
-ModelConfig gguf_config(const gguf::File& f) {
-  const gguf::Value* arch = f.find("general.architecture");
-  if (!arch || arch->type != gguf::ValueType::string) throw ConfigError("GGUF: general.architecture is missing");
-  if (arch->s != "llama")
-    throw ConfigError("GGUF: general.architecture is '" + arch->s + "'; mocbench imports llama (and its relatives "
-                      "written as llama, e.g. SmolLM2)");
-  ModelConfig c;
-  c.preset = "gguf";
-  c.hidden = static_cast<int>(meta_int(f, "llama.embedding_length"));
-  c.d_ffn = static_cast<int>(meta_int(f, "llama.feed_forward_length"));
-  c.heads = static_cast<int>(meta_int(f, "llama.attention.head_count"));
-  c.kv_heads = f.find("llama.attention.head_count_kv") ? static_cast<int>(meta_int(f, "llama.attention.head_count_kv"))
-                                                        : c.heads;
-  c.layers = static_cast<int>(meta_int(f, "llama.block_count"));
-  c.seq_len = static_cast<int>(meta_int(f, "llama.context_length"));
-  c.rope_theta = static_cast<float>(meta_number(f, "llama.rope.freq_base", 10000.0));
-  c.norm_eps = static_cast<float>(meta_number(f, "llama.attention.layer_norm_rms_epsilon", 1e-5));
-  if (f.find("llama.vocab_size")) {
-    c.vocab = static_cast<int>(meta_int(f, "llama.vocab_size"));
-  } else if (const gguf::TensorInfo* e = f.tensor("token_embd.weight"); e && e->dims.size() == 2) {
-    c.vocab = static_cast<int>(e->dims[1]);
-  } else {
-    throw ConfigError("GGUF: llama.vocab_size is missing and token_embd.weight does not say it");
-  }
-  if (c.heads > 0 && f.find("llama.rope.dimension_count") &&
-      meta_int(f, "llama.rope.dimension_count") != c.hidden / c.heads)
-    throw ConfigError("GGUF: llama.rope.dimension_count is " + std::to_string(meta_int(f, "llama.rope.dimension_count")) +
-                      ", not the head size " + std::to_string(c.hidden / c.heads) + ": partial RoPE is not built");
-  c.param_dtype = c.act_dtype = DType::f32;
-  c.ffn = FfnConfig{};
-  c.validate();
-  return c;
-}
 
 void load_gguf_weights(const gguf::File& f, Transformer& model) {
   const ModelConfig& c = model.config();

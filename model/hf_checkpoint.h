@@ -15,18 +15,13 @@
 #pragma once
 #include <string>
 
+#include "model/checkpoint_config.h"
 #include "model/config.h"
 #include "model/transformer.h"
 
 namespace moc {
 
-// Whether `path` is a folder holding config.json.
-bool is_hf_folder(const std::string& path);
-
-// The configuration (fp32, dense FFN or Mixtral's experts) from config.json's text; `what` names the source in
-// messages. Throws ConfigError naming the key.
-ModelConfig hf_config_from_json(const std::string& json_text, const std::string& what);
-ModelConfig hf_config(const std::string& dir);
+// is_hf_folder, hf_config_from_json and hf_config: model/checkpoint_config.h (configuration without weights).
 
 // Fills every parameter of `model` (built from hf_config(dir), or with a MoC FFN on top of it) from the folder's
 // safetensors (F32, BF16 or F16); a missing tensor or a wrong shape is refused with its name.

@@ -4,8 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "model/gguf_import.h"
-#include "model/hf_checkpoint.h"
+#include "model/checkpoint_config.h"
 
 namespace moc {
 
@@ -36,10 +35,5 @@ PublishedCheckpoint PublishedCheckpoint::open(const std::string& path) {
 }
 
 ModelConfig PublishedCheckpoint::config() const { return file_ ? gguf_config(*file_) : hf_config(path_); }
-
-void PublishedCheckpoint::load(Transformer& model) const {
-  if (file_) load_gguf_weights(*file_, model);
-  else load_hf_weights(path_, model);
-}
 
 }  // namespace moc
