@@ -243,7 +243,7 @@ TEST_F(Cli, EvalRefusesAFileThatIsNoGgufAndIdsThatAreNoIds) {
   EXPECT_NE(r.out.find("not a GGUF file"), std::string::npos) << r.out;
   const auto bad = mocbench("eval " + notes + " --ids '1 two'");
   EXPECT_EQ(bad.code, 2) << bad.out;
-  EXPECT_NE(bad.out.find("'two' in --ids is not a token id"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("'two' (id 1 of --ids) is not a token id"), std::string::npos) << bad.out;
   const auto none = mocbench("eval " + notes);
   EXPECT_EQ(none.code, 2) << none.out;
   EXPECT_NE(none.out.find("give the token ids"), std::string::npos) << none.out;

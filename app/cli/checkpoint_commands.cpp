@@ -24,6 +24,7 @@
 #include "model/gguf_import.h"
 #include "model/hf_checkpoint.h"
 #include "model/published.h"
+#include "model/token_ids.h"
 #ifdef MOCBENCH_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
@@ -39,22 +40,11 @@ struct EvalOptions {
 };
 
 std::vector<std::int32_t> read_ids(const std::string& text, const std::string& where) {
-  std::vector<std::int32_t> ids;
-  std::istringstream in(text);
-  std::string w;
-  while (in >> w) {
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(w, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != w.size() || v < 0 || v > 0x7fffffff)
-      throw ConfigError("eval: '" + w + "' in " + where + " is not a token id (a non-negative integer)");
-    ids.push_back(static_cast<std::int32_t>(v));
+  try {
+    return parse_token_ids(text, where);
+  } catch (const ConfigError& e) {
+    throw ConfigError(std::string("eval: ") + e.what());
   }
-  return ids;
 }
 
 // NumPy's .npy (format 1.0): little-endian float32, C order.

@@ -8,9 +8,7 @@
 // per-layer G / SiLU(G) histograms with the top-K threshold, the overlap of two tokens' selections, the
 // unions of B tokens (model/activation_analysis.h), as text training stores them.
 #include <cmath>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "app/modes/mode.h"
 #include "app/modes/mode_util.h"
@@ -18,31 +16,25 @@
 #include "model/activation_analysis.h"
 #include "model/checkpoint.h"
 #include "model/evaluate.h"
+#include "model/token_ids.h"
 #include "model/transformer.h"
 
 namespace moc {
 
 namespace {
 
-// A file of whitespace-separated token ids, each checked against the vocabulary.
+// A file of token ids (model/token_ids.h), each checked against the vocabulary.
 std::vector<std::int32_t> read_token_file(const std::string& path, int vocab) {
-  std::ifstream f(path);
-  if (!f) throw ConfigError("[data] tokens: cannot read '" + path + "'");
   std::vector<std::int32_t> ids;
-  std::string w;
-  while (f >> w) {
-    std::size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(w, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != w.size() || v < 0 || v >= vocab)
-      throw ConfigError("[data] tokens: '" + w + "' (id " + std::to_string(ids.size()) + " of " + path +
-                        ") is not a token id of this model (0 .. " + std::to_string(vocab - 1) + ")");
-    ids.push_back(static_cast<std::int32_t>(v));
+  try {
+    ids = read_token_ids(path);
+  } catch (const ConfigError& e) {
+    throw ConfigError(std::string("[data] tokens: ") + e.what());
   }
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] >= vocab)
+      throw ConfigError("[data] tokens: id " + std::to_string(ids[i]) + " (id " + std::to_string(i) + " of " + path +
+                        ") is outside the model's " + std::to_string(vocab) + " ids");
   return ids;
 }
 

@@ -4,6 +4,7 @@
 
 #include "model/data/corpus.h"
 #include "model/published.h"
+#include "model/token_ids.h"
 #include "model/data/tokenizer.h"
 
 #include <toml++/toml.h>
@@ -937,32 +938,22 @@ class Expander {
     }
   }
 
-  // [data] tokens, read once: how many ids, the largest, the first word that is not an id.
+  // [data] tokens, read once (model/token_ids.h): how many ids and the largest; a file that is not ids is
+  // refused where tokens is written.
   struct TokenFileFacts {
     std::size_t count = 0;
     long long max_id = -1;
-    long long bad_at = -1;
-    std::string bad;
   };
   const TokenFileFacts& token_file_facts() {
     if (token_facts_) return *token_facts_;
     TokenFileFacts f;
-    std::ifstream in(base_.data.tokens);
-    std::string w;
-    while (in >> w && f.bad_at < 0) {
-      std::size_t used = 0;
-      long long v = -1;
-      try {
-        v = std::stoll(w, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != w.size() || v < 0 || v > 0x7fffffff) {
-        f.bad_at = static_cast<long long>(f.count);
-        f.bad = w.substr(0, 40);
-      }
-      f.max_id = std::max(f.max_id, v);
-      ++f.count;
+    try {
+      const std::vector<std::int32_t> ids = read_token_ids(base_.data.tokens);
+      f.count = ids.size();
+      for (auto id : ids) f.max_id = std::max<long long>(f.max_id, id);
+    } catch (const ConfigError& e) {
+      fail(path_, tokens_value_->pos, std::string("[data] tokens: ") + e.what(),
+           "the file holds whitespace-separated non-negative integers (scripts/tokenize_gguf.py writes them)");
     }
     return *(token_facts_ = f);
   }
@@ -1098,11 +1089,6 @@ class Expander {
              "train and decode on text take corpus; exclude this mode's points or drop tokens");
       pt.data = base_.data;
       const TokenFileFacts& f = token_file_facts();
-      if (f.bad_at >= 0)
-        fail(path_, tokens_value_->pos,
-             "[data] tokens: '" + f.bad + "' (id " + std::to_string(f.bad_at) + " of " + pt.data.tokens +
-                 ") is not a token id",
-             "the file holds whitespace-separated non-negative integers (scripts/tokenize_gguf.py writes them)");
       if (f.max_id >= pt.model.vocab)
         fail(path_, tokens_value_->pos,
              "[data] tokens: " + pt.data.tokens + " holds id " + std::to_string(f.max_id) + ", outside the model's " +
