@@ -1,5 +1,7 @@
 #include "db/table.h"
 
+#include "db/csv_text.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -18,26 +20,7 @@ std::size_t width_of(const std::string& s) {
   return n;
 }
 
-std::string csv_cell(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string o(1, '"');
-  for (char c : s) {
-    if (c == '"') o.push_back('"');
-    o.push_back(c);
-  }
-  o.push_back('"');
-  return o;
-}
-
-void csv_line(std::ostream& out, const std::vector<std::string>& cells) {
-  std::string line;
-  for (std::size_t i = 0; i < cells.size(); ++i) {
-    if (i) line.push_back(',');
-    line.append(csv_cell(cells[i]));
-  }
-  line.push_back('\n');
-  out << line;
-}
+void csv_line(std::ostream& out, const std::vector<std::string>& cells) { out << moc::csv_line(cells); }
 
 // The one unit of a table's scale_ns columns in the text printers, from the median of their values.
 struct TimeScale {

@@ -22,7 +22,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/report/csv_text.h"
 #include "app/report/json_line.h"
 #include "app/report/paper_report.h"
 #include "app/report/perfetto_export.h"

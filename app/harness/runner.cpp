@@ -23,7 +23,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/report/csv_text.h"
 #include "app/harness/point_bench.h"
 #include "app/harness/point_spec.h"
 #include "app/scenario/scenario.h"

@@ -10,7 +10,6 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "app/report/csv_text.h"
 #include "app/report/json_line.h"
 #include <nlohmann/json.hpp>
 #include "profiling/duration_stats.h"

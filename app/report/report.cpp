@@ -1,6 +1,5 @@
 #include "app/report/report.h"
 
-#include "app/report/csv_text.h"
 #include "db/metrics.h"
 
 #include <nlohmann/json.hpp>

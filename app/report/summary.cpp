@@ -14,7 +14,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/report/csv_text.h"
 #include "app/report/report.h"
 
 namespace moc {

@@ -1,4 +1,4 @@
-// CSV text shared by the report printers (export, compare, stats, show). JSON is written through nlohmann-json,
+// CSV text for the shared table printer (db/table.cpp). JSON is written through nlohmann-json,
 // never by hand.
 #pragma once
 #include <cstdio>
