@@ -58,4 +58,62 @@ __device__ __forceinline__ void mma_tile(float (&c)[4], const uint4& a, const ui
 __device__ __forceinline__ int c_lane(int s, int r) { return (s & 7) * 4 + (r >> 1); }
 __device__ __forceinline__ int c_reg(int s, int r) { return ((s >> 3) << 1) | (r & 1); }
 
+// x [R, d] (bf16 rows, d % 8 == 0) RMSNorm'd with the weight w into xs (shared memory, [R, d]), every value
+// rounded to bf16 as rmsnorm_forward writes it: x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps) in double.
+// R <= MR; red: (NT / 32) * MR floats of shared scratch. Every thread of the block calls it (two barriers). The
+// decode GEMVs' QKV prologue and the decode FFN's first kernel (the FFN's RMSNorm folded in) use it.
+template <int MR, int NT>
+__device__ void stage_rmsnorm(const bf16* x, const bf16* w, int R, int d, float eps, bf16* xs, float* red) {
+  constexpr int NW = NT / 32;
+  const int nv = d / 8, total = R * nv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint4* xg = reinterpret_cast<const uint4*>(x);
+  uint4* xw = reinterpret_cast<uint4*>(xs);
+  float ss[MR];
+#pragma unroll
+  for (int r = 0; r < MR; ++r) ss[r] = 0.0f;
+#pragma unroll 4
+  for (int e = threadIdx.x; e < total; e += NT) {
+    const uint4 v = __ldg(xg + e);
+    xw[e] = v;
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+    float sq = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) sq += bf_lo(u[k]) * bf_lo(u[k]) + bf_hi(u[k]) * bf_hi(u[k]);
+    const int r = e / nv;
+#pragma unroll
+    for (int k = 0; k < MR; ++k) ss[k] += k == r ? sq : 0.0f;
+  }
+#pragma unroll
+  for (int r = 0; r < MR; ++r) {
+    ss[r] = warp_sum(ss[r]);
+    if (lane == 0) red[warp * MR + r] = ss[r];
+  }
+  __syncthreads();
+  float rs[MR];
+#pragma unroll
+  for (int r = 0; r < MR; ++r) {
+    float t = 0.0f;
+#pragma unroll
+    for (int w8 = 0; w8 < NW; ++w8) t += red[w8 * MR + r];
+    rs[r] = static_cast<float>(1.0 / sqrt(static_cast<double>(t) / static_cast<double>(d) + eps));
+  }
+  const uint4* wg = reinterpret_cast<const uint4*>(w);
+#pragma unroll 4
+  for (int e = threadIdx.x; e < total; e += NT) {  // the words this thread staged
+    const int r = e / nv;
+    float rr = rs[0];
+#pragma unroll
+    for (int k = 1; k < MR; ++k) rr = k == r ? rs[k] : rr;
+    const uint4 v = xw[e], wv = __ldg(wg + (e - r * nv));
+    const bf16* xe = reinterpret_cast<const bf16*>(&v);
+    const bf16* we = reinterpret_cast<const bf16*>(&wv);
+    uint4 o;
+    bf16* oe = reinterpret_cast<bf16*>(&o);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) oe[k] = __float2bfloat16_rn(__bfloat162float(xe[k]) * rr * __bfloat162float(we[k]));
+    xw[e] = o;
+  }
+  __syncthreads();
+}
+
 }  // namespace moc::cuda::dev
