@@ -142,14 +142,12 @@ FfnDecodeShape ffn_decode_shape(const Tensor& x, const DecodeFfnWeights& w, cons
   s.elem = es(*w.w_gate_t);
   s.moc = sel != nullptr;
   s.kept = sel ? sel->kept(static_cast<int>(s.d_ffn)) : s.d_ffn;
-  s.norm = w.norm != nullptr;
   return s;
 }
 
 OpCost ffn_decode_gate(const FfnDecodeShape& s) {
-  const std::int64_t norm_bytes = s.norm ? s.d * s.elem + (s.moc ? s.rows * s.d * s.elem : 0) : 0;
-  return {"ffn_decode.gate", s.rows * s.d * s.elem + s.d_ffn * s.d * s.elem + s.rows * s.d_ffn * 4 + norm_bytes,
-          2 * s.rows * s.d_ffn * s.d + (s.norm ? 3 * s.rows * s.d : 0)};
+  return {"ffn_decode.gate", s.rows * s.d * s.elem + s.d_ffn * s.d * s.elem + s.rows * s.d_ffn * 4,
+          2 * s.rows * s.d_ffn * s.d};
 }
 OpCost ffn_decode_select(const FfnDecodeShape& s) {
   return {"ffn_decode.select", s.rows * s.d_ffn * 4 + s.rows * s.kept * 2, s.rows * s.d_ffn};
@@ -166,9 +164,8 @@ OpCost ffn_decode_up_down(const FfnDecodeShape& s) {
   return c;
 }
 OpCost ffn_decode_dense(const FfnDecodeShape& s) {
-  return {"ffn_decode.dense",
-          s.rows * s.d * s.elem + 3 * s.d_ffn * s.d * s.elem + 2 * s.rows * s.d * s.elem + (s.norm ? s.d * s.elem : 0),
-          6 * s.rows * s.d_ffn * s.d + (s.norm ? 3 * s.rows * s.d : 0)};
+  return {"ffn_decode.dense", s.rows * s.d * s.elem + 3 * s.d_ffn * s.d * s.elem + 2 * s.rows * s.d * s.elem,
+          6 * s.rows * s.d_ffn * s.d};
 }
 OpCost plus(const OpCost& a, const OpCost& b) {
   OpCost c = a;

@@ -109,13 +109,10 @@ OpCost increment(const Tensor& t);
 //   up_down  x, g and the indices in, the used rows of W_up and W_down (the union of the rows' selections:
 //            min(d_ffn, rows x kept), an upper bound when rows > 1; every row when dense), out read and written
 //   dense    gate, up and down in one pass (the dense FFN): x and all three weights in, out read and written
-// With the FFN's RMSNorm folded in (norm), the op's first part (gate, or dense) also reads the norm weight and
-// normalizes x (3 FLOPs per value); a MoC gate writes the normalized x for the up/down part.
 struct FfnDecodeShape {
   std::int64_t rows = 0, d = 0, d_ffn = 0, kept = 0;
   std::int64_t elem = 2;
   bool moc = false;
-  bool norm = false;
   std::int64_t used_channels() const;  // the union bound
 };
 FfnDecodeShape ffn_decode_shape(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel);

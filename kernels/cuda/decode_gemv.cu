@@ -99,8 +99,56 @@ __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(_
 // x [R, d] RMSNorm'd into shared memory, rounded to bf16 exactly as rmsnorm_vec_kernel writes it (R <= MR).
 // Every thread calls it (two barriers).
 template <int MR>
-__device__ __forceinline__ void stage_x_norm(const Args& a, bf16* xs, float* red) {
-  stage_rmsnorm<MR, kThreads>(a.x, a.norm, a.R, a.d, a.eps, xs, red);
+__device__ void stage_x_norm(const Args& a, bf16* xs, float* red) {
+  const int nv = a.d / 8, total = a.R * nv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint4* xg = reinterpret_cast<const uint4*>(a.x);
+  uint4* xw = reinterpret_cast<uint4*>(xs);
+  float ss[MR];
+#pragma unroll
+  for (int r = 0; r < MR; ++r) ss[r] = 0.0f;
+#pragma unroll 4
+  for (int e = threadIdx.x; e < total; e += kThreads) {
+    const uint4 v = __ldg(xg + e);
+    xw[e] = v;
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+    float sq = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) sq += bf_lo(u[k]) * bf_lo(u[k]) + bf_hi(u[k]) * bf_hi(u[k]);
+    const int r = e / nv;
+#pragma unroll
+    for (int k = 0; k < MR; ++k) ss[k] += k == r ? sq : 0.0f;
+  }
+#pragma unroll
+  for (int r = 0; r < MR; ++r) {
+    ss[r] = warp_sum(ss[r]);
+    if (lane == 0) red[warp * MR + r] = ss[r];
+  }
+  __syncthreads();
+  float rs[MR];
+#pragma unroll
+  for (int r = 0; r < MR; ++r) {
+    float t = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) t += red[w * MR + r];
+    rs[r] = static_cast<float>(1.0 / sqrt(static_cast<double>(t) / static_cast<double>(a.d) + a.eps));
+  }
+  const uint4* wg = reinterpret_cast<const uint4*>(a.norm);
+#pragma unroll 4
+  for (int e = threadIdx.x; e < total; e += kThreads) {  // the words this thread staged
+    const int r = e / nv;
+    float rr = rs[0];
+#pragma unroll
+    for (int k = 1; k < MR; ++k) rr = k == r ? rs[k] : rr;
+    const uint4 v = xw[e], w = __ldg(wg + (e - r * nv));
+    const bf16* xe = reinterpret_cast<const bf16*>(&v);
+    const bf16* we = reinterpret_cast<const bf16*>(&w);
+    uint4 o;
+    bf16* oe = reinterpret_cast<bf16*>(&o);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) oe[k] = __float2bfloat16_rn(__bfloat162float(xe[k]) * rr * __bfloat162float(we[k]));
+    xw[e] = o;
+  }
+  __syncthreads();
 }
 
 // RoPE of the pair (x0, x1) = (row i, row i + hd/2) of one head at position p, as rope_kernel computes it.

@@ -38,7 +38,7 @@ namespace {
 
 struct Layout {
   int R = 1, Fp = 128, Wp = 4, umax = 1;
-  std::size_t ctrl = 0, acc = 0, zero = 0, g = 0, mask = 0, list = 0, info = 0, z = 0, xn = 0, total = 0;
+  std::size_t ctrl = 0, acc = 0, zero = 0, g = 0, mask = 0, list = 0, info = 0, z = 0, total = 0;
 };
 
 int rows_pad(int R) { return R <= 1 ? 1 : R <= 2 ? 2 : R <= 4 ? 4 : 8; }
@@ -67,8 +67,6 @@ Layout make_layout(const Problem& p) {
   off += 256;  // [0] union length
   L.z = off;
   off += align256(static_cast<std::size_t>(L.umax) * kMaxRows * 4);
-  L.xn = off;  // the normalized x when the gate kernel runs the FFN's RMSNorm (bf16 [R, d])
-  off += align256(R * static_cast<std::size_t>(p.d) * 2);
   L.total = off;
   return L;
 }
@@ -178,7 +176,6 @@ struct Buffers {
   float* z;
   uint4* zero;
   unsigned zero_n16;
-  bf16* xn;
 };
 Buffers buffers(const Layout& L, void* ws) {
   auto* b = static_cast<unsigned char*>(ws);
@@ -186,7 +183,7 @@ Buffers buffers(const Layout& L, void* ws) {
           reinterpret_cast<float*>(b + L.g),       b + L.mask,
           reinterpret_cast<unsigned*>(b + L.list), reinterpret_cast<unsigned*>(b + L.info),
           reinterpret_cast<float*>(b + L.z),       reinterpret_cast<uint4*>(b),
-          static_cast<unsigned>(L.zero / 16),      reinterpret_cast<bf16*>(b + L.xn)};
+          static_cast<unsigned>(L.zero / 16)};
 }
 
 // Sequential launches of one call: the first may overlap the stream's previous kernel (entry_pdl), the
@@ -210,7 +207,6 @@ cost::FfnDecodeShape cost_shape(const Problem& p) {
   s.kept = p.kept();
   s.elem = static_cast<std::int64_t>(dtype_bytes(p.dtype));
   s.moc = p.kind != SelKind::dense;
-  s.norm = p.norm != nullptr;
   return s;
 }
 OpCost named(OpCost c, const char* op) {
@@ -224,10 +220,8 @@ void launch_prep(const Buffers& B, Chain& ch) {
   MOC_CUDA_LAUNCHED("k_prep");
 }
 
-// norm: p.x is the residual stream; the gate kernel normalizes it (p.norm) and writes the FFN's x to B.xn.
 void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, bool zero_next, Chain& ch,
                  const Options& opt) {
-  const bool norm = p.norm != nullptr;
   // kGateGroupLocal also picks each group's channels (2:8): gate and selection in one kernel.
   MOC_OP_COST(mode == kGateGroupLocal ? named(cost::plus(cost::ffn_decode_gate(cost_shape(p)),
                                                           cost::ffn_decode_select(cost_shape(p))),
@@ -236,9 +230,6 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
   GateArgs a{};
   a.stamps = step::stamp_buffer_if_made();
   a.x = static_cast<const bf16*>(p.x);
-  a.norm = static_cast<const bf16*>(p.norm);
-  a.xn = norm ? B.xn : nullptr;
-  a.eps = p.eps;
   a.wg = static_cast<const bf16*>(p.w_gate_t);
   a.G = B.G;
   a.mask = B.mask;
@@ -261,19 +252,12 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
   a.nunits = (p.d_ffn + a.unit - 1) / a.unit;
   const DeviceLimits lim = device_limits();
   const auto grid = static_cast<unsigned>(std::max(1, std::min(kGateBlocksPerSm * lim.sms, a.nunits)));
-  const std::size_t smem = norm ? static_cast<std::size_t>(p.rows) * p.d * 2 : 0;
-  auto go = [&](auto with_norm) {
-    constexpr bool N = decltype(with_norm)::value;
-    if (opt.gate_unroll >= 8) launch_ex(k_gate<8, -1, -1, N>, grid, kThreads, smem, ch.st, 1, ch.next(), a);
-    else if (opt.specialized && mode == kGateOnly)
-      launch_ex(k_gate<4, kGateOnly, -1, N>, grid, kThreads, smem, ch.st, 1, ch.next(), a);
-    else if (opt.specialized && mode == kGateGroupLocal && p.rule == SelectRule::gate)
-      launch_ex(k_gate<4, kGateGroupLocal, static_cast<int>(SelectRule::gate), N>, grid, kThreads, smem, ch.st, 1,
-                ch.next(), a);
-    else launch_ex(k_gate<4, -1, -1, N>, grid, kThreads, smem, ch.st, 1, ch.next(), a);
-  };
-  if (norm) go(std::true_type{});
-  else go(std::false_type{});
+  if (opt.gate_unroll >= 8) launch_ex(k_gate<8>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
+  else if (opt.specialized && mode == kGateOnly)
+    launch_ex(k_gate<4, kGateOnly>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
+  else if (opt.specialized && mode == kGateGroupLocal && p.rule == SelectRule::gate)
+    launch_ex(k_gate<4, kGateGroupLocal, static_cast<int>(SelectRule::gate)>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
+  else launch_ex(k_gate<4>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
   MOC_CUDA_LAUNCHED("k_gate");
 }
 
@@ -346,13 +330,13 @@ struct UpDownPlan {
 };
 
 template <class Kernel>
-UpDownPlan plan_updown(Kernel kernel, int slots, int d, int rp, bool fg, const Options& opt, bool norm = false) {
+UpDownPlan plan_updown(Kernel kernel, int slots, int d, int rp, bool fg, const Options& opt) {
   const DeviceLimits lim = device_limits();
   slots = std::max(1, slots);
   // One block per SM: more shared memory than half of the SM's.
   const std::size_t pad = std::min(lim.smem_optin, lim.smem_sm / 2 + 1024);
   auto smax_of = [&](int nb) { return (slots + nb - 1) / nb; };
-  auto fits = [&](int nb, int C) { return updown_smem_bytes(smax_of(nb), d, rp, fg, C, norm) <= lim.smem_optin; };
+  auto fits = [&](int nb, int C) { return updown_smem_bytes(smax_of(nb), d, rp, fg, C) <= lim.smem_optin; };
   int C = opt.updown_cluster > 0 ? opt.updown_cluster : kDefaultUpdownCluster;
   C = std::max(1, std::min(kMaxCluster, C));
   while (d % C != 0) C /= 2;
@@ -360,7 +344,7 @@ UpDownPlan plan_updown(Kernel kernel, int slots, int d, int rp, bool fg, const O
   for (; C > 1; C /= 2) {
     int n = std::max(C, nb / C * C);
     if (!fits(n, C)) continue;
-    const std::size_t smem = std::max(updown_smem_bytes(smax_of(n), d, rp, fg, C, norm), pad);
+    const std::size_t smem = std::max(updown_smem_bytes(smax_of(n), d, rp, fg, C), pad);
     const int clusters = max_active_clusters(kernel, smem, C);
     if (clusters < 1) continue;
     if (n > clusters * C) n = clusters * C;
@@ -376,7 +360,7 @@ UpDownPlan plan_updown(Kernel kernel, int slots, int d, int rp, bool fg, const O
   pl.C = C;
   pl.grid = static_cast<unsigned>(nb);
   pl.smax = smax_of(nb);
-  pl.smem = updown_smem_bytes(pl.smax, d, rp, fg, C, norm);
+  pl.smem = updown_smem_bytes(pl.smax, d, rp, fg, C);
   pl.launch_smem = std::max(pl.smem, pad);
   return pl;
 }
@@ -392,8 +376,6 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   UpDownArgs a{};
   a.stamps = step::stamp_buffer_if_made();
   a.x = static_cast<const bf16*>(p.x);
-  a.norm = static_cast<const bf16*>(p.norm);  // dense only (fold_norm): the gate-fused all-channels kernel
-  a.eps = p.eps;
   a.wg = static_cast<const bf16*>(p.w_gate_t);
   a.wu = static_cast<const bf16*>(p.w_up_t);
   a.wd = static_cast<const bf16*>(p.w_down);
@@ -417,19 +399,15 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
     // The plan is made for the generic build (same shared memory and registers bound); a MoC plan of
     // cluster 1 or 2 then runs the build compiled for it. The dense (gate-fused) builds stay generic: the
     // cluster-2 build of the dense kernel measured 0.8 us slower at batch 3-4 (bench/micro/NOTES.md).
-    const bool norm = p.norm != nullptr;
     auto go = [&](auto kernel, auto k1, auto k2) {
-      const UpDownPlan pl = plan_updown(kernel, slots, p.d, RP, fused_gate, opt, norm);
+      const UpDownPlan pl = plan_updown(kernel, slots, p.d, RP, fused_gate, opt);
       a.smax = pl.smax;
       a.C = pl.C;
       if (opt.specialized && pl.C == 1) launch_ex(k1, pl.grid, kThreads, pl.launch_smem, ch.st, pl.C, pdl, a);
       else if (opt.specialized && pl.C == 2) launch_ex(k2, pl.grid, kThreads, pl.launch_smem, ch.st, pl.C, pdl, a);
       else launch_ex(kernel, pl.grid, kThreads, pl.launch_smem, ch.st, pl.C, pdl, a);
     };
-    if (fused_gate && cmode == kAllChannels && norm)
-      go(k_updown<RP, true, kAllChannels, 0, true>, k_updown<RP, true, kAllChannels, 0, true>,
-         k_updown<RP, true, kAllChannels, 0, true>);
-    else if (fused_gate && cmode == kAllChannels)
+    if (fused_gate && cmode == kAllChannels)
       go(k_updown<RP, true, kAllChannels>, k_updown<RP, true, kAllChannels>, k_updown<RP, true, kAllChannels>);
     else if (fused_gate)
       go(k_updown<RP, true, kListChannels>, k_updown<RP, true, kListChannels>, k_updown<RP, true, kListChannels>);
@@ -503,18 +481,7 @@ bool fast_chunk(const Problem& p, const Options& opt) {
   return sel_smem_bytes(kSelTopK, L.Fp, L.Wp, L.Fp <= kKeyCache) <= lim.smem_optin;
 }
 
-// The chunk (at most kMaxRows rows) folds the FFN's RMSNorm into its first kernel (see fold_norm).
-bool fold_chunk(const Problem& p, const Options& opt) {
-  if (!opt.fold_norm || !fast_chunk(p, opt)) return false;
-  const bool gate = p.parts & kFfnGate, select = p.parts & kFfnSelect, updown = p.parts & kFfnUpDown;
-  if (p.kind != SelKind::dense) return !p.force_idx && (gate || select);  // the gate kernel runs first
-  if (!updown) return gate;
-  const DeviceLimits lim = device_limits();
-  const int smax = (p.d_ffn + lim.sms - 1) / lim.sms;  // one wave of the dense up/down kernel
-  return updown_smem_bytes(smax, p.d, rows_pad(p.rows), true, 1, true) <= lim.smem_optin;
-}
-
-// One chunk of at most kMaxRows rows. p.norm: fold_chunk holds (launch checks it).
+// One chunk of at most kMaxRows rows.
 void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, bool entry_pdl) {
   const Layout L = make_layout(p);
   const Buffers B = buffers(L, ws);
@@ -526,33 +493,13 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
   Chain ch{st, opt.pdl, opt.pdl && opt.pdl_entry && entry_pdl};
   const bool moc = p.kind != SelKind::dense;
   const bool gate = p.parts & kFfnGate, select = p.parts & kFfnSelect, updown = p.parts & kFfnUpDown;
-  if (!moc) {  // with a norm, the kernel that reads x normalizes it itself
+  if (!moc) {
     if (updown) {
       launch_prep(B, ch);
       launch_updown(p, L, B, true, kAllChannels, ch, opt);
     } else if (gate) {
       launch_gate(p, L, B, kGateOnly, false, ch, opt);
     }
-    return;
-  }
-  if (p.norm) {
-    // MoC: the gate kernel normalizes x and writes it to B.xn, the x of the kernels after it.
-    Problem q = p;
-    q.x = B.xn;
-    q.norm = nullptr;
-    if (!select) {
-      if (gate) launch_gate(p, L, B, kGateOnly, false, ch, opt);
-      return;
-    }
-    if (p.kind == SelKind::grouped && kGroup % p.group_b == 0) {
-      launch_gate(p, L, B, kGateGroupLocal, updown, ch, opt);
-      if (updown) launch_updown(q, L, B, false, kMaskChannels, ch, opt);
-      return;
-    }
-    launch_gate(p, L, B, kGateOnly, false, ch, opt);
-    launch_select(q, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch, opt,
-                  updown && (opt.prefetch & 1));
-    if (updown) launch_updown(q, L, B, false, kListChannels, ch, opt);
     return;
   }
   if (p.force_idx) {
@@ -614,15 +561,8 @@ bool fast_path(const Problem& p, const Options& opt) {
   return fast_chunk(c, opt);
 }
 
-bool fold_norm(const Problem& p, const Options& opt) {
-  Problem c = p;
-  c.rows = std::max(1, std::min(p.rows, kMaxRows));  // the largest chunk
-  return fold_chunk(c, opt);
-}
-
 void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaStream_t stream, const Options& opt) {
   validate(p, workspace, workspace_size);
-  require(!p.norm || fold_norm(p, opt), "ffn_decode", "a norm is taken only where fold_norm() holds");
   const std::size_t es = dtype_bytes(p.dtype);
   const int kept = p.kept();
   for (int r0 = 0; r0 < p.rows; r0 += kMaxRows) {
@@ -713,20 +653,6 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   p.force_idx = force_idx ? force_idx->data<std::uint16_t>() : nullptr;
   p.idx_out = idx_out ? idx_out->data<std::uint16_t>() : nullptr;
   p.parts = parts;
-  Tensor xn;  // the normalized x, where the FFN's first kernel cannot normalize it itself
-  if (w.norm) {
-    require(w.norm->dtype() == dt && w.norm->numel() == d && w.norm->device() == DeviceKind::cuda, op,
-            "the norm weight must be [d] on the GPU, in x's dtype");
-    p.norm = w.norm->raw();
-    p.eps = w.norm_eps;
-    if (!ffn::fold_norm(p)) {
-      xn = ops.empty({n, d}, dt, workspace_tag());
-      Tensor rstd = ops.empty({n}, DType::f32, workspace_tag());
-      ops.rmsnorm_forward(x, *w.norm, w.norm_eps, xn, rstd);
-      p.x = xn.raw();
-      p.norm = nullptr;
-    }
-  }
   const std::size_t bytes = ffn::workspace_bytes(p);
   Tensor ws = ops.empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
   ffn::launch(p, ws.raw(), bytes, stream_of(ops));

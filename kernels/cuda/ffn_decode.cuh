@@ -35,11 +35,9 @@ enum class SelKind : int { dense = 0, topk = 1, grouped = 2 };
 struct Problem {
   int rows = 1, d = 0, d_ffn = 0;
   DType dtype = DType::bf16;  // of x, the three weights and out (all the same)
-  const void* x = nullptr;    // [rows, d]; with norm, the residual stream the FFN normalizes first
-  const void* norm = nullptr;  // [d] RMSNorm weight, or null (x is the FFN's input); only where fold_norm()
-  float eps = 0.0f;
+  const void* x = nullptr;    // [rows, d]
   const void* w_gate_t = nullptr, *w_up_t = nullptr, *w_down = nullptr;  // [d_ffn, d]
-  void* out = nullptr;        // [rows, d], accumulated (may be x itself: the residual add in place)
+  void* out = nullptr;        // [rows, d], accumulated
   SelKind kind = SelKind::dense;
   int k = 0, group_a = 0, group_b = 0;
   SelectRule rule = SelectRule::gate;
@@ -66,9 +64,6 @@ struct Options {
   // kernels, MoC's up/down kernel at clusters of 1 and 2), so that each holds only the code it executes: the
   // selection is bound by instruction fetch (bench/micro/NOTES.md). false: the generic builds, for A/B.
   bool specialized = true;
-  // The FFN's RMSNorm in its first kernel (Problem::norm): MoC's gate kernel, the dense up/down kernel. false:
-  // fold_norm() says no and the caller runs the norm as its own kernel (A/B).
-  bool fold_norm = true;
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).
@@ -78,11 +73,6 @@ void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaS
             const Options& opt = {});
 // True when launch() takes the fast path for this problem (bf16, aligned, d % 8 == 0, fits shared memory).
 bool fast_path(const Problem& p, const Options& opt = {});
-
-// True when launch() can take Problem::norm: the RMSNorm of x runs inside the FFN's first kernel (fast path,
-// MoC without force_idx, or dense whose up/down kernel has room for x in shared memory). Otherwise the caller
-// normalizes x itself and passes no norm.
-bool fold_norm(const Problem& p, const Options& opt = {});
 
 // Benchmark helper (fast path, MoC top-K or a:b, rows <= 8): re-issues only the up/down kernel on a workspace
 // left by a previous full launch of the same problem (gate values and selection still there, accumulator and

@@ -23,10 +23,7 @@ __global__ void __launch_bounds__(kThreads) k_prep(uint4* p, unsigned n16) {
 // channel for the up/down kernel.
 
 struct GateArgs {
-  const bf16* x;        // [R, d]: the FFN's input, or (NORM) the residual stream it normalizes first
-  const bf16* norm;     // NORM: the RMSNorm weight [d]
-  bf16* xn;             // NORM: block 0 writes the normalized x [R, d] here (the up/down kernel's x)
-  float eps;
+  const bf16* x;
   const bf16* wg;
   float* G;             // [R, Fp]
   unsigned char* mask;  // [F] row masks (kGateGroupLocal)
@@ -39,28 +36,13 @@ struct GateArgs {
   int R, d, F, Fp, kept, mode, ga, gb, rule, unit, nunits;
 };
 
-// The gate kernel's x with the FFN's RMSNorm folded in: after the wait, every block normalizes x into shared
-// memory (rounded as rmsnorm_forward writes it) and block 0 also writes it to a.xn for the up/down kernel.
-// Block-uniform (barriers); red: at least kWarps * kMaxRows floats.
-__device__ __forceinline__ void gate_stage_norm(const GateArgs& a, bf16* xs, float* red) {
-  stage_rmsnorm<kMaxRows, kThreads>(a.x, a.norm, a.R, a.d, a.eps, xs, red);
-  if (blockIdx.x == 0) {
-    const int n16 = a.R * a.d / 8;
-    for (int e = threadIdx.x; e < n16; e += kThreads)
-      reinterpret_cast<uint4*>(a.xn)[e] = reinterpret_cast<const uint4*>(xs)[e];
-  }
-}
-
 // GM: the gate mode fixed at compile time (-1: a.mode), so that the top-K gate kernel has no a:b epilogue.
 // RULE: the a:b epilogue's ranking rule fixed at compile time (-1: a.rule), so that the gate rule's kernel
 // holds no exact-SiLU code (select_key.cuh's double-precision exp: 3% on the 2:8 gate kernel, measured).
-// NORM: x is the residual stream and the FFN's RMSNorm runs here (gate_stage_norm; dynamic shared memory
-// R * d * 2 bytes), saving the separate norm kernel and its dependency step.
-template <int U, int GM = -1, int RULE = -1, bool NORM = false>
+template <int U, int GM = -1, int RULE = -1>
 __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a) {
   const int gmode = GM >= 0 ? GM : a.mode;
   const int rule = RULE >= 0 ? RULE : a.rule;
-  extern __shared__ __align__(16) unsigned char gate_smem[];
   __shared__ float4 red[kWarps * 32];
   __shared__ float gvs[kGroup * 8];
   __shared__ unsigned char on[kGroup * 8];
@@ -70,24 +52,20 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
   const int c0 = min(a.F, static_cast<int>(b * a.nunits / nb) * a.unit);
   const int c1 = min(a.F, static_cast<int>((b + 1) * a.nunits / nb) * a.unit);
   const bool xrow = g < a.R;
-  bf16* xs = reinterpret_cast<bf16*>(gate_smem);  // NORM: [R, d] normalized
-  const bf16* px = (NORM ? xs : a.x) + static_cast<std::size_t>(xrow ? g : 0) * a.d;
+  const bf16* px = a.x + static_cast<std::size_t>(xrow ? g : 0) * a.d;
   const int nt = (a.d + kTile - 1) / kTile;
   const int t_beg = warp * nt / kWarps, t_end = (warp + 1) * nt / kWarps;
-  // NORM: every warp runs the same number of tile steps (some past their end, on zeros), so that the wait and
-  // the norm's barriers are reached by the whole block at the first step.
-  const int t_stop = NORM ? t_beg + (nt + kWarps - 1) / kWarps : t_end;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   step::StampScope stamp(a.stamps);  // the gate stage: from the first block past its wait to the last block's end
   griddep_launch();
-  bool waited = false;  // warp-uniform (NORM: block-uniform)
+  bool waited = false;  // warp-uniform
   for (int base = c0; base < c1; base += kGroup) {
     const int chA = base + g, chB = base + g + 8;
     const bool okA = chA < c1, okB = chB < c1;
     const bf16* pa = a.wg + static_cast<std::size_t>(okA ? chA : 0) * a.d;
     const bf16* pb = a.wg + static_cast<std::size_t>(okB ? chB : 0) * a.d;
     float c[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int t0 = t_beg; t0 < t_stop; t0 += U) {
+    for (int t0 = t_beg; t0 < t_end; t0 += U) {
       uint4 A[U], B[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -100,18 +78,12 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
         griddep_wait();
         waited = true;
         stamp.start(step::StampKernel::k_gate, step::StageId::gate);
-        if constexpr (NORM) gate_stage_norm(a, xs, reinterpret_cast<float*>(red));
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int col = (t0 + u) * kTile + q * 8;
         const bool ok = t0 + u < t_end && col < a.d;
-        uint4 X = zero;
-        if constexpr (NORM) {
-          if (ok && xrow) X = *reinterpret_cast<const uint4*>(px + col);
-        } else {
-          if (ok && xrow) X = ld_x(px + col);
-        }
+        const uint4 X = ok && xrow ? ld_x(px + col) : zero;
         mma_tile(c, A[u], B[u], X);
       }
     }
@@ -120,7 +92,6 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
       griddep_wait();
       waited = true;
       stamp.start(step::StampKernel::k_gate, step::StageId::gate);
-      if constexpr (NORM) gate_stage_norm(a, xs, reinterpret_cast<float*>(red));  // (only when nt == 0)
     }
     __syncthreads();
     if (tid < kGroup * 8) {
@@ -171,7 +142,6 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
   if (!waited) {
     griddep_wait();
     stamp.start(step::StampKernel::k_gate, step::StageId::gate);
-    if constexpr (NORM) gate_stage_norm(a, xs, reinterpret_cast<float*>(red));  // a block without channels
   }
   if (a.zero) zero_part(a.zero, a.zero_n16, blockIdx.x, gridDim.x, kThreads);
 }

@@ -16,9 +16,7 @@ namespace {
 // acc and its counter again. Shared memory is padded so that one block runs per SM.
 
 struct UpDownArgs {
-  const bf16* x;     // [R, d]: the FFN's input, or (NORM) the residual stream it normalizes first
-  const bf16* norm;  // NORM: the RMSNorm weight [d]
-  float eps;
+  const bf16* x;
   const bf16* wg;
   const bf16* wu;
   const bf16* wd;
@@ -42,11 +40,9 @@ __host__ __device__ inline std::size_t updown_stage_bytes(int smax, int d) {
 __host__ __device__ inline bool updown_alias(int smax, int d, int rp) {
   return d <= kDownCols && updown_stage_bytes(smax, d) >= static_cast<std::size_t>(rp) * d * 4;
 }
-// norm: x normalized in shared memory ([rp, d] bf16) and the norm's scratch.
-__host__ __device__ inline std::size_t updown_smem_bytes(int smax, int d, int rp, bool fg, int C, bool norm = false) {
+__host__ __device__ inline std::size_t updown_smem_bytes(int smax, int d, int rp, bool fg, int C) {
   const int nct = (smax + kGroup - 1) / kGroup;
   std::size_t b = updown_stage_bytes(smax, d);
-  if (norm) b += align16(static_cast<std::size_t>(rp) * d * 2) + kWarps * kMaxRows * 4;
   if (C > 1 && !updown_alias(smax, d, rp)) b += align16(static_cast<std::size_t>(rp) * d * 4);
   b += static_cast<std::size_t>(nct) * kWarps * 32 * 16 * (fg ? 2 : 1);  // red
   b += align16(static_cast<std::size_t>(smax) * 8 * 4);                   // zs
@@ -68,25 +64,15 @@ struct UdSmem {
   int* sch;         // [smax] channels of this block's slots
   unsigned* smask;  // [smax] their row masks
   int* misc;        // warp counts, the last-block flag
-  bf16* xs;         // NORM: [RP, d] x normalized
-  float* nred;      // NORM: the norm's scratch
   bool alias;
 };
 
-template <int RP, bool FG, bool NORM = false>
+template <int RP, bool FG>
 __device__ __forceinline__ UdSmem ud_carve(unsigned char* smem, int smax, int d, int C) {
   UdSmem s;
   const int nct_max = (smax + kGroup - 1) / kGroup;
   s.stage = reinterpret_cast<bf16*>(smem);
   unsigned char* p = smem + updown_stage_bytes(smax, d);
-  s.xs = nullptr;
-  s.nred = nullptr;
-  if constexpr (NORM) {
-    s.xs = reinterpret_cast<bf16*>(p);
-    p += align16(static_cast<std::size_t>(RP) * d * 2);
-    s.nred = reinterpret_cast<float*>(p);
-    p += kWarps * kMaxRows * 4;
-  }
   s.alias = updown_alias(smax, d, RP);
   s.part = reinterpret_cast<float*>(smem);
   if (C > 1 && !s.alias) {
@@ -188,12 +174,12 @@ __device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, 
 
 // Stage 2: the up (and, FG, gate) GEMV of slots [0, n), 16 channels per mma tile, the 8 warps splitting d;
 // each warp's tile results into s.red.
-template <bool FG, bool NORM = false>
+template <bool FG>
 __device__ __forceinline__ void ud_up_gemv(const UpDownArgs& a, const UdSmem s, int n) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, d = a.d;
   const int g = lane >> 2, q = lane & 3;
   const bool xrow = g < a.R;
-  const bf16* px = (NORM ? s.xs : a.x) + static_cast<std::size_t>(xrow ? g : 0) * d;
+  const bf16* px = a.x + static_cast<std::size_t>(xrow ? g : 0) * d;
   const int nt = (d + kTile - 1) / kTile;
   const int t_beg = warp * nt / kWarps, t_end = (warp + 1) * nt / kWarps;
   constexpr int U = updown_unroll(FG);
@@ -223,12 +209,7 @@ __device__ __forceinline__ void ud_up_gemv(const UpDownArgs& a, const UdSmem s, 
       for (int u = 0; u < U; ++u) {
         const int col = (t0 + u) * kTile + q * 8;
         const bool ok = t0 + u < t_end && col < d;
-        uint4 X = zero;
-        if constexpr (NORM) {
-          if (ok && xrow) X = *reinterpret_cast<const uint4*>(px + col);
-        } else {
-          if (ok && xrow) X = ld_x(px + col);
-        }
+        const uint4 X = ok && xrow ? ld_x(px + col) : zero;
         mma_tile(cu, A[u], B[u], X);
         if constexpr (FG) mma_tile(cgt, GA[u], GB[u], X);
       }
@@ -407,19 +388,17 @@ __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, c
 
 // RP: rows padded (the down projection's accumulators); FG: the gate GEMV runs here too (dense; MoC's
 // gate values come from the gate kernel); MODE: how the block finds its channels. CL: the cluster size
-// fixed at compile time (0: a.C), so that the kernel holds one reduction's code. NORM: x is the residual
-// stream and every block normalizes it into shared memory after its wait (the FFN's RMSNorm folded in).
-template <int RP, bool FG, int MODE, int CL = 0, bool NORM = false>
+// fixed at compile time (0: a.C), so that the kernel holds one reduction's code.
+template <int RP, bool FG, int MODE, int CL = 0>
 __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int C = CL > 0 ? CL : a.C;
-  const UdSmem s = ud_carve<RP, FG, NORM>(smem, a.smax, a.d, C);
+  const UdSmem s = ud_carve<RP, FG>(smem, a.smax, a.d, C);
   // Stages: up (or gate & up) until every block has its z, then down; the last blocks' return is uniform.
   step::StampScope stamp(a.stamps);
 
   // 1. This block's channels (weights of a fixed range are staged before the wait for the previous kernel).
   const int n = ud_channels<MODE>(a, s, stamp);
-  if constexpr (NORM) stage_rmsnorm<RP, kThreads>(a.x, a.norm, a.R, a.d, a.eps, s.xs, s.nred);
   if constexpr (!FG) {
     // Gate values of the kept (channel, row) pairs, from the gate kernel.
     for (int i = threadIdx.x; i < n * 8; i += kThreads) {
@@ -428,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
     }
   }
   // 2. Up (and gate) GEMV.
-  ud_up_gemv<FG, NORM>(a, s, n);
+  ud_up_gemv<FG>(a, s, n);
   __syncthreads();
   // 3. z = SiLU(g) * u.
   ud_form_z<FG>(a, s, n);
