@@ -15,6 +15,9 @@
 
 #include "gpu_util.h"
 #include "test_util.h"
+#ifdef MOCBENCH_HAVE_CUDA
+#include "kernels/cuda/kernels.h"  // zeroed_scratch
+#endif
 
 namespace moc {
 namespace {
@@ -502,6 +505,35 @@ TEST(GpuFfnDecode, GraphReplayMatchesEager) {
         expect_same_out("two calls, replay " + std::to_string(rep), gpu->download_f32(o), want2, L.out0, L.dt);
       }
     }
+}
+
+// The dense path keeps its up/down accumulator and counters in the ops' zeroed scratch (no prep kernel per call):
+// the first request allocates and zeroes it and is answered null (that call zeroes its own workspace), later
+// requests get it; a larger request inside a stream capture gets null and allocates nothing. Dense calls of other
+// widths and row counts (one chunk, two chunks) in a row each match the CPU, so each left the region zero.
+TEST(GpuFfnDecode, DenseKeepsItsCountersInTheZeroedScratch) {
+  MOC_GPU_OR_SKIP(gpu);
+#ifdef MOCBENCH_HAVE_CUDA
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  void* first = cuda::zeroed_scratch(*gpu, 1 << 20);
+  void* second = cuda::zeroed_scratch(*gpu, 1 << 20);
+  EXPECT_EQ(first, nullptr) << "the first request allocates and zeroes, and is answered null";
+  EXPECT_NE(second, nullptr);
+  EXPECT_EQ(cuda::zeroed_scratch(*gpu, 4096), second) << "a smaller request gets the same region";
+  void* in_capture = second;
+  auto graph = gpu->capture([&] { in_capture = cuda::zeroed_scratch(*gpu, 8 << 20); });
+  EXPECT_EQ(in_capture, nullptr) << "no allocation inside a capture";
+  EXPECT_EQ(cuda::zeroed_scratch(*gpu, 1 << 20), second) << "the capture left the region alone";
+  for (const Size& s : {kPaper, Size{64, 37}, kPaper, Size{136, 301}, kPaper})
+    for (int R : {9, 1, 3}) {
+      Layer L = make_layer(rng, R, s.d, s.F, DType::bf16);
+      upload_layer(*gpu, *cpu, L);
+      check_call(*gpu, *cpu, L, nullptr);
+    }
+#endif
 }
 
 TEST(GpuFfnDecode, RejectsBadArguments) {

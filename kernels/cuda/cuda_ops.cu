@@ -376,12 +376,33 @@ CudaOps::~CudaOps() {
   gemm_plans_.clear();
   for (cudaEvent_t ev : marks_) cudaEventDestroy(ev);
   if (gemm_ws_) alloc_.release(gemm_ws_, gemm_ws_bytes_, workspace_tag());
+  if (zero_ws_) alloc_.release(zero_ws_, zero_ws_bytes_, workspace_tag());
   if (flush_buf_) cudaFree(flush_buf_);
   if (lt_) cublasLtDestroy(lt_);
   if (own_stream_) cudaStreamDestroy(own_stream_);
 }
 
 void CudaOps::synchronize() { MOC_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void* CudaOps::zeroed_scratch(std::size_t bytes) {
+  if (zero_ws_ && bytes <= zero_ws_bytes_) return zero_ws_stream_ == stream_ ? zero_ws_ : nullptr;
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  MOC_CUDA_CHECK(cudaStreamIsCapturing(stream_, &cap));
+  if (cap != cudaStreamCaptureStatusNone) return nullptr;  // no allocation or memset node inside a graph
+  // The old region's last users precede this point on the stream; the caching allocator reuses memory in
+  // stream order.
+  if (zero_ws_) alloc_.release(zero_ws_, zero_ws_bytes_, workspace_tag());
+  zero_ws_bytes_ = (bytes + 4095) / 4096 * 4096;
+  zero_ws_ = alloc_.allocate(zero_ws_bytes_, workspace_tag());
+  zero_ws_stream_ = stream_;
+  MOC_CUDA_CHECK(cudaMemsetAsync(zero_ws_, 0, zero_ws_bytes_, stream_));
+  return nullptr;  // this call runs without it (its first kernel would follow the memset, not a kernel)
+}
+
+void* zeroed_scratch(Ops& ops, std::size_t bytes) {
+  auto* c = dynamic_cast<CudaOps*>(&ops);
+  return c ? c->zeroed_scratch(bytes) : nullptr;
+}
 
 void CudaOps::set_stream(void* s) {
   // The cache assumes one stream: what was freed on the old one must be finished before reuse.

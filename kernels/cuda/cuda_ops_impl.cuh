@@ -173,6 +173,14 @@ class CudaOps final : public Ops {
   void* gemm_ws_ = nullptr;
   std::size_t gemm_ws_bytes_ = 0;
   void* flush_buf_ = nullptr;  // flush_caches_impl: twice the L2 (cudaMalloc'ed, outside the allocator)
+  void* zero_ws_ = nullptr;  // zeroed_scratch(): kept zero by the ops that use it
+  std::size_t zero_ws_bytes_ = 0;
+  cudaStream_t zero_ws_stream_ = nullptr;
+
+ public:
+  void* zeroed_scratch(std::size_t bytes);
+
+ private:
   std::size_t flush_bytes_ = 0;
   using GemmKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, int, int, int, int, int, int>;
   std::map<GemmKey, std::unique_ptr<GemmPlan>> gemm_plans_;

@@ -481,8 +481,8 @@ bool fast_chunk(const Problem& p, const Options& opt) {
   return sel_smem_bytes(kSelTopK, L.Fp, L.Wp, L.Fp <= kKeyCache) <= lim.smem_optin;
 }
 
-// One chunk of at most kMaxRows rows.
-void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, bool entry_pdl) {
+// One chunk of at most kMaxRows rows. zeroed: see launch().
+void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, bool entry_pdl, void* zeroed) {
   const Layout L = make_layout(p);
   const Buffers B = buffers(L, ws);
   if (!fast_chunk(p, opt)) {
@@ -494,7 +494,12 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
   const bool moc = p.kind != SelKind::dense;
   const bool gate = p.parts & kFfnGate, select = p.parts & kFfnSelect, updown = p.parts & kFfnUpDown;
   if (!moc) {
-    if (updown) {
+    if (updown && zeroed) {  // counters and accumulator already zero: no prep kernel
+      Buffers Z = B;
+      Z.ctrl = static_cast<unsigned*>(zeroed);
+      Z.acc = reinterpret_cast<float*>(static_cast<unsigned char*>(zeroed) + L.acc);
+      launch_updown(p, L, Z, true, kAllChannels, ch, opt);
+    } else if (updown) {
       launch_prep(B, ch);
       launch_updown(p, L, B, true, kAllChannels, ch, opt);
     } else if (gate) {
@@ -555,13 +560,20 @@ int Problem::kept() const {
 
 std::size_t workspace_bytes(const Problem& p) { return make_layout(p).total; }
 
+std::size_t zeroed_bytes(const Problem& p) {
+  Problem c = p;
+  c.rows = std::max(1, std::min(p.rows, kMaxRows));  // the largest chunk
+  return make_layout(c).zero;
+}
+
 bool fast_path(const Problem& p, const Options& opt) {
   Problem c = p;
   c.rows = std::max(1, std::min(p.rows, kMaxRows));
   return fast_chunk(c, opt);
 }
 
-void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaStream_t stream, const Options& opt) {
+void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaStream_t stream, const Options& opt,
+            void* zeroed) {
   validate(p, workspace, workspace_size);
   const std::size_t es = dtype_bytes(p.dtype);
   const int kept = p.kept();
@@ -580,7 +592,7 @@ void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaS
       copied = true;
     }
     // The first kernel overlaps the stream's previous kernel only when it directly follows a kernel.
-    run_chunk(c, workspace, stream, opt, !copied);
+    run_chunk(c, workspace, stream, opt, !copied, zeroed);
   }
 }
 
@@ -655,7 +667,9 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   p.parts = parts;
   const std::size_t bytes = ffn::workspace_bytes(p);
   Tensor ws = ops.empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
-  ffn::launch(p, ws.raw(), bytes, stream_of(ops));
+  // The dense FFN keeps its accumulator and counters in the ops' zeroed scratch (no prep kernel per call).
+  void* zeroed = !sel && (parts & kFfnUpDown) ? zeroed_scratch(ops, ffn::zeroed_bytes(p)) : nullptr;
+  ffn::launch(p, ws.raw(), bytes, stream_of(ops), ffn::Options{}, zeroed);
 }
 
 }  // namespace moc::cuda

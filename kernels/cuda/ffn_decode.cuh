@@ -4,8 +4,9 @@
 // Pipeline (bf16, d % 8 == 0, rows <= 8 per chunk; other cases take a simple generic path). Every kernel is
 // launched with programmatic dependent launch (PDL): it is scheduled while its predecessor runs, streams
 // weights that do not depend on it, and waits (griddepcontrol.wait) before it reads or writes anything else.
-//   dense: a tiny prep kernel zeroes the workspace head; the up/down kernel (one block per SM, a balanced
-//          range of ~d_ffn/#SMs channels each) stages its W_down rows in shared memory with cp.async (issued
+//   dense: the up/down kernel's accumulator and counters live in a region the caller keeps zero (launch's
+//          `zeroed`: CudaOps' zeroed scratch), else a tiny prep kernel zeroes the workspace head first. The
+//          up/down kernel (one block per SM, a balanced range of ~d_ffn/#SMs channels each) stages its W_down rows in shared memory with cp.async (issued
 //          before the wait) while it streams W_gate and W_up (mma.sync m16n8k16, fp32), forms
 //          z = SiLU(g) * u, multiplies the staged rows, reduces the [rows, d] partials over a cluster of C
 //          blocks in distributed shared memory and adds them with fp32 atomics into the workspace; the
@@ -19,7 +20,7 @@
 //          up/down kernel then reads only the W_up and W_down rows of union channels, once per call, each
 //          block taking every #blocks-th list slot.
 // Graph-capturable: no host synchronization, no memset node; the kernel before the up/down kernel zeroes its
-// accumulator and counters, and the up/down kernel leaves them zero.
+// accumulator and counters (dense with `zeroed`: nobody needs to), and the up/down kernel leaves them zero.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -68,9 +69,14 @@ struct Options {
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).
 std::size_t workspace_bytes(const Problem& p);
+// Bytes of the region `zeroed` (launch) covers: the up/down kernel's counters and accumulator.
+std::size_t zeroed_bytes(const Problem& p);
 // Checks the problem (std::invalid_argument naming ffn_decode) and issues the kernels on `stream`.
+// zeroed (optional, zeroed_bytes(p)): a device region that is zero on entry and that nothing else uses between
+// calls; the dense path keeps its up/down accumulator and counters there and needs no prep kernel to zero them
+// (the up/down kernel leaves them zero). Null: the prep kernel zeroes them in `workspace`.
 void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaStream_t stream,
-            const Options& opt = {});
+            const Options& opt = {}, void* zeroed = nullptr);
 // True when launch() takes the fast path for this problem (bf16, aligned, d % 8 == 0, fits shared memory).
 bool fast_path(const Problem& p, const Options& opt = {});
 
