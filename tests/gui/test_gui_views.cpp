@@ -51,6 +51,13 @@ struct Image {
   }
 };
 
+// The timeline's shade for a run of merged items of colour c (timeline_view.cpp: c x 0.75 at alpha 0.85) over its
+// background (0.10, 0.10, 0.12).
+ImVec4 merged_shade(const ImVec4& c) {
+  auto mix = [](float v, float bg) { return 0.85f * 0.75f * v + 0.15f * bg; };
+  return ImVec4(mix(c.x, 0.10f), mix(c.y, 0.10f), mix(c.z, 0.12f), 1.0f);
+}
+
 // Legend entries of every plot ImPlot drew (kept in its context after the frame).
 std::vector<std::string> legend_labels() {
   std::vector<std::string> out;
@@ -134,8 +141,12 @@ TEST_F(GuiViews, EveryViewDrawsItsDataWithTheExpectedColours) {
   ASSERT_TRUE(d->view_rect(View::timeline, r));
   EXPECT_GT(d->ui().timeline.timeline.items, 0u);
   EXPECT_GT(d->ui().timeline.spans_drawn, 0u);
-  EXPECT_GT(im.count(r, phase_color("attention")), 30) << "attention ops";
-  EXPECT_GT(im.count(r, phase_color("ffn.gate")), 10) << "gate ops";
+  // An op is drawn in its phase's colour, or -- merged with neighbours under 2 px wide, as a CPU run's ops can be
+  // when one slow op stretches the fitted trace -- in that colour's merged shade: either counts.
+  EXPECT_GT(im.count(r, phase_color("attention")) + im.count(r, merged_shade(phase_color("attention"))), 30)
+      << "attention ops";
+  EXPECT_GT(im.count(r, phase_color("ffn.gate")) + im.count(r, merged_shade(phase_color("ffn.gate"))), 10)
+      << "gate ops";
 
   d->show(View::memory);
   frames(*d, 3);
