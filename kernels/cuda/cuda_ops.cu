@@ -377,6 +377,7 @@ CudaOps::~CudaOps() {
   for (cudaEvent_t ev : marks_) cudaEventDestroy(ev);
   if (gemm_ws_) alloc_.release(gemm_ws_, gemm_ws_bytes_, workspace_tag());
   if (zero_ws_) alloc_.release(zero_ws_, zero_ws_bytes_, workspace_tag());
+  for (const auto& [p, n] : zero_ws_old_) alloc_.release(p, n, workspace_tag());
   if (flush_buf_) cudaFree(flush_buf_);
   if (lt_) cublasLtDestroy(lt_);
   if (own_stream_) cudaStreamDestroy(own_stream_);
@@ -389,9 +390,8 @@ void* CudaOps::zeroed_scratch(std::size_t bytes) {
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   MOC_CUDA_CHECK(cudaStreamIsCapturing(stream_, &cap));
   if (cap != cudaStreamCaptureStatusNone) return nullptr;  // no allocation or memset node inside a graph
-  // The old region's last users precede this point on the stream; the caching allocator reuses memory in
-  // stream order.
-  if (zero_ws_) alloc_.release(zero_ws_, zero_ws_bytes_, workspace_tag());
+  // The old region stays allocated: a graph captured with it may be replayed later (it stays zero there).
+  if (zero_ws_) zero_ws_old_.emplace_back(zero_ws_, zero_ws_bytes_);
   zero_ws_bytes_ = (bytes + 4095) / 4096 * 4096;
   zero_ws_ = alloc_.allocate(zero_ws_bytes_, workspace_tag());
   zero_ws_stream_ = stream_;

@@ -175,6 +175,8 @@ class CudaOps final : public Ops {
   void* flush_buf_ = nullptr;  // flush_caches_impl: twice the L2 (cudaMalloc'ed, outside the allocator)
   void* zero_ws_ = nullptr;  // zeroed_scratch(): kept zero by the ops that use it
   std::size_t zero_ws_bytes_ = 0;
+  // Regions a larger request replaced: kept until the ops go, since a captured graph may still use one.
+  std::vector<std::pair<void*, std::size_t>> zero_ws_old_;
   cudaStream_t zero_ws_stream_ = nullptr;
 
  public:

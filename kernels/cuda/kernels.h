@@ -30,8 +30,8 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
 // cuda_ops.cu: a device region of at least `bytes` that is zero whenever the CudaOps' stream reaches the next
 // op -- each op that uses it leaves it zero again (the decode FFN's accumulator and counters) -- or null when
 // there is none yet: the first request allocates and zeroes it (not inside a stream capture: then it stays
-// null until a later call outside one), and a larger request replaces it. Ops on the stream it was zeroed on
-// only.
+// null until a later call outside one), and a larger request replaces it (the old region stays allocated until
+// the ops go: a captured graph may still use it). Ops on the stream it was zeroed on only.
 void* zeroed_scratch(Ops& ops, std::size_t bytes);
 
 }  // namespace moc::cuda
