@@ -107,6 +107,7 @@ class CudaOps final : public Ops {
   double mark_ms(int id) override;
   void clear_marks() override;
   int sm_count() const { return sm_count_; }
+  void* zeroed_scratch(std::size_t bytes);  // kernels.h: zeroed_scratch(Ops&, bytes)
 
   void upload(Tensor& dst, const void* host) override;
   void download(const Tensor& src, void* host) override;
@@ -173,17 +174,12 @@ class CudaOps final : public Ops {
   void* gemm_ws_ = nullptr;
   std::size_t gemm_ws_bytes_ = 0;
   void* flush_buf_ = nullptr;  // flush_caches_impl: twice the L2 (cudaMalloc'ed, outside the allocator)
+  std::size_t flush_bytes_ = 0;
   void* zero_ws_ = nullptr;  // zeroed_scratch(): kept zero by the ops that use it
   std::size_t zero_ws_bytes_ = 0;
   // Regions a larger request replaced: kept until the ops go, since a captured graph may still use one.
   std::vector<std::pair<void*, std::size_t>> zero_ws_old_;
   cudaStream_t zero_ws_stream_ = nullptr;
-
- public:
-  void* zeroed_scratch(std::size_t bytes);
-
- private:
-  std::size_t flush_bytes_ = 0;
   using GemmKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, int, int, int, int, int, int>;
   std::map<GemmKey, std::unique_ptr<GemmPlan>> gemm_plans_;
   std::vector<cudaEvent_t> marks_;  // mark() events; the first marks_used_ belong to the current timeline

@@ -6,9 +6,9 @@
 // weights that do not depend on it, and waits (griddepcontrol.wait) before it reads or writes anything else.
 //   dense: the up/down kernel's accumulator and counters live in a region the caller keeps zero (launch's
 //          `zeroed`: CudaOps' zeroed scratch), else a tiny prep kernel zeroes the workspace head first. The
-//          up/down kernel (one block per SM, a balanced range of ~d_ffn/#SMs channels each) stages its W_down rows in shared memory with cp.async (issued
-//          before the wait) while it streams W_gate and W_up (mma.sync m16n8k16, fp32), forms
-//          z = SiLU(g) * u, multiplies the staged rows, reduces the [rows, d] partials over a cluster of C
+//          up/down kernel (one block per SM, a balanced range of ~d_ffn/#SMs channels each) stages its W_down
+//          rows in shared memory with cp.async (issued before the wait) while it streams W_gate and W_up
+//          (mma.sync m16n8k16, fp32), forms z = SiLU(g) * u, multiplies the staged rows, reduces the [rows, d] partials over a cluster of C
 //          blocks in distributed shared memory and adds them with fp32 atomics into the workspace; the
 //          last block of each column slice adds that into out (one bf16 rounding) and zeroes it again.
 //   MoC:   gate GEMV kernel (balanced channel ranges, 3 blocks per SM) writing the fp32 gate values [rows,
