@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops_impl.cuh"
@@ -63,7 +62,6 @@ struct Args {
   int R, d, tiles;  // tiles of kGroup rows (the mma kernels)
   int units;        // the one-row kernels: rows (kStore) or RoPE row pairs (kQkv)
   int early;        // W may be streamed before the wait (a weights tensor)
-  int early_pairs;  // k_qkv_stage: pairs per warp copied before the wait (when early)
   // kStore
   void* out;  // [R, n]
   int out_f32;
@@ -276,90 +274,6 @@ __device__ __forceinline__ void row_body(const Args& a) {
   }
 }
 
-// Shared-memory mbarrier and TMA bulk copy (global -> shared, completion counted in bytes on the barrier).
-__device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
-  unsigned done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void bulk_g2s(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_u32(dst)),
-               "l"(src), "r"(bytes), "r"(smem_u32(bar))
-               : "memory");
-}
-
-// One row of x, QKV with the weights staged (batch 1): block b of nb owns a balanced range of RoPE pairs (rows i
-// and i + hd/2 of one head); local pair l belongs to warp l % kWarps, whose lane 0 copies the pair's two rows
-// into shared memory with TMA bulk copies (one per row, completing on the warp's mbarrier), so that the whole
-// projection's bytes are requested at once (nb = one or two blocks per SM hold them all) instead of in two waves
-// of register-held rows, as k_qkv_row does. After the wait: x normalized into shared memory, then each warp waits
-// for its rows and forms its pairs' dot products in k_qkv_row's exact order (lane: columns 8 lane + 256 k), so
-// both kernels round alike.
-__device__ __forceinline__ void stage_body(const Args& a) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [d], normalized
-  bf16* ws = xs + a.d;                           // [local pairs][2][d]
-  __shared__ float nred[kWarps * kMaxRows];
-  __shared__ unsigned long long bars[kWarps];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const long long nb = gridDim.x, b = blockIdx.x;
-  const int p0 = static_cast<int>(b * a.units / nb), p1 = static_cast<int>((b + 1) * a.units / nb);
-  const int half = a.hd / 2;
-  const unsigned row_bytes = static_cast<unsigned>(a.d) * sizeof(bf16);
-  const int mine = p1 - p0 > warp ? (p1 - p0 - warp + kWarps - 1) / kWarps : 0;  // this warp's pairs
-  if (lane == 0) {
-    mbar_init(&bars[warp], 1);
-    if (mine > 0) mbar_expect_tx(&bars[warp], 2u * row_bytes * static_cast<unsigned>(mine));
-  }
-  __syncwarp();
-  // The warp's k-th pair is local pair warp + k kWarps; issue(k0, k1) copies its pairs k0 <= k < k1.
-  auto issue = [&](int k0, int k1) {
-    if (lane != 0) return;
-    for (int k = k0; k < k1 && k < mine; ++k) {
-      const int l = warp + k * kWarps, u = p0 + l, head = u / half, i = u - head * half, row = head * a.hd + i;
-      bf16* s0 = ws + static_cast<std::size_t>(l) * 2 * a.d;
-      bulk_g2s(s0, row_ptr(a, row), row_bytes, &bars[warp]);
-      bulk_g2s(s0 + a.d, row_ptr(a, row + half), row_bytes, &bars[warp]);
-    }
-  };
-  const int early = a.early ? a.early_pairs : 0;
-  pdl_trigger();
-  if (early > 0) issue(0, early);
-  pdl_wait();
-  issue(early, 1 << 20);
-  stage_x_norm<1>(a, xs, nred);
-  if (mine > 0) mbar_wait(&bars[warp], 0);
-  for (int l = warp; l < p1 - p0; l += kWarps) {
-    const bf16* s0 = ws + static_cast<std::size_t>(l) * 2 * a.d;
-    float acc0 = 0.0f, acc1 = 0.0f;
-    for (int col = lane * 8; col < a.d; col += 32 * 8) {
-      const uint4 X = *reinterpret_cast<const uint4*>(xs + col);
-      fma8(acc0, *reinterpret_cast<const uint4*>(s0 + col), X);
-      fma8(acc1, *reinterpret_cast<const uint4*>(s0 + a.d + col), X);
-    }
-    acc0 = warp_sum(acc0);
-    acc1 = warp_sum(acc1);
-    if (lane == 0) {
-      const int u = p0 + l, head = u / half;
-      qkv_store(a, 0, head, u - head * half, round_bf16(acc0), round_bf16(acc1));
-    }
-  }
-}
-
 // Block b takes a balanced range of tiles; in a tile, lane (g, q) streams 8 columns of rows g and g + 8 per
 // 32-column step, the 8 warps split d, and the partial 16 x 8 blocks of dot products meet in shared memory.
 template <int EPI>
@@ -446,7 +360,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_gemv_mma(const Args 
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_qkv_mma(const Args a) { gemv_body<kQkv>(a); }
 __global__ void __launch_bounds__(kThreads) k_gemv_row(const Args a) { row_body<kStore>(a); }
 __global__ void __launch_bounds__(kThreads) k_qkv_row(const Args a) { row_body<kQkv>(a); }
-__global__ void __launch_bounds__(kThreads) k_qkv_stage(const Args a) { stage_body(a); }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
@@ -461,53 +374,9 @@ int sm_count() {
   return sms;
 }
 
-std::size_t smem_optin() {
-  static thread_local int dev = -1;
-  static thread_local std::size_t bytes = 0;
-  int cur = 0;
-  MOC_CUDA_CHECK(cudaGetDevice(&cur));
-  if (cur != dev) {
-    int v = 0;
-    MOC_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, cur));
-    bytes = static_cast<std::size_t>(v);
-    dev = cur;
-  }
-  return bytes;
-}
-
-// Blocks per SM of the staged one-row QKV (k_qkv_stage); 0: k_qkv_row. The environment's MOC_QKV_STAGE
-// overrides it (A/B runs, and the test that both kernels agree), read at every launch.
-int qkv_stage_blocks() {
-  const char* e = std::getenv("MOC_QKV_STAGE");
-  return e && *e ? std::atoi(e) : 1;
-}
-
-// k_qkv_stage's grid and shared memory for a one-row QKV, or false when its share of the rows does not fit.
-bool stage_plan(const Args& a, unsigned& grid, std::size_t& smem) {
-  const int bps = qkv_stage_blocks();
-  if (bps < 1) return false;
-  const int nb = std::max(1, std::min(a.units, bps * sm_count()));
-  const std::size_t pairs = static_cast<std::size_t>(ceil_div(a.units, nb));
-  smem = (1 + 2 * pairs) * static_cast<std::size_t>(a.d) * sizeof(bf16);
-  grid = static_cast<unsigned>(nb);
-  return smem + 1024 <= smem_optin();  // + the static shared memory (nred)
-}
-
 template <int EPI>
 void launch(cudaStream_t st, const Args& a) {
   const std::size_t smem = EPI == kQkv || a.R == 1 ? static_cast<std::size_t>(a.R) * a.d * sizeof(bf16) : 0;
-  if (EPI == kQkv && a.R == 1) {
-    unsigned grid = 0;
-    std::size_t ssmem = 0;
-    if (stage_plan(a, grid, ssmem)) {
-      Args b = a;
-      const char* e = std::getenv("MOC_QKV_EARLY");
-      b.early_pairs = e && *e ? std::atoi(e) : 0;
-      allow_smem(k_qkv_stage, ssmem);
-      launch_pdl("k_qkv_stage", k_qkv_stage, dim3(grid), dim3(kThreads), ssmem, st, b);
-      return;
-    }
-  }
   if (a.R == 1) {
     const dim3 grid(static_cast<unsigned>(ceil_div(a.units, EPI == kQkv ? kWarps / 2 : kWarps)));
     auto kernel = EPI == kQkv ? k_qkv_row : k_gemv_row;
