@@ -494,14 +494,15 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
   const bool moc = p.kind != SelKind::dense;
   const bool gate = p.parts & kFfnGate, select = p.parts & kFfnSelect, updown = p.parts & kFfnUpDown;
   if (!moc) {
-    if (updown && zeroed) {  // counters and accumulator already zero: no prep kernel
-      Buffers Z = B;
-      Z.ctrl = static_cast<unsigned*>(zeroed);
-      Z.acc = reinterpret_cast<float*>(static_cast<unsigned char*>(zeroed) + L.acc);
-      launch_updown(p, L, Z, true, kAllChannels, ch, opt);
-    } else if (updown) {
-      launch_prep(B, ch);
-      launch_updown(p, L, B, true, kAllChannels, ch, opt);
+    if (updown) {
+      Buffers U = B;
+      if (zeroed) {  // counters and accumulator already zero: no prep kernel
+        U.ctrl = static_cast<unsigned*>(zeroed);
+        U.acc = reinterpret_cast<float*>(static_cast<unsigned char*>(zeroed) + L.acc);
+      } else {
+        launch_prep(B, ch);
+      }
+      launch_updown(p, L, U, true, kAllChannels, ch, opt);
     } else if (gate) {
       launch_gate(p, L, B, kGateOnly, false, ch, opt);
     }
@@ -560,11 +561,7 @@ int Problem::kept() const {
 
 std::size_t workspace_bytes(const Problem& p) { return make_layout(p).total; }
 
-std::size_t zeroed_bytes(const Problem& p) {
-  Problem c = p;
-  c.rows = std::max(1, std::min(p.rows, kMaxRows));  // the largest chunk
-  return make_layout(c).zero;
-}
+std::size_t zeroed_bytes(const Problem& p) { return make_layout(p).zero; }  // the layout of the largest chunk
 
 bool fast_path(const Problem& p, const Options& opt) {
   Problem c = p;
