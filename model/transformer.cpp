@@ -559,10 +559,6 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
     {
       ScopedRange sr(ranges_, "ffn");
       o.rmsnorm_forward(x, lp.ffn_norm->value, cfg_.norm_eps, xn, rstd);
-      if (decode_layout_ && l + 1 < cfg_.layers) {  // the next layer's projections, read right after this FFN
-        const auto& nx = layers_[static_cast<std::size_t>(l + 1)];
-        for (const Param* w : {nx.wq, nx.wk, nx.wv}) o.prefetch_hint(w->value);
-      }
       if (decode_layout_) ffns_[static_cast<std::size_t>(l)].decode(xn, ffn_weights(l), x, nullptr, ranges_);
       else ffns_[static_cast<std::size_t>(l)].forward(xn, ffn_weights(l), x, 1.0f, false, ranges_);
     }

@@ -33,8 +33,8 @@ class PhaseIndex {
 };
 
 // Inside ffn.decode the fused decode kernels (kernels/cuda/ffn_decode.cu) have no finer ranges: their names
-// say which part they are -- k_gate the gate GEMV (with the a:b selection in its epilogue, and a one-row
-// top-K in its last block, which its stage stamps split off as "top-K"), k_select the row top-K, k_updown the up and down projections over the kept channels; k_gen_* the generic fallback;
+// say which part they are -- k_gate the gate GEMV (with the a:b selection in its epilogue), k_select the
+// row top-K, k_updown the up and down projections over the kept channels; k_gen_* the generic fallback;
 // k_prep (zeroing the next kernel's accumulators) is other.
 PaperPart decode_kernel_part(const std::string& short_name);
 

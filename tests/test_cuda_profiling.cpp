@@ -247,8 +247,7 @@ TEST(GpuStageStamps, DecodeFfnKernelsStampTheirWorkAfterTheirWait) {
   const int layers = 3;
   const std::map<std::string, std::vector<std::pair<std::string, std::vector<std::string>>>> expected = {
       {"dense", {{"k_updown", {"gate & up", "down"}}}},
-      // Batch 1: the row top-K in the gate kernel's last block (its "top-K" stage), no selection kernel.
-      {"moc", {{"k_gate", {"gate", "top-K"}}, {"k_updown", {"up", "down"}}}}};
+      {"moc", {{"k_gate", {"gate"}}, {"k_select", {"top-K"}}, {"k_updown", {"up", "down"}}}}};
   for (const auto& [ffn, per_layer] : expected) {
     SCOPED_TRACE(ffn);
     ModelConfig cfg = preset("1b-gqa");

@@ -428,8 +428,7 @@ Table breakdown_table(const prof::ProfileTrace& t, const prof::DeviceTimes& dt, 
   }
   if (in_decode)
     bd.notes.push_back("inside ffn.decode the fused decode kernels are split by name: k_gate = gate, k_select = "
-                       "top-K, k_updown = up & down (a one-row top-K runs in k_gate's last block: its stage stamps "
-                       "split it off)");
+                       "top-K, k_updown = up & down");
   bd.notes.push_back(time_note(time));
   if (pb.from_stages)
     bd.notes.push_back("kernels with device-side stage stamps (stage_sum: the decode FFN kernels k_gate, k_select, "

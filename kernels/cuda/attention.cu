@@ -542,7 +542,7 @@ __device__ __forceinline__ void unpack16(const uint4& v, float (&f)[4], const fl
 template <class T, int TPK, int NH>
 __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
     const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, const std::int32_t* __restrict__ pos,
-    T* __restrict__ out, int h, int kvh, int T_len, int hd, int chunk, float scale_log2, int late) {
+    T* __restrict__ out, int h, int kvh, int T_len, int hd, int chunk, float scale_log2) {
   constexpr int E = 16 / sizeof(T);   // elements per 16-byte word
   constexpr int KPS = 32 / TPK;       // keys per warp load step
   constexpr int TK = KPS * kFdRounds; // keys per warp tile
@@ -550,7 +550,7 @@ __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
   __shared__ float wacc[kFdWarps][NH][kDecMaxHd];
   __shared__ float rst[kFdMaxSplit][NH][2];     // pushed by each rank: its block's max and sum per head
   __shared__ float racc[NH * kDecMaxHd + kFdMaxSplit];  // pushed by each rank: its outputs of this rank's share
-  if (!late) pdl_trigger();
+  pdl_trigger();
   const bool clustered = gridDim.x > 1;  // the cluster spans the gridDim.x splits
   if (clustered) cluster_arrive_relaxed();  // "started": waited for before the first remote store
   pdl_wait();
@@ -633,7 +633,6 @@ __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
       }
     }
   }
-  if (late) pdl_trigger();
   // The warp's state: sums over its key lanes (the TPK lanes of one key hold equal p).
 #pragma unroll
   for (int hh = 0; hh < NH; ++hh) {
@@ -720,7 +719,7 @@ bool launch_decode_fast(cudaStream_t st, const T* q, const T* kc, const T* vc, c
     if constexpr (TPK * E <= kDecMaxHd)  // always true at run time: hd <= 128
     launch_pdl_cluster("attn_decode_fast_kernel", attn_decode_fast_kernel<T, TPK, NH>, grid, dim3(kFdThreads), 0, st,
                        dim3(static_cast<unsigned>(ns), 1, 1), q, kc, vc, pos, out, h, kvh, T_len, hd, chunk,
-                       scale_log2, pdl_late(kLateAttn) ? 1 : 0);
+                       scale_log2);
   };
   auto with_nh = [&](auto tpk_tag) {
     if (NHr == 1) go(tpk_tag, std::integral_constant<int, 1>{});

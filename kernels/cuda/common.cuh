@@ -67,10 +67,4 @@ void allow_smem(Kernel kernel, std::size_t bytes) {
 
 inline int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
 
-// Where a decode kernel lets its PDL dependents launch: by default at its first instruction; a kernel family
-// whose bit is set in MOCBENCH_PDL_LATE (read once) triggers behind its weight stream instead, so that the
-// next kernel's early loads fill this one's drain rather than compete with its stream (issue #26 experiment).
-enum PdlLate : unsigned { kLateQkv = 1, kLateGemv = 2, kLateAttn = 4, kLateGate = 8, kLateUpdown = 16 };
-bool pdl_late(PdlLate family);
-
 }  // namespace moc::cuda

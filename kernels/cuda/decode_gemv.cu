@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops_impl.cuh"
@@ -63,7 +62,6 @@ struct Args {
   int R, d, tiles;  // tiles of kGroup rows (the mma kernels)
   int units;        // the one-row kernels: rows (kStore) or RoPE row pairs (kQkv)
   int early;        // W may be streamed before the wait (a weights tensor)
-  int late;         // dependents triggered behind the weight stream, not at the first instruction (pdl_late)
   // kStore
   void* out;  // [R, n]
   int out_f32;
@@ -240,7 +238,7 @@ __device__ __forceinline__ void row_body(const Args& a) {
       A[u] = col < a.d && active ? ld_stream(pw + col) : zero;
     }
   };
-  if (!a.late) pdl_trigger();
+  pdl_trigger();
   if (a.early) load(0);
   pdl_wait();
   if (!a.early) load(0);
@@ -263,7 +261,6 @@ __device__ __forceinline__ void row_body(const Args& a) {
       }
     }
   }
-  if (a.late) pdl_trigger();
   acc = warp_sum(acc);
   if constexpr (EPI == kStore) {
     if (!active || lane != 0) return;
@@ -274,74 +271,6 @@ __device__ __forceinline__ void row_body(const Args& a) {
     if (!active || (warp & 1) || lane != 0) return;  // the pair's first warp finishes it
     const int half = a.hd / 2, head = unit / half;
     qkv_store(a, 0, head, unit - head * half, res[warp], res[warp + 1]);
-  }
-}
-
-// The batch-1 QKV as a loop (experiment, MOCBENCH_QKV_LOOP): a grid of at most the resident blocks (one wave),
-// block b taking unit groups b, b + grid, ... (a group = the 4 RoPE pairs of its 8 warps, as k_qkv_row's block);
-// a warp's (group, 2048-column batch) steps run double-buffered, the next step's weight words loaded before the
-// current step's FMAs, so that no second wave waits for its first loads.
-__device__ __forceinline__ void qkv_loop_body(const Args& a) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [1, d] normalized
-  __shared__ float nred[kWarps * kMaxRows];
-  __shared__ float res[kWarps];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  constexpr int kCols = kWU * 32 * 8;
-  const int nbatch = (a.d + kCols - 1) / kCols;
-  const int ngroups = (a.units + kWarps / 2 - 1) / (kWarps / 2);
-  const int half = a.hd / 2;
-  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  auto unit_of = [&](int gi) { return gi * (kWarps / 2) + warp / 2; };
-  auto row_of = [&](int unit) {
-    const int head = unit / half, i = unit - head * half;
-    return head * a.hd + i + (warp & 1) * half;
-  };
-  auto load = [&](uint4 (&A)[kWU], int gi, int bt) {
-    const int unit = unit_of(gi);
-    const bool active = unit < a.units;
-    const bf16* pw = row_ptr(a, active ? row_of(unit) : 0);
-#pragma unroll
-    for (int u = 0; u < kWU; ++u) {
-      const int col = bt * kCols + (u * 32 + lane) * 8;
-      A[u] = col < a.d && active ? ld_stream(pw + col) : zero;
-    }
-  };
-  int gi = blockIdx.x, bt = 0;
-  uint4 A[kWU], An[kWU];
-  if (!a.late) pdl_trigger();
-  if (a.early && gi < ngroups) load(A, gi, 0);
-  pdl_wait();
-  if (!a.early && gi < ngroups) load(A, gi, 0);
-  stage_x_norm<1>(a, xs, nred);
-  float acc = 0.0f;
-  while (gi < ngroups) {
-    // The step after (gi, bt): its loads go out before this step's FMAs.
-    const int ngi = bt + 1 < nbatch ? gi : gi + static_cast<int>(gridDim.x);
-    const int nbt = bt + 1 < nbatch ? bt + 1 : 0;
-    if (ngi < ngroups) load(An, ngi, nbt);
-    else if (a.late) pdl_trigger();
-#pragma unroll
-    for (int u = 0; u < kWU; ++u) {
-      const int col = bt * kCols + (u * 32 + lane) * 8;
-      if (col < a.d) fma8(acc, A[u], *reinterpret_cast<const uint4*>(xs + col));
-    }
-    if (bt + 1 == nbatch) {  // the unit is done: the pair meets in shared memory (block-uniform)
-      const int unit = unit_of(gi);
-      acc = warp_sum(acc);
-      if (lane == 0) res[warp] = round_bf16(acc);
-      __syncthreads();
-      if (unit < a.units && !(warp & 1) && lane == 0) {
-        const int head = unit / half;
-        qkv_store(a, 0, head, unit - head * half, res[warp], res[warp + 1]);
-      }
-      __syncthreads();  // res is reused by the next unit
-      acc = 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kWU; ++u) A[u] = An[u];
-    gi = ngi;
-    bt = nbt;
   }
 }
 
@@ -373,7 +302,7 @@ __device__ __forceinline__ void gemv_body(const Args& a) {
       B[u] = ok && rb >= 0 ? ld_stream(pb + col) : zero;
     }
   };
-  if (!a.late) pdl_trigger();
+  pdl_trigger();
   if (a.early && t_first < t_last) load(t_first, s_beg);
   pdl_wait();
   if (!a.early && t_first < t_last) load(t_first, s_beg);
@@ -424,7 +353,6 @@ __device__ __forceinline__ void gemv_body(const Args& a) {
     }
     __syncthreads();  // red is reused by the next tile
   }
-  if (a.late) pdl_trigger();
 }
 
 // Four kernels (four names in a profile): the plain GEMV and the fused QKV, each for one row and on mma tiles.
@@ -432,16 +360,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_gemv_mma(const Args 
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_qkv_mma(const Args a) { gemv_body<kQkv>(a); }
 __global__ void __launch_bounds__(kThreads) k_gemv_row(const Args a) { row_body<kStore>(a); }
 __global__ void __launch_bounds__(kThreads) k_qkv_row(const Args a) { row_body<kQkv>(a); }
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_qkv_loop(const Args a) { qkv_loop_body(a); }
-
-// MOCBENCH_QKV_LOOP=1: the batch-1 QKV runs k_qkv_loop (experiment; read once).
-bool qkv_loop() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOCBENCH_QKV_LOOP");
-    return e && e[0] == '1';
-  }();
-  return on;
-}
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
@@ -459,15 +377,6 @@ int sm_count() {
 template <int EPI>
 void launch(cudaStream_t st, const Args& a) {
   const std::size_t smem = EPI == kQkv || a.R == 1 ? static_cast<std::size_t>(a.R) * a.d * sizeof(bf16) : 0;
-  if (EPI == kQkv && a.R == 1 && qkv_loop()) {
-    allow_smem(k_qkv_loop, smem);
-    int per_sm = 0;
-    MOC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_qkv_loop, kThreads, smem));
-    const int groups = ceil_div(a.units, kWarps / 2);
-    const dim3 grid(static_cast<unsigned>(std::max(1, std::min(groups, std::max(1, per_sm) * sm_count()))));
-    launch_pdl("k_qkv_loop", k_qkv_loop, grid, dim3(kThreads), smem, st, a);
-    return;
-  }
   if (a.R == 1) {
     const dim3 grid(static_cast<unsigned>(ceil_div(a.units, EPI == kQkv ? kWarps / 2 : kWarps)));
     auto kernel = EPI == kQkv ? k_qkv_row : k_gemv_row;
@@ -483,14 +392,6 @@ void launch(cudaStream_t st, const Args& a) {
 
 }  // namespace
 }  // namespace gemv
-
-bool pdl_late(PdlLate family) {
-  static const unsigned mask = [] {
-    const char* e = std::getenv("MOCBENCH_PDL_LATE");
-    return e ? static_cast<unsigned>(std::strtoul(e, nullptr, 0)) : 0u;
-  }();
-  return (mask & static_cast<unsigned>(family)) != 0;
-}
 
 bool gemv_rows_fits(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c) {
   if (ta || !tb) return false;
@@ -515,7 +416,6 @@ void gemv_rows(cudaStream_t st, const Tensor& a, const Tensor& b, Tensor& c, flo
   g.tiles = (g.n + gemv::kGroup - 1) / gemv::kGroup;
   g.units = g.n;
   g.early = b.tag().category == MemCategory::weights ? 1 : 0;
-  g.late = pdl_late(kLateGemv) ? 1 : 0;
   g.out = c.raw();
   g.out_f32 = c.dtype() == DType::f32 ? 1 : 0;
   g.alpha = alpha;
@@ -560,7 +460,6 @@ bool decode_qkv_fused(cudaStream_t st, const Tensor& x, const Tensor& norm_w, fl
                     wv_t.tag().category == MemCategory::weights
                 ? 1
                 : 0;
-  g.late = pdl_late(kLateQkv) ? 1 : 0;
   g.q = q.data<__nv_bfloat16>();
   g.kc = k_cache.data<__nv_bfloat16>();
   g.vc = v_cache.data<__nv_bfloat16>();

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -222,14 +221,13 @@ void launch_prep(const Buffers& B, Chain& ch) {
 }
 
 void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, bool zero_next, Chain& ch,
-                 const Options& opt, unsigned* ghist = nullptr) {
+                 const Options& opt) {
   // kGateGroupLocal also picks each group's channels (2:8): gate and selection in one kernel.
-  MOC_OP_COST(mode != kGateOnly ? named(cost::plus(cost::ffn_decode_gate(cost_shape(p)),
-                                                     cost::ffn_decode_select(cost_shape(p))),
-                                          "ffn_decode.gate_select")
-                                 : cost::ffn_decode_gate(cost_shape(p)));
+  MOC_OP_COST(mode == kGateGroupLocal ? named(cost::plus(cost::ffn_decode_gate(cost_shape(p)),
+                                                          cost::ffn_decode_select(cost_shape(p))),
+                                               "ffn_decode.gate_select")
+                                      : cost::ffn_decode_gate(cost_shape(p)));
   GateArgs a{};
-  a.late = pdl_late(kLateGate) ? 1 : 0;
   a.stamps = step::stamp_buffer_if_made();
   a.x = static_cast<const bf16*>(p.x);
   a.wg = static_cast<const bf16*>(p.w_gate_t);
@@ -254,25 +252,6 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
   a.nunits = (p.d_ffn + a.unit - 1) / a.unit;
   const DeviceLimits lim = device_limits();
   const auto grid = static_cast<unsigned>(std::max(1, std::min(kGateBlocksPerSm * lim.sms, a.nunits)));
-  if (mode == kGateTopKLast) {  // run_chunk checked the shape (one row, F <= kHBins - 256, zeroed histogram)
-    a.ghist = ghist;
-    a.gcount = ghist + kHBins;
-    a.list = B.list;
-    a.ucount = B.ucount;
-    a.k = p.k;
-    a.Wp = L.Wp;
-    const std::size_t smem = gate_last_smem_bytes(L.Wp);
-    if (p.rule == SelectRule::gate) {
-      auto kernel = k_gate<4, kGateTopKLast, static_cast<int>(SelectRule::gate)>;
-      allow_smem(kernel, smem);
-      launch_ex(kernel, grid, kThreads, smem, ch.st, 1, ch.next(), a);
-    } else {
-      allow_smem(k_gate<4, kGateTopKLast>, smem);
-      launch_ex(k_gate<4, kGateTopKLast>, grid, kThreads, smem, ch.st, 1, ch.next(), a);
-    }
-    MOC_CUDA_LAUNCHED("k_gate");
-    return;
-  }
   if (opt.gate_unroll >= 8) launch_ex(k_gate<8>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
   else if (opt.specialized && mode == kGateOnly)
     launch_ex(k_gate<4, kGateOnly>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
@@ -413,20 +392,6 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   a.Fp = L.Fp;
   a.nslots = L.umax;
   a.prefetch = (opt.prefetch & 2) ? 1 : 0;
-  a.late = pdl_late(kLateUpdown) ? 1 : 0;
-  {
-    static const int hint_mode = [] {
-      const char* e = std::getenv("MOCBENCH_L2_HINT");
-      return e ? std::atoi(e) : 0;
-    }();
-    const bool dense = fused_gate && cmode == kAllChannels;
-    a.hint_when = p.hints > 0 && (!dense || (hint_mode & 4)) ? (hint_mode & 3) : 0;
-    a.hints = a.hint_when ? p.hints : 0;
-    for (int h = 0; h < a.hints; ++h) {
-      a.hint[h] = static_cast<const unsigned char*>(p.hint[h]);
-      a.hint_bytes[h] = p.hint_bytes[h] / 16 * 16;
-    }
-  }
   const int slots = cmode == kListChannels ? L.umax : p.d_ffn;
   const bool pdl = ch.next();
   with_rows(p.rows, [&](auto rp) {
@@ -561,12 +526,6 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
     if (updown) launch_updown(p, L, B, false, kMaskChannels, ch, opt);
     return;
   }
-  if (zeroed && opt.gate_select && updown && p.kind == SelKind::topk && p.rows == 1 &&
-      L.Fp + 256 <= kHBins && !(opt.prefetch & 1)) {  // the selection in the gate kernel's last block
-    launch_gate(p, L, B, kGateTopKLast, true, ch, opt, static_cast<unsigned*>(zeroed));
-    launch_updown(p, L, B, false, kListChannels, ch, opt);
-    return;
-  }
   launch_gate(p, L, B, kGateOnly, false, ch, opt);
   launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch, opt,
                 updown && (opt.prefetch & 1));
@@ -602,11 +561,7 @@ int Problem::kept() const {
 
 std::size_t workspace_bytes(const Problem& p) { return make_layout(p).total; }
 
-static_assert(kGateSelectZeroed >= static_cast<std::size_t>(kHBins) * 4 + 4, "histogram and counter");
-std::size_t zeroed_bytes(const Problem& p) {
-  if (p.kind == SelKind::topk) return kGateSelectZeroed;  // the gate kernel's histogram and block counter
-  return p.kind == SelKind::dense ? make_layout(p).zero : 0;  // the layout of the largest chunk
-}
+std::size_t zeroed_bytes(const Problem& p) { return make_layout(p).zero; }  // the layout of the largest chunk
 
 bool fast_path(const Problem& p, const Options& opt) {
   Problem c = p;
@@ -707,29 +662,11 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   p.force_idx = force_idx ? force_idx->data<std::uint16_t>() : nullptr;
   p.idx_out = idx_out ? idx_out->data<std::uint16_t>() : nullptr;
   p.parts = parts;
-  const L2Hints hints = take_l2_hints(ops);
-  for (int h = 0; h < hints.n && h < 4; ++h)
-    if (reinterpret_cast<std::uintptr_t>(hints.p[h]) % 16 == 0) {
-      p.hint[p.hints] = hints.p[h];
-      p.hint_bytes[p.hints] = hints.bytes[h];
-      ++p.hints;
-    }
   const std::size_t bytes = ffn::workspace_bytes(p);
   Tensor ws = ops.empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
   // The dense FFN keeps its accumulator and counters in the ops' zeroed scratch (no prep kernel per call).
-  // MoC row top-K at one row: the gate kernel's histogram and counter there (the selection in its last block).
-  ffn::Options opt;
-  {
-    static const bool gate_select = [] {
-      const char* e = std::getenv("MOCBENCH_GATE_SELECT");
-      return !(e && e[0] == '0');
-    }();
-    opt.gate_select = gate_select;
-  }
-  const bool use_zeroed = (parts & kFfnUpDown) && (!sel || (opt.gate_select && p.kind == ffn::SelKind::topk &&
-                                                             (parts & kFfnSelect) && n == 1 && !force_idx));
-  void* zeroed = use_zeroed ? zeroed_scratch(ops, ffn::zeroed_bytes(p)) : nullptr;
-  ffn::launch(p, ws.raw(), bytes, stream_of(ops), opt, zeroed);
+  void* zeroed = !sel && (parts & kFfnUpDown) ? zeroed_scratch(ops, ffn::zeroed_bytes(p)) : nullptr;
+  ffn::launch(p, ws.raw(), bytes, stream_of(ops), ffn::Options{}, zeroed);
 }
 
 }  // namespace moc::cuda

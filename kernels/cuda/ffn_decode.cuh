@@ -45,12 +45,6 @@ struct Problem {
   const std::uint16_t* force_idx = nullptr;  // [rows, kept] or null
   std::uint16_t* idx_out = nullptr;          // [rows, kept] or null
   unsigned parts = kFfnAll;
-  // Bytes a later op reads (Ops::prefetch_hint), warmed into L2 by the up/down kernel's blocks where it is
-  // bound by latency rather than bytes (MoC, 2:8; MOCBENCH_L2_HINT, read once: 0 off, 1 before its PDL wait,
-  // 2 after it, +4 the dense up/down too). No effect on results.
-  const void* hint[4] = {};
-  unsigned long long hint_bytes[4] = {};
-  int hints = 0;
   int kept() const;  // channels kept per row (d_ffn when dense)
 };
 
@@ -71,25 +65,16 @@ struct Options {
   // kernels, MoC's up/down kernel at clusters of 1 and 2), so that each holds only the code it executes: the
   // selection is bound by instruction fetch (bench/micro/NOTES.md). false: the generic builds, for A/B.
   bool specialized = true;
-  // Row top-K at one row with launch's `zeroed` region: the gate kernel's blocks count their keys into a
-  // histogram there and its last block selects (no selection kernel; k_gate's "top-K" stage). false: the
-  // selection kernel, as at 2-8 rows.
-  bool gate_select = true;
 };
-
-// The zeroed region the one-row top-K needs (the gate kernel's key histogram and block counter).
-constexpr std::size_t kGateSelectZeroed = 8192 * 4 + 256;
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).
 std::size_t workspace_bytes(const Problem& p);
-// Bytes of the region `zeroed` (launch) covers: dense, the up/down kernel's counters and accumulator; row
-// top-K, the gate kernel's histogram and counter (kGateSelectZeroed); 0 otherwise.
+// Bytes of the region `zeroed` (launch) covers: the up/down kernel's counters and accumulator.
 std::size_t zeroed_bytes(const Problem& p);
 // Checks the problem (std::invalid_argument naming ffn_decode) and issues the kernels on `stream`.
 // zeroed (optional, zeroed_bytes(p)): a device region that is zero on entry and that nothing else uses between
-// calls, left zero again. Dense keeps its up/down accumulator and counters there and needs no prep kernel to
-// zero them (null: the prep kernel zeroes them in `workspace`); one-row top-K keeps the gate kernel's key
-// histogram there and selects in the gate kernel's last block (Options::gate_select; null: the selection kernel).
+// calls; the dense path keeps its up/down accumulator and counters there and needs no prep kernel to zero them
+// (the up/down kernel leaves them zero). Null: the prep kernel zeroes them in `workspace`.
 void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaStream_t stream,
             const Options& opt = {}, void* zeroed = nullptr);
 // True when launch() takes the fast path for this problem (bf16, aligned, d % 8 == 0, fits shared memory).

@@ -50,9 +50,7 @@ constexpr int kKeyCache = 8192;        // rows of at most this many channels kee
 constexpr int kLine = 32;  // u32 per line
 constexpr std::size_t kCtrlBytes = kMaxCluster * kLine * 4;
 
-// kGateTopKLast: one row's top-K by the gate kernel itself -- its blocks count their gate keys into a global
-// histogram, and the last block to finish (an atomic counter) selects (ffn_decode_gate.cuh).
-enum GateMode : int { kGateOnly = 0, kGateGroupLocal = 1, kGateTopKLast = 2 };
+enum GateMode : int { kGateOnly = 0, kGateGroupLocal = 1 };
 enum ChannelMode : int { kAllChannels = 0, kListChannels = 1, kMaskChannels = 2 };
 enum SelMode : int { kSelTopK = 0, kSelGroup = 1, kSelForce = 2 };
 

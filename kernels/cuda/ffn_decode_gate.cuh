@@ -33,82 +33,8 @@ struct GateArgs {
   const void* pf_up;    // kGateGroupLocal: W_up and W_down rows of kept channels are prefetched into L2
   const void* pf_down;  // (null: no prefetch)
   step::StampBuf* stamps;  // device-side stamps while profiling (stage_stamps.cuh)
-  // kGateTopKLast (one row): a zeroed histogram of the keys' top bits [kHBins] and the block counter after it
-  // (both left zero again), the union list and its length, as the selection kernel writes them.
-  unsigned* ghist;
-  unsigned* gcount;
-  unsigned* list;
-  unsigned* ucount;
-  int k, Wp;
   int R, d, F, Fp, kept, mode, ga, gb, rule, unit, nunits;
-  int late;  // dependents triggered behind the weight stream (pdl_late)
 };
-
-// kGateTopKLast's selection, by the last gate block (all kThreads threads): row 0's kept channels from the
-// histogram the blocks built (zeroed again as it is read) and its gate values, by the selection kernel's
-// algorithm (ffn_topk.cuh: threshold bin, then the bin's candidates ranked), into idx_out, the union list
-// (channel | 1 << 16, ascending) and its length; the counter is left zero for the next call.
-constexpr int kLastKeyWords = kHBins / 4 / kThreads;  // float4 words of G per thread: F <= kHBins - 256
-__host__ __device__ inline std::size_t gate_last_smem_bytes(int Wp) { return topk::smem_bytes(Wp); }
-
-template <int RULE>
-__device__ __noinline__ void gate_select_last(const GateArgs& a) {
-  extern __shared__ __align__(16) unsigned char gsm[];
-  topk::Smem m;
-  topk::carve(gsm, a.Wp, m);
-  const int tid = threadIdx.x, n4 = a.Fp / 4;
-  // The gate values into registers (loads in flight during the histogram's scan).
-  float4 gv[kLastKeyWords];
-#pragma unroll
-  for (int u = 0; u < kLastKeyWords; ++u) {
-    const int i = tid + u * kThreads;
-    gv[u] = i < n4 ? __ldcg(reinterpret_cast<const float4*>(a.G) + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-  for (int i = tid; i < kHBins / 4; i += kThreads) {
-    uint4* gh = reinterpret_cast<uint4*>(a.ghist) + i;
-    reinterpret_cast<uint4*>(m.hist)[i] = __ldcg(gh);
-    __stcg(gh, make_uint4(0u, 0u, 0u, 0u));
-  }
-  for (int w = tid; w < a.Wp; w += kThreads) m.sel[w] = 0;
-  __syncthreads();
-  unsigned tb, need, cnt;
-  topk::threshold_bin<kThreads>(m, static_cast<unsigned>(a.k), tb, need, cnt);
-  // The keys, past the 256 bins the cold radix path reuses.
-  unsigned* keys = m.hist + 256;
-#pragma unroll
-  for (int u = 0; u < kLastKeyWords; ++u) {
-    const int i = tid + u * kThreads;
-    if (i < n4) {
-      const float g4[4] = {gv[u].x, gv[u].y, gv[u].z, gv[u].w};
-      unsigned kk[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) kk[e] = 4 * i + e < a.F ? sel_key<RULE>(g4[e], a.rule) : 0u;
-      reinterpret_cast<uint4*>(keys)[i] = make_uint4(kk[0], kk[1], kk[2], kk[3]);
-    }
-  }
-  __syncthreads();
-  auto key_at = [keys](int j) -> unsigned { return keys[j]; };
-  topk::keep_bits<kThreads>(m, key_at, a.F, a.Wp, tb, need, cnt);
-  // idx_out and the list share positions (one row), as the selection kernel's one-row path writes them.
-  const int wpt = (a.Wp + kThreads - 1) / kThreads;
-  const int w0 = min(a.Wp, tid * wpt), w1 = min(a.Wp, w0 + wpt);
-  unsigned c = 0;
-  for (int w = w0; w < w1; ++w) c += __popc(m.sel[w]);
-  unsigned tot;
-  unsigned pos = block_excl_scan<kThreads>(c, m.scratch, tot);
-  const unsigned kept = static_cast<unsigned>(a.kept);
-  for (int w = w0; w < w1; ++w)
-    for (unsigned mm = m.sel[w]; mm; mm &= mm - 1) {
-      const int j = 32 * w + __ffs(mm) - 1;
-      if (a.idx_out && pos < kept) a.idx_out[pos] = static_cast<std::uint16_t>(j);
-      a.list[pos] = static_cast<unsigned>(j) | (1u << 16);
-      ++pos;
-    }
-  if (tid == 0) {
-    *a.ucount = tot;
-    *a.gcount = 0;
-  }
-}
 
 // GM: the gate mode fixed at compile time (-1: a.mode), so that the top-K gate kernel has no a:b epilogue.
 // RULE: the a:b epilogue's ranking rule fixed at compile time (-1: a.rule), so that the gate rule's kernel
@@ -131,7 +57,7 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
   const int t_beg = warp * nt / kWarps, t_end = (warp + 1) * nt / kWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   step::StampScope stamp(a.stamps);  // the gate stage: from the first block past its wait to the last block's end
-  if (!a.late) griddep_launch();
+  griddep_launch();
   bool waited = false;  // warp-uniform
   for (int base = c0; base < c1; base += kGroup) {
     const int chA = base + g, chB = base + g + 8;
@@ -151,7 +77,7 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
       if (!waited) {
         griddep_wait();
         waited = true;
-        stamp.start(step::StampKernel::k_gate, GM == kGateTopKLast ? step::StageId::topk : step::StageId::gate);
+        stamp.start(step::StampKernel::k_gate, step::StageId::gate);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -165,7 +91,7 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
     if (!waited) {
       griddep_wait();
       waited = true;
-      stamp.start(step::StampKernel::k_gate, GM == kGateTopKLast ? step::StageId::topk : step::StageId::gate);
+      stamp.start(step::StampKernel::k_gate, step::StageId::gate);
     }
     __syncthreads();
     if (tid < kGroup * 8) {
@@ -176,10 +102,7 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
       for (int w = 0; w < kWarps; ++w) v += reinterpret_cast<const float*>(red)[(w * 32 + ln) * 4 + rg];
       gvs[s * 8 + r] = v;
       const int ch = base + s;
-      if (ch < c1 && r < a.R) {
-        a.G[static_cast<std::size_t>(r) * a.Fp + ch] = v;
-        if constexpr (GM == kGateTopKLast) atomicAdd(&a.ghist[sel_key<RULE>(v, rule) >> kHShift], 1u);
-      }
+      if (ch < c1 && r < a.R) a.G[static_cast<std::size_t>(r) * a.Fp + ch] = v;
     }
     if (gmode == kGateGroupLocal) {
       // a:b with b | 16 and base % b == 0: this tile holds whole groups; thread (s, r) ranks channel s
@@ -216,24 +139,11 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
     }
     __syncthreads();  // red, gvs and on are reused by the next tile
   }
-  if (a.late) griddep_launch();
   if (!waited) {
     griddep_wait();
-    stamp.start(step::StampKernel::k_gate, GM == kGateTopKLast ? step::StageId::topk : step::StageId::gate);
+    stamp.start(step::StampKernel::k_gate, step::StageId::gate);
   }
   if (a.zero) zero_part(a.zero, a.zero_n16, blockIdx.x, gridDim.x, kThreads);
-  if constexpr (GM == kGateTopKLast) {
-    stamp.mark(step::StageId::gate);
-    // The last block to get here selects: every block's gate values and histogram counts are visible to it.
-    __shared__ unsigned last;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) last = atomicAdd(a.gcount, 1u) == gridDim.x - 1 ? 1u : 0u;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    gate_select_last<RULE>(a);
-  }
 }
 
 }  // namespace

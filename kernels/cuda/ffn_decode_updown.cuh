@@ -31,23 +31,7 @@ struct UpDownArgs {
   int R, d, F, Fp, smax, C;
   int nslots;      // list mode: entries the list can hold
   int prefetch;    // all-channels mode: the first 16 channels' W_gate and W_up rows into L2 before the wait
-  int late;        // dependents triggered behind the weight stream, not before the wait (pdl_late)
-  const unsigned char* hint[4];  // ranges warmed into L2 (Problem::hint), each block a share
-  unsigned long long hint_bytes[4];
-  int hints;       // how many
-  int hint_when;   // 1: before the PDL wait, 2: after it
 };
-
-// This block's share of the hinted ranges into L2 (16-byte aligned pieces of at most 4 KiB, one per thread).
-__device__ __forceinline__ void ud_warm_hints(const UpDownArgs& a) {
-  const unsigned long long nb = gridDim.x, b = blockIdx.x;
-  for (int h = 0; h < a.hints; ++h) {
-    const unsigned long long n16 = a.hint_bytes[h] / 16;
-    const unsigned long long lo = b * n16 / nb * 16, hi = (b + 1) * n16 / nb * 16;
-    for (unsigned long long o = lo + 4096ull * threadIdx.x; o < hi; o += 4096ull * kThreads)
-      prefetch_l2(a.hint[h] + o, static_cast<unsigned>(hi - o < 4096ull ? hi - o : 4096ull));
-  }
-}
 
 __host__ __device__ inline std::size_t updown_stage_bytes(int smax, int d) {
   return align16(static_cast<std::size_t>(smax) * d * 2);
@@ -137,16 +121,12 @@ __device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, 
     }
     __syncthreads();
     ud_stage_rows(a, s, n);
-    if (!a.late) griddep_launch();
-    if (a.hint_when == 1) ud_warm_hints(a);
+    griddep_launch();
     griddep_wait();
-    if (a.hint_when == 2) ud_warm_hints(a);
     stamp.start(step::StampKernel::k_updown, step::StageId::down);
   } else if constexpr (MODE == kListChannels) {
-    if (!a.late) griddep_launch();
-    if (a.hint_when == 1) ud_warm_hints(a);
+    griddep_launch();
     griddep_wait();
-    if (a.hint_when == 2) ud_warm_hints(a);
     stamp.start(step::StampKernel::k_updown, step::StageId::down);
     // The list length and this block's slots are loaded together (slots past the length are dropped).
     const unsigned U = __ldcg(a.ucount);
@@ -161,10 +141,8 @@ __device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, 
     __syncthreads();
     ud_stage_rows(a, s, n);
   } else {  // kMaskChannels: the kept channels of this block's range, compacted in channel order
-    if (!a.late) griddep_launch();
-    if (a.hint_when == 1) ud_warm_hints(a);
+    griddep_launch();
     griddep_wait();
-    if (a.hint_when == 2) ud_warm_hints(a);
     stamp.start(step::StampKernel::k_updown, step::StageId::down);
     const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb);
     int base = 0;
@@ -438,7 +416,6 @@ __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
   stamp.mark(FG ? step::StageId::gate_up : step::StageId::up);
   // 4. Down projection.
   ud_down<RP>(a, s, n, C);
-  if (a.late) griddep_launch();
   // 5. Cluster reduction, 6. the last block of each column slice writes out.
   UdSlice sl{0, a.d, 0};
   if (C > 1) sl = ud_cluster_reduce(a, s, C);

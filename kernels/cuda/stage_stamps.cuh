@@ -21,8 +21,7 @@ namespace moc::cuda::step {  // "step": the name is historical (the stamps began
 enum class StageId : unsigned {
   gate = 1,  // k_gate: the gate GEMV g = x W_gate (a:b with b | 16: and the selection, in its epilogue)
   gate_up,   // k_updown, dense: gate and up in one pass (z = SiLU(g) u); their rows are read together
-  topk,      // k_select: each row's kept channels chosen from g (row top-K, other a:b, forced selections); at one
-             // row, k_gate's last block (row top-K)
+  topk,      // k_select: each row's kept channels chosen from g (row top-K, other a:b, forced selections)
   up,        // k_updown, MoC: the kept channels' up GEMV and z
   down,      // k_updown: W_down rows of the kept channels, added to the output
   work,      // a kernel stamped whole (no stage marks): its first block's start to its last block's end
@@ -36,7 +35,7 @@ const char* stage_name(StageId s);  // "gate", "gate & up", "top-K", "up", "down
 // Launches one read-back holds (more are counted dropped): a kernel-path decode step stamps its FFN kernels,
 // up to 3 per layer (72 for the 1b model's 24 layers).
 constexpr int kStampLaunches = 128;
-constexpr int kStampMarks = 4;  // marks per launch: k_updown and the one-row top-K k_gate pass one, the others none
+constexpr int kStampMarks = 4;  // marks per launch: k_updown passes one, the others none
 
 struct StampMark {
   unsigned long long t;     // latest time a block passed the mark (%globaltimer ns)
