@@ -79,8 +79,10 @@ TEST(GpuDecodeFused, QkvMatchesTheComposedOps) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   // MHA 32/32 and GQA 32/8 at the 1b width, 9/3 (an odd head count), head_dim 128, and head_dim 8 (the
-  // composed ops: the fused kernel pairs 8 rows with their RoPE partners, so it takes head_dim % 16 == 0).
-  const QkvShape shapes[] = {{2048, 32, 32, 64}, {2048, 32, 8, 64}, {576, 9, 3, 64}, {1024, 8, 2, 128}, {8, 1, 1, 8}};
+  // composed ops: the fused kernel pairs 8 rows with their RoPE partners, so it takes head_dim % 16 == 0);
+  // d 2560: a batch-1 row longer than the 2048 columns one warp loads at once (two load batches per row).
+  const QkvShape shapes[] = {{2048, 32, 32, 64}, {2048, 32, 8, 64}, {576, 9, 3, 64}, {1024, 8, 2, 128}, {8, 1, 1, 8},
+                             {2560, 4, 4, 64}};
   for (const auto& s : shapes)
     for (int b = 1; b <= 4; ++b)
       for (int T : {37, 300}) {

@@ -138,6 +138,7 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a)
       }
     }
     __syncthreads();  // red, gvs and on are reused by the next tile
+    stamp.claim();    // once, after the first tile (the stamp flag's read has landed)
   }
   if (!waited) {
     griddep_wait();

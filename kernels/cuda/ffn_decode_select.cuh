@@ -240,6 +240,7 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   // 1. Keys into shared memory and the histogram.
   if (row && mode != kSelForce && (CACHE || is_topk)) sel_keys<NT, CACHE, RULE>(s, Gr, a.F, a.Fp, rule, is_topk);
   __syncthreads();
+  stamp.claim();  // the stamp flag's read has landed by now
   if (h > 0 && !(row && is_topk)) return;
 
   // 2-4. The kept bits of row r.

@@ -409,6 +409,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
   // 2. Up (and gate) GEMV.
   ud_up_gemv<FG>(a, s, n);
   __syncthreads();
+  stamp.claim();  // the stamp flag's read has landed by now; the mark below resolves
   // 3. z = SiLU(g) * u.
   ud_form_z<FG>(a, s, n);
   cp_async_wait_all();

@@ -80,9 +80,12 @@ std::vector<StampedLaunch> take_stamps(std::uint64_t* dropped) {
   if (!b) return out;
   MOC_CUDA_CHECK(cudaDeviceSynchronize());
   unsigned hdr[4] = {};
+  static_assert(offsetof(StampBuf, slot) == sizeof hdr, "the header is four counters");
+  static_assert(offsetof(StampBuf, exits) % 8 == 0 && offsetof(StampBuf, launch) == offsetof(StampBuf, exits) + 4,
+                "exits and launch: one 64-bit word, exits low");
   MOC_CUDA_CHECK(cudaMemcpy(hdr, b, sizeof hdr, cudaMemcpyDeviceToHost));
-  const unsigned launches = std::min<unsigned>(hdr[1], kStampLaunches);
-  if (dropped) *dropped += hdr[3];
+  const unsigned launches = std::min<unsigned>(hdr[offsetof(StampBuf, launch) / 4], kStampLaunches);
+  if (dropped) *dropped += hdr[offsetof(StampBuf, dropped) / 4];
   if (launches > 0) {
     std::vector<StampSlot> slots(launches);
     MOC_CUDA_CHECK(cudaMemcpy(slots.data(), b->slot, launches * sizeof(StampSlot), cudaMemcpyDeviceToHost));
