@@ -22,6 +22,7 @@
 #include "profiling/tracer.h"
 #ifdef MOCBENCH_HAVE_CUDA
 #include "kernels/cuda/profiler_probe.h"
+#include "kernels/cuda/stage_stamps.cuh"  // kStampLaunches (its device part is nvcc-only)
 #endif
 
 namespace moc {
@@ -314,6 +315,61 @@ TEST(GpuStageStamps, DecodeFfnKernelsStampTheirWorkAfterTheirWait) {
     }
     for (const auto& [name, stages] : per_layer) EXPECT_EQ(recs[name].size(), static_cast<std::size_t>(layers)) << name;
   }
+}
+
+// The buffer's slots over many stamped launches between two read-backs: each launch takes the next slot (its
+// blocks' tickets; the last one moves the buffer on), so the slots hold the launches in order, each whole, and
+// the launches past the buffer are counted dropped, not written over earlier slots.
+TEST(GpuStageStamps, ManyLaunchesFillTheSlotsInOrderAndCountTheRestDropped) {
+#ifndef MOCBENCH_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  MOC_GPU_OR_SKIP(gpu);
+  ModelConfig cfg = preset("1b-gqa");
+  apply_override(cfg, "ffn", "moc");
+  cfg.layers = 2;
+  cfg.vocab = 512;
+  cfg.ffn.k = 1024;
+  cfg.seed = test::fresh_seed();
+  cfg.init_std = 0.02f;
+  cfg.param_dtype = cfg.act_dtype = DType::bf16;
+  Transformer m(*gpu, cfg);
+  m.prepare_decode();
+  Decoder dec(m, 2, 64);  // batch 2: the selection kernel is a cluster of two blocks, the gate many
+  dec.prefill({1, 2, 3, 4, 5, 6}, 3);
+  dec.step({7, 8});
+  auto graph = dec.capture_step();
+  graph->replay();
+  dec.advance();
+  gpu->synchronize();
+  std::uint64_t dropped = 0;
+  gpu->take_stamps(&dropped);
+  gpu->set_stamping(true);
+  const int per_step = 3 * cfg.layers;  // k_gate, k_select, k_updown per layer
+  const int steps = cuda::step::kStampLaunches / per_step + 3;
+  ASSERT_LT(dec.position() + steps, dec.max_seq());
+  for (int i = 0; i < steps; ++i) {
+    graph->replay();
+    dec.advance();
+  }
+  gpu->synchronize();
+  dropped = 0;
+  const auto launches = gpu->take_stamps(&dropped);
+  gpu->set_stamping(false);
+  ASSERT_EQ(launches.size(), static_cast<std::size_t>(cuda::step::kStampLaunches));
+  EXPECT_EQ(dropped, static_cast<std::uint64_t>(steps * per_step - cuda::step::kStampLaunches));
+  const char* order[] = {"k_gate", "k_select", "k_updown"};
+  for (std::size_t i = 0; i < launches.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(launches[i].kernel, order[i % 3]);
+    EXPECT_GT(launches[i].blocks, 0);
+    EXPECT_LE(launches[i].start_ns, launches[i].end_ns);
+    if (i > 0) EXPECT_GE(launches[i].start_ns, launches[i - 1].end_ns);
+  }
+  dropped = 0;
+  EXPECT_TRUE(gpu->take_stamps(&dropped).empty()) << "the read-back cleared the buffer";
+  EXPECT_EQ(dropped, 0u);
+#endif
 }
 
 TEST(GpuProfiling, DecodePointOfThe1bModelDropsNothingAndAttributesEveryKernel) {

@@ -136,14 +136,15 @@ __device__ __forceinline__ void stamp_end(StampBuf* buf, int nb, Stamper& st) {
 }
 // A kernel of the kernel path (one launch per op, chained with programmatic dependent launch) stamped by
 // RAII: every block constructs one at its start; start() right after the block's dependency wait -- when the
-// previous kernel of the stream, stamped or not, has completed, so the slot it reads is its own (a kernel's
-// prologue before its wait, e.g. weights streamed early, is not its stamped work); mark() at a stage
-// boundary every block passes (all threads); the destructor at every return (all threads of the block
-// return together in the kernels that use it). Lighter than stamp_start(all blocks) .. stamp_end, because
-// these kernels are short and many per step: the launch's start is the earliest of its first kStartBlocks blocks
-// (blocks are dispatched in index order; under PDL all of them leave the wait together), and only the last
-// block to leave stamps the end -- one same-address atomic per block instead of three, no fence (the next
-// stamped launch reads the slot index only after this launch has completed: its own dependency wait).
+// previous kernel of the stream, stamped or not, has completed, so the slot it takes is its own (a kernel's
+// prologue before its wait, e.g. weights streamed early, is not its stamped work); claim() optionally at a
+// later barrier; mark() at a stage boundary every block passes (all threads); the destructor at every return
+// (all threads of the block return together in the kernels that use it). Every block of a launch must call
+// start(): the launch's last ticket is what moves the buffer to the next slot. Lighter than stamp_start(all
+// blocks) .. stamp_end, because these kernels are short and many per step: the launch's start is the earliest
+// of its first kStartBlocks blocks (blocks are dispatched in index order; under PDL all of them leave the wait
+// together), one ticket atomic per block, and the end an atomicMax per block, no fence (the next stamped launch
+// takes its ticket only after this launch has completed: its own dependency wait).
 constexpr unsigned kStartBlocks = 8;
 struct StampScope {
   StampBuf* buf;
