@@ -364,7 +364,9 @@ TEST(GpuStageStamps, ManyLaunchesFillTheSlotsInOrderAndCountTheRestDropped) {
     EXPECT_EQ(launches[i].kernel, order[i % 3]);
     EXPECT_GT(launches[i].blocks, 0);
     EXPECT_LE(launches[i].start_ns, launches[i].end_ns);
-    if (i > 0) EXPECT_GE(launches[i].start_ns, launches[i - 1].end_ns);
+    if (i > 0) {
+      EXPECT_GE(launches[i].start_ns, launches[i - 1].end_ns);
+    }
   }
   dropped = 0;
   EXPECT_TRUE(gpu->take_stamps(&dropped).empty()) << "the read-back cleared the buffer";
