@@ -91,24 +91,30 @@ __device__ __forceinline__ unsigned stage_code(StageId s, int layer) {
   return (static_cast<unsigned>(layer + 1) << 8) | static_cast<unsigned>(s);
 }
 
+// A launch's slot, opened by each of its blocks: the launch's start is the earliest t of its first start_blocks
+// blocks (in linear block order), and block 0 says what the launch is.
+__device__ __forceinline__ void stamp_open(StampSlot* slot, int nb, unsigned kernel, unsigned tail, unsigned long long t,
+                                           unsigned start_blocks) {
+  const unsigned bi = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (bi < start_blocks) atomicMax(&slot->start_inv, ~t);
+  if (bi == 0) {
+    slot->blocks = static_cast<unsigned>(nb);
+    slot->tail = tail;
+    slot->kernel = kernel;
+  }
+}
+
 // At the start of a kernel's work (after its dependency wait), every block: is this launch stamped, and
-// into which slot. The launch's start is the earliest stamp of its first start_blocks blocks (in linear block
-// order; all of them by default). Off, this is one load of the flag per block.
-__device__ __forceinline__ void stamp_start(StampBuf* buf, int nb, Stamper& st, StampKernel kernel, StageId tail,
-                                            unsigned start_blocks = ~0u) {
+// into which slot (the spin kernel's protocol, with stamp_end; the launch's start is its earliest block's).
+// Off, this is one load of the flag per block.
+__device__ __forceinline__ void stamp_start(StampBuf* buf, int nb, Stamper& st, StampKernel kernel, StageId tail) {
   if (threadIdx.x != 0 || !buf) return;
   if (*reinterpret_cast<volatile unsigned*>(&buf->on) == 0) return;
   st.on = true;
   const unsigned l = *reinterpret_cast<volatile unsigned*>(&buf->launch);
   if (l >= static_cast<unsigned>(kStampLaunches)) return;
   st.slot = &buf->slot[l];
-  const unsigned bi = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-  if (bi < start_blocks) atomicMax(&st.slot->start_inv, ~globaltimer());
-  if (bi == 0) {
-    st.slot->blocks = static_cast<unsigned>(nb);
-    st.slot->tail = static_cast<unsigned>(tail);
-    st.slot->kernel = static_cast<unsigned>(kernel);
-  }
+  stamp_open(st.slot, nb, static_cast<unsigned>(kernel), static_cast<unsigned>(tail), globaltimer(), ~0u);
 }
 
 // A stage boundary: every block passes it once, after a barrier of all its threads (StampScope::mark).
@@ -174,24 +180,17 @@ struct StampScope {
     if (!(meta & (1u << 16)) || on == 0) return;
     ticket = atomicAdd(reinterpret_cast<unsigned long long*>(&buf->exits), 1ull);
   }
-  // Thread 0: the slot and the launch's start (what stamp_start does), and the launch's last ticket moves the
+  // Thread 0: the slot and the launch's start (stamp_open), and the launch's last ticket moves the
   // buffer to the next slot -- every block of this launch has its slot by then.
   __device__ void resolve() {
     claim();
     if (meta & (1u << 18)) return;
     meta |= 1u << 18;
     if (!(meta & (1u << 16)) || on == 0) return;
-    st.on = true;
     const unsigned launch = static_cast<unsigned>(ticket >> 32);
     if (launch < static_cast<unsigned>(kStampLaunches)) {
       st.slot = &buf->slot[launch];
-      const unsigned bi = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-      if (bi < kStartBlocks) atomicMax(&st.slot->start_inv, ~t0);
-      if (bi == 0) {
-        st.slot->blocks = static_cast<unsigned>(nb);
-        st.slot->tail = (meta >> 8) & 0xffu;
-        st.slot->kernel = meta & 0xffu;
-      }
+      stamp_open(st.slot, nb, meta & 0xffu, (meta >> 8) & 0xffu, t0, kStartBlocks);
     }
     if (static_cast<unsigned>(ticket) == static_cast<unsigned>(nb) - 1) {
       if (!st.slot) atomicAdd(&buf->dropped, 1u);
