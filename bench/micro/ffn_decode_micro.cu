@@ -662,6 +662,14 @@ int run_bench(int reps, int copies, const std::string& only) {
   add("moc 2:8 generic", SelKind::grouped, moc::kFfnAll)->opt.specialized = false;
   add("dense generic", SelKind::dense, moc::kFfnAll)->opt.specialized = false;
   add("gate+topK generic", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.specialized = false;
+  add("moc list", SelKind::topk, moc::kFfnAll)->opt.topk_list = true;
+  add("moc no rehearsal", SelKind::topk, moc::kFfnAll)->opt.select_rehearse = false;
+  add("gate+topK no rehearsal", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.select_rehearse = false;
+  {
+    Variant* v = add("up/down stage list", SelKind::topk, moc::kFfnAll);
+    v->updown_stage = true;
+    v->opt.topk_list = true;
+  }
   add("moc select 1024", SelKind::topk, moc::kFfnAll)->opt.select_threads = 1024;
   add("gate+topK select 1024", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.select_threads = 1024;
   add("dense no-PDL", SelKind::dense, moc::kFfnAll)->opt.pdl = false;

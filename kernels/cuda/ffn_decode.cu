@@ -59,8 +59,8 @@ Layout make_layout(const Problem& p) {
   L.zero = off;  // [0, zero): counters and accumulator, zeroed by the kernel before the up/down kernel
   L.g = off;
   off += align256(R * static_cast<std::size_t>(L.Fp) * 4);
-  L.mask = off;
-  off += align256(static_cast<std::size_t>(L.Fp));
+  L.mask = off;  // [R, Fp] bytes: top-K's per-row masks (2:8: one row of row masks)
+  off += align256(R * static_cast<std::size_t>(L.Fp));
   L.list = off;
   off += align256(static_cast<std::size_t>(L.umax) * 4);
   L.info = off;
@@ -264,20 +264,23 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
 // prefetch: top-K followed by the up/down kernel on the fast path (16-byte aligned bf16 rows).
 int sel_threads(const Options& opt) { return opt.select_threads == 1024 ? 1024 : kSelThreads; }
 
+// want_list: the union list for the up/down kernel; want_mask (top-K): the per-row mask bytes instead.
 void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode, bool want_list, bool zero_next,
-                   Chain& ch, const Options& opt, bool prefetch = false) {
+                   Chain& ch, const Options& opt, bool prefetch = false, bool want_mask = false) {
   MOC_OP_COST(cost::ffn_decode_select(cost_shape(p)));
   SelArgs a{};
   a.stamps = step::stamp_buffer_if_made();
   a.G = B.G;
   a.force = p.force_idx;
   a.idx_out = mode == kSelForce ? nullptr : p.idx_out;
-  a.list = want_list ? B.list : nullptr;
+  want_mask = want_mask && mode == kSelTopK;
+  a.mask = want_mask ? B.mask : nullptr;
+  a.list = want_list && !want_mask ? B.list : nullptr;
   a.ucount = B.ucount;
   a.zero = zero_next ? B.zero : nullptr;
   a.zero_n16 = B.zero_n16;
   a.R = p.rows;
-  a.C = rows_pad(p.rows);
+  a.C = want_mask ? p.rows : rows_pad(p.rows);  // masks: one block per row, no cluster (nothing to merge)
   a.H = 1;
   if (prefetch && mode == kSelTopK) {
     a.pf_up = p.w_up_t;
@@ -295,14 +298,16 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
   a.gb = p.group_b;
   a.rule = static_cast<int>(p.rule);
   a.cache = mode != kSelForce && L.Fp <= kKeyCache ? 1 : 0;
+  a.warm = mode == kSelTopK && opt.select_rehearse ? 1 : 0;
   const std::size_t smem = sel_smem_bytes(mode, L.Fp, L.Wp, a.cache != 0);
   const unsigned grid = static_cast<unsigned>(a.C * a.H);
+  const int cl = a.list ? a.C : 1;  // the union list is merged in the cluster's shared memory
   const bool pdl = ch.next();
   if (sel_threads(opt) == 1024) {
-    if (a.cache) launch_ex(k_select<1024, true>, grid, 1024, smem, ch.st, a.C, pdl, a);
-    else launch_ex(k_select<1024, false>, grid, 1024, smem, ch.st, a.C, pdl, a);
+    if (a.cache) launch_ex(k_select<1024, true>, grid, 1024, smem, ch.st, cl, pdl, a);
+    else launch_ex(k_select<1024, false>, grid, 1024, smem, ch.st, cl, pdl, a);
   } else if (opt.specialized && a.cache && mode == kSelTopK) {
-    auto go = [&](auto kernel) { launch_ex(kernel, grid, kSelThreads, smem, ch.st, a.C, pdl, a); };
+    auto go = [&](auto kernel) { launch_ex(kernel, grid, kSelThreads, smem, ch.st, cl, pdl, a); };
     const bool one = a.C == 1;
     switch (p.rule) {
       case SelectRule::gate:
@@ -316,8 +321,8 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
         break;
     }
   } else {
-    if (a.cache) launch_ex(k_select<kSelThreads, true>, grid, kSelThreads, smem, ch.st, a.C, pdl, a);
-    else launch_ex(k_select<kSelThreads, false>, grid, kSelThreads, smem, ch.st, a.C, pdl, a);
+    if (a.cache) launch_ex(k_select<kSelThreads, true>, grid, kSelThreads, smem, ch.st, cl, pdl, a);
+    else launch_ex(k_select<kSelThreads, false>, grid, kSelThreads, smem, ch.st, cl, pdl, a);
   }
   MOC_CUDA_LAUNCHED("k_select");
 }
@@ -391,6 +396,7 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   a.F = p.d_ffn;
   a.Fp = L.Fp;
   a.nslots = L.umax;
+  a.mrows = cmode == kMaskChannels && p.kind == SelKind::topk ? p.rows : 1;
   a.prefetch = (opt.prefetch & 2) ? 1 : 0;
   const int slots = cmode == kListChannels ? L.umax : p.d_ffn;
   const bool pdl = ch.next();
@@ -526,10 +532,11 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
     if (updown) launch_updown(p, L, B, false, kMaskChannels, ch, opt);
     return;
   }
+  const bool masks = p.kind == SelKind::topk && !opt.topk_list;
   launch_gate(p, L, B, kGateOnly, false, ch, opt);
   launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch, opt,
-                updown && (opt.prefetch & 1));
-  if (updown) launch_updown(p, L, B, false, kListChannels, ch, opt);
+                updown && (opt.prefetch & 1), updown && masks);
+  if (updown) launch_updown(p, L, B, false, masks ? kMaskChannels : kListChannels, ch, opt);
 }
 
 void validate(const Problem& p, const void* ws, std::size_t ws_size) {
@@ -599,8 +606,9 @@ void launch_updown_only(const Problem& p, void* workspace, cudaStream_t stream, 
   const Layout L = make_layout(p);
   const Buffers B = buffers(L, workspace);
   const bool local = p.kind == SelKind::grouped && kGroup % p.group_b == 0;
+  const bool masks = local || (p.kind == SelKind::topk && !opt.topk_list);
   Chain ch{stream, opt.pdl, opt.pdl && opt.pdl_entry};
-  launch_updown(p, L, B, false, local ? kMaskChannels : kListChannels, ch, opt);
+  launch_updown(p, L, B, false, masks ? kMaskChannels : kListChannels, ch, opt);
 }
 
 }  // namespace ffn

@@ -13,12 +13,14 @@
 //          last block of each column slice adds that into out (one bf16 rounding) and zeroes it again.
 //   MoC:   gate GEMV kernel (balanced channel ranges, 3 blocks per SM) writing the fp32 gate values [rows,
 //          d_ffn]; a:b with b | 16 is selected in its epilogue (idx_out, a row mask per channel). Row top-K
-//          (and other a:b, and force_idx) run in a selection kernel: one 512-thread block per row (a cluster
-//          over the rows): a shared-memory histogram of the top 13 key bits gives the threshold bin, its few
-//          candidates are ranked exactly (ties to the lower index, NaN as -inf), idx_out rows are written
-//          ascending and the blocks merge the rows into the union list (channel | row mask << 16). The
-//          up/down kernel then reads only the W_up and W_down rows of union channels, once per call, each
-//          block taking every #blocks-th list slot.
+//          (and other a:b, and force_idx) run in a selection kernel: one 512-thread block per row: a
+//          shared-memory histogram of the top 13 key bits gives the threshold bin, its few candidates are
+//          ranked exactly (ties to the lower index, NaN as -inf), and idx_out rows (when asked) are written
+//          ascending. Top-K writes one mask byte per (row, channel) -- 1 << row where kept -- and the up/down
+//          kernel's blocks each read the bytes of their own channel range (as 2:8's mask); other a:b and
+//          force_idx build the union list (channel | row mask << 16, merged over a cluster of row blocks) whose
+//          slots the blocks take in turn. The up/down kernel reads only the W_up and W_down rows of kept
+//          channels, once per call.
 // Graph-capturable: no host synchronization, no memset node; the kernel before the up/down kernel zeroes its
 // accumulator and counters (dense with `zeroed`: nobody needs to), and the up/down kernel leaves them zero.
 #pragma once
@@ -61,6 +63,14 @@ struct Options {
   // the issuing kernel completes only when its prefetches have landed), so off by default (bench/micro/NOTES.md).
   int prefetch = 0;
   int select_threads = 0;  // threads of one selection block: 512 or 1024 (0: the default, 512)
+  // Row top-K hands its selection to the up/down kernel as one mask byte per (row, channel), which each up/down
+  // block reads for its own channel range; true: as the union list (channel | row mask << 16, ascending, built
+  // by a prefix scan and, at batch 2-8, the cluster's merge) that the blocks take slots of -- the earlier
+  // design, kept for A/B (bench/micro/NOTES.md).
+  bool topk_list = false;
+  // Row top-K: the selection block rehearses its stages on made-up keys while it waits for the gate kernel,
+  // so that its code is in the instruction caches when the real keys arrive (false: for A/B).
+  bool select_rehearse = true;
   // Kernels compiled for the mode, rule, row count and cluster size they run (the top-K gate and selection
   // kernels, MoC's up/down kernel at clusters of 1 and 2), so that each holds only the code it executes: the
   // selection is bound by instruction fetch (bench/micro/NOTES.md). false: the generic builds, for A/B.

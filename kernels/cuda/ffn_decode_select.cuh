@@ -7,9 +7,10 @@ namespace ffn {
 namespace {
 
 // ---------------------------------------------------------------------------------------------------------
-// Selection kernel: block r of a cluster of C = rows_pad(R) blocks selects row r of G (top-K, a:b, or the
-// channels of force_idx) into kept bits in shared memory, writes idx_out row r (ascending), and the blocks
-// together write the union list (channel | row mask << 16, ascending) and its length.
+// Selection kernel: block r of C blocks selects row r of G (top-K, a:b, or the channels of force_idx) into kept
+// bits in shared memory and writes idx_out row r (ascending). Then either (mask) its row's mask bytes, or (list)
+// the C = rows_pad(R) blocks of a cluster together write the union list (channel | row mask << 16, ascending)
+// and its length.
 //
 // Row top-K: a shared-memory histogram of the top 13 bits of the keys (1/16 octave per bin) gives the
 // threshold bin; channels above it are kept; the candidates of the bin (about 90 of 5461 on a Gaussian row)
@@ -20,6 +21,7 @@ struct SelArgs {
   const float* G;  // [R, Fp]
   const std::uint16_t* force;
   std::uint16_t* idx_out;
+  unsigned char* mask;  // top-K: row r's kept channels as bytes 1 << r at [r * Fp + j] (or null)
   unsigned* list;    // union list (or null)
   unsigned* ucount;  // its length
   uint4* zero;       // region the next kernel needs zeroed (or null)
@@ -29,6 +31,7 @@ struct SelArgs {
   unsigned row_bytes;
   step::StampBuf* stamps;
   int R, C, H, F, Fp, Wp, kept, mode, k, ga, gb, rule, cache;
+  int warm;  // top-K with cached keys: rehearse the selection on made-up keys before the wait (see sel_rehearse)
 };
 
 __host__ __device__ inline std::size_t sel_smem_bytes(int mode, int Fp, int Wp, bool cache) {
@@ -82,10 +85,12 @@ __device__ __forceinline__ void sel_keys(const SelSmem s, const float* Gr, int F
 }
 
 // Stages 2-4, top-K: the threshold bin, the L2 prefetch of this cluster's share of the channels at or above
-// it (a superset of the kept channels by the bin's candidates), then the kept bits (ffn_topk.cuh). Returns
-// false in a prefetch-only cluster (h > 0), which is then done.
+// it (a superset of the kept channels by the bin's candidates), then the kept bits (ffn_topk.cuh) and, with
+// a.mask, row r's mask bytes (mask_done: written; else still to write from the kept bits). Returns false in a
+// prefetch-only cluster (h > 0), which is then done.
 template <int NT, class KeyAt>
-__device__ __forceinline__ bool sel_topk(const SelArgs& a, const topk::Smem& tm, KeyAt key_at, int h) {
+__device__ __forceinline__ bool sel_topk(const SelArgs& a, const topk::Smem& tm, KeyAt key_at, int h, int r,
+                                         bool& mask_done) {
   const int F = a.F;
   unsigned tb, need, cnt;
   topk::threshold_bin<NT>(tm, static_cast<unsigned>(a.k), tb, need, cnt);
@@ -96,7 +101,8 @@ __device__ __forceinline__ bool sel_topk(const SelArgs& a, const topk::Smem& tm,
       if ((key_at(j) >> kHShift) >= tb) prefetch_rows(a.pf_up, a.pf_down, a.row_bytes, j);
   }
   if (h > 0) return false;
-  topk::keep_bits<NT>(tm, key_at, F, a.Wp, tb, need, cnt);
+  unsigned char* mr = a.mask ? a.mask + static_cast<std::size_t>(r) * a.Fp : nullptr;
+  mask_done = topk::keep_bits<NT>(tm, key_at, F, a.Wp, tb, need, cnt, mr, static_cast<unsigned char>(1u << r)) && mr;
   return true;
 }
 
@@ -188,6 +194,46 @@ __device__ __forceinline__ void sel_union_list(const SelArgs& a, const SelSmem s
   cl.sync();  // remote shared memory stays alive until every block has read it
 }
 
+// Four kept bits (the low ones of `bits`) as four bytes of value v or 0, lowest bit in the lowest byte.
+__device__ __forceinline__ unsigned bits_to_bytes(unsigned bits, unsigned v) {
+  return ((bits & 1u) | ((bits & 2u) << 7) | ((bits & 4u) << 14) | ((bits & 8u) << 21)) * v;
+}
+
+// Stage 5, mask: row r's kept bits as bytes (1 << r where kept, else 0) over all Fp channels of its mask row:
+// one pass, no scan (the up/down blocks find their own channels in them).
+template <int NT>
+__device__ __forceinline__ void sel_mask_row(const SelArgs& a, const SelSmem s, int r) {
+  uint4* mr = reinterpret_cast<uint4*>(a.mask + static_cast<std::size_t>(r) * a.Fp);
+  const unsigned v = 1u << r;
+  for (int w = threadIdx.x; w < a.Wp; w += NT) {
+    const unsigned m = s.sel[w];
+    mr[2 * w] = make_uint4(bits_to_bytes(m, v), bits_to_bytes(m >> 4, v), bits_to_bytes(m >> 8, v),
+                           bits_to_bytes(m >> 12, v));
+    mr[2 * w + 1] = make_uint4(bits_to_bytes(m >> 16, v), bits_to_bytes(m >> 20, v), bits_to_bytes(m >> 24, v),
+                               bits_to_bytes(m >> 28, v));
+  }
+}
+
+// Before the wait for the gate kernel (which runs for several microseconds after this block starts): the
+// top-K stages once on made-up keys in shared memory (channel j's key rises with j, so the threshold bin holds
+// few candidates, as on real rows), writing nothing global. The selection is one long stretch of code run
+// once per layer, bound by instruction fetch (bench/micro/NOTES.md); the rehearsal brings that code into the
+// SM's instruction caches while the block would otherwise only wait, so the real pass after the wait does
+// not stall on it. Leaves hist, keys and kept bits for the caller to clear.
+template <int NT, class KeyAt>
+__device__ __noinline__ void sel_rehearse(const SelArgs& a, const topk::Smem& tm, unsigned* keys, KeyAt key_at) {
+  for (int j = threadIdx.x; j < a.F; j += NT) {
+    const unsigned key = key_of(static_cast<float>(j));
+    keys[j] = key;
+    atomicAdd(&tm.hist[key >> kHShift], 1u);
+  }
+  __syncthreads();
+  unsigned tb, need, cnt;
+  topk::threshold_bin<NT>(tm, static_cast<unsigned>(a.k), tb, need, cnt);
+  topk::keep_bits<NT>(tm, key_at, a.F, a.Wp, tb, need, cnt);
+  __syncthreads();
+}
+
 // NT threads per block; CACHE: the row's keys are kept in shared memory (a.cache), else re-read from G.
 // MODE and RULE: the selection mode and ranking rule fixed at compile time (-1: read from a), so that a
 // kernel holds only the code its mode and rule run.
@@ -215,11 +261,26 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   const int h = static_cast<int>(blockIdx.x) / a.C;  // cluster 0 selects; clusters 1..H-1 only prefetch
   const bool row = r < a.R;  // block-uniform
   const int Wp = a.Wp;
+  // key_at reads the kernel's own pointer (keys_), not a field of s: a shared-memory pointer reached through
+  // a struct captured by reference loses its address space (generic loads and atomics instead of shared
+  // ones: 3% on the 1b MoC layer, measured).
+  const float* Gr = a.G + static_cast<std::size_t>(row ? r : 0) * a.Fp;
+  auto key_at = [&](int j) -> unsigned {
+    if constexpr (CACHE) return keys_[j];
+    else return sel_key<RULE>(__ldcg(Gr + j), rule);
+  };
+  griddep_launch();
+  if constexpr (CACHE) {
+    if (is_topk && a.warm && row && h == 0) {
+      for (int i = tid; i < kHBins / 4; i += NT) reinterpret_cast<uint4*>(s.hist)[i] = make_uint4(0, 0, 0, 0);
+      __syncthreads();
+      sel_rehearse<NT>(a, topk::Smem{hist, sel, aux, ck, ci, scratch, info}, keys_, key_at);
+    }
+  }
   if (is_topk)
     for (int i = tid; i < kHBins / 4; i += NT) reinterpret_cast<uint4*>(s.hist)[i] = make_uint4(0, 0, 0, 0);
   for (int w = tid; w < Wp; w += NT) s.sel[w] = 0;
   step::StampScope stamp(a.stamps);  // the top-K stage; every return below is block-uniform
-  griddep_launch();
   griddep_wait();
   stamp.start(step::StampKernel::k_select, step::StageId::topk);
   // The histogram and the kept bits are zeroed (above) before any thread counts into them. Without this
@@ -228,14 +289,6 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   // racing an atomic) and the selection came out wrong.
   __syncthreads();
   if (a.zero && h == 0) zero_part(a.zero, a.zero_n16, r, a.C, NT);
-  const float* Gr = a.G + static_cast<std::size_t>(row ? r : 0) * a.Fp;
-  // key_at reads the kernel's own pointer (keys_), not a field of s: a shared-memory pointer reached through
-  // a struct captured by reference loses its address space (generic loads and atomics instead of shared
-  // ones: 3% on the 1b MoC layer, measured).
-  auto key_at = [&](int j) -> unsigned {
-    if constexpr (CACHE) return keys_[j];
-    else return sel_key<RULE>(__ldcg(Gr + j), rule);
-  };
 
   // 1. Keys into shared memory and the histogram.
   if (row && mode != kSelForce && (CACHE || is_topk)) sel_keys<NT, CACHE, RULE>(s, Gr, a.F, a.Fp, rule, is_topk);
@@ -244,20 +297,23 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   if (h > 0 && !(row && is_topk)) return;
 
   // 2-4. The kept bits of row r.
+  bool mask_done = false;
   if (row && is_topk) {
     const topk::Smem tm{hist, sel, aux, ck, ci, scratch, info};
-    if (!sel_topk<NT>(a, tm, key_at, h)) return;
+    if (!sel_topk<NT>(a, tm, key_at, h, r, mask_done)) return;
   } else if (row && mode == kSelGroup) {
     sel_groups<NT>(a, s, key_at);
   } else if (row && mode == kSelForce) {
     sel_force<NT>(a, s, r);
   }
 
-  // 5. idx_out row r (ascending) and the union list. Words of the kept bits owned by this thread:
-  // consecutive, so that thread order is channel order.
+  // 5. The mask row (top-K), idx_out row r (ascending) and the union list. Words of the kept bits owned by
+  // this thread: consecutive, so that thread order is channel order.
+  if (a.mask && row && !mask_done) sel_mask_row<NT>(a, s, r);
+  const bool emit_idx = row && a.idx_out && mode != kSelForce;
+  if (!emit_idx && !a.list) return;
   const int wpt = (Wp + NT - 1) / NT;
   const int w0 = min(Wp, tid * wpt), w1 = min(Wp, w0 + wpt);
-  const bool emit_idx = row && a.idx_out && mode != kSelForce;
   std::uint16_t* idx = emit_idx ? a.idx_out + static_cast<std::size_t>(r) * a.kept : nullptr;
   const unsigned kept = static_cast<unsigned>(a.kept);
   if (ONE || a.C == 1) {  // one row: idx_out and the list share positions (sel_visit_kept's loop, inline)

@@ -8,7 +8,7 @@ namespace {
 
 // ---------------------------------------------------------------------------------------------------------
 // Up/down kernel: block b owns a balanced set of channels (all: a channel range; mask: the kept channels of a
-// range; list: union-list slots b, b + nb, ...), at most smax. It stages their W_down rows in shared memory
+// range, their row masks the OR of mrows mask bytes; list: union-list slots b, b + nb, ...), at most smax. It stages their W_down rows in shared memory
 // with cp.async while it runs the up (and, with FG, gate) GEMV of the same channels with mma.sync, forms
 // z = SiLU(g) * u on the rows that kept the channel, and multiplies the staged rows by z. The [R, d] partial
 // outputs are reduced over a cluster of C blocks in distributed shared memory (C > 1) and added with fp32
@@ -22,13 +22,14 @@ struct UpDownArgs {
   const bf16* wd;
   bf16* out;
   const float* G;
-  const unsigned char* mask;
+  const unsigned char* mask;  // [mrows, Fp] bytes: a channel's row mask is the OR of its mrows bytes
   const unsigned* list;
   const unsigned* ucount;
   float* acc;      // [R, d] fp32, zero on entry and on exit
   unsigned* ctrl;  // column-slice counters kLine apart, zero on entry and on exit
   step::StampBuf* stamps;
   int R, d, F, Fp, smax, C;
+  int mrows;       // mask mode: 1 (2:8's gate kernel writes the row mask) or R (top-K: one row's bit per byte)
   int nslots;      // list mode: entries the list can hold
   int prefetch;    // all-channels mode: the first 16 channels' W_gate and W_up rows into L2 before the wait
 };
@@ -103,6 +104,7 @@ __device__ __forceinline__ void ud_stage_rows(const UpDownArgs& a, const UdSmem 
 
 // Stage 1: this block's channels into s.sch / s.smask and their W_down rows staged; returns their number.
 // Waits for the previous kernel (after staging in kAllChannels, whose channels are known in advance).
+// kMaskChannels also puts the kept channels' gate values (the gate kernel's G) into s.zs.
 template <int MODE>
 __device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, step::StampScope& stamp) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -148,7 +150,15 @@ __device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, 
     int base = 0;
     for (int i0 = 0; i0 < c1 - c0; i0 += kThreads) {
       const int i = i0 + tid;
-      const unsigned m = i < c1 - c0 ? static_cast<unsigned>(__ldcg(a.mask + c0 + i)) : 0u;
+      // The channel's gate values are loaded with its mask bytes (one round trip, not two).
+      unsigned m = 0;
+      float gv[kMaxRows];
+#pragma unroll
+      for (int rr = 0; rr < kMaxRows; ++rr)
+        gv[rr] = rr < a.R && i < c1 - c0 ? __ldcg(a.G + static_cast<std::size_t>(rr) * a.Fp + c0 + i) : 0.f;
+      if (i < c1 - c0)
+        for (int rr = 0; rr < a.mrows; ++rr)
+          m |= static_cast<unsigned>(__ldcg(a.mask + static_cast<std::size_t>(rr) * a.Fp + c0 + i));
       const unsigned bal = __ballot_sync(0xffffffffu, m != 0);
       if (lane == 0) s.misc[warp] = __popc(bal);
       __syncthreads();
@@ -162,6 +172,9 @@ __device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, 
         const int pos = off + __popc(bal & ((1u << lane) - 1u));
         s.sch[pos] = c0 + i;
         s.smask[pos] = m;
+        float4* z = reinterpret_cast<float4*>(s.zs + pos * 8);
+        z[0] = make_float4(gv[0], gv[1], gv[2], gv[3]);
+        z[1] = make_float4(gv[4], gv[5], gv[6], gv[7]);
       }
       base += tot;
       __syncthreads();
@@ -399,7 +412,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
 
   // 1. This block's channels (weights of a fixed range are staged before the wait for the previous kernel).
   const int n = ud_channels<MODE>(a, s, stamp);
-  if constexpr (!FG) {
+  if constexpr (!FG && MODE != kMaskChannels) {  // (mask mode loaded them with the masks)
     // Gate values of the kept (channel, row) pairs, from the gate kernel.
     for (int i = threadIdx.x; i < n * 8; i += kThreads) {
       const int sl = i >> 3, r = i & 7;

@@ -3,10 +3,12 @@
 // histogram of the top kHistBits bits of every channel's order-preserving key (select_key.cuh sel_key);
 // then:
 //   threshold_bin  the bin that holds the K-th largest key (block scan of the bins from the top);
-//   keep_bits      channels above that bin are kept; the bin's candidates are ranked pairwise (larger key
-//                  first, then the lower channel), or -- a bin of more candidates than threads (near-constant
-//                  rows) -- resolved by radix passes over the remaining bits, ties to the lower channels.
-// The result is one bit per channel in `sel` (ascending channel order), exactly K bits set.
+//   keep_bits      channels above that bin are kept; the bin's candidates (gathered in any order) are ranked
+//                  pairwise (larger key first, then the lower channel), or -- a bin of more candidates than
+//                  threads (near-constant rows) -- resolved by radix passes over the remaining bits, ties to the
+//                  lower channels.
+// The result is one bit per channel in `sel` (ascending channel order), exactly K bits set, and optionally the
+// same as one byte per channel (a mask row: v where kept, 0 elsewhere, every byte up to 32 Wp written).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -83,6 +85,7 @@ __device__ __forceinline__ void threshold_bin(const Smem& m, unsigned K, unsigne
         }
       }
   }
+  if (tid == 0) m.info[7] = 0;  // keep_bits' candidate counter
   __syncthreads();
   tb = m.info[0];
   need = m.info[1];
@@ -94,65 +97,63 @@ __device__ __noinline__ void radix_resolve(const Smem& m, KeyAt key_at, int Wp, 
                                            unsigned cnt);
 
 // The kept bits of a row into m.sel[0, Wp) (every word written). key_at(j): the key of channel j < F.
+// mask (or null): the row's mask bytes [0, 32 Wp), v where kept. Returns false when the mask is still to be
+// written from m.sel (the cold path).
 template <int NT, class KeyAt>
-__device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned tb, unsigned need, unsigned cnt) {
+__device__ bool keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned tb, unsigned need, unsigned cnt,
+                          unsigned char* mask = nullptr, unsigned char v = 1) {
   constexpr int NW = NT / 32;
   constexpr int kRank = NT < kRankMax ? NT : kRankMax;  // candidates ranked pairwise (one per thread)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   unsigned* sel = m.sel;
   unsigned* aux = m.aux;
-  // Words of the kept bits owned by this thread (consecutive, so that thread order is channel order).
-  const int wpt = (Wp + NT - 1) / NT;
-  const int w0 = min(Wp, tid * wpt), w1 = min(Wp, w0 + wpt);
   const bool all = need == cnt;
-  // Channels above the bin are kept; those in it are candidates (one warp per 32-channel word).
+  // Channels above the bin are kept; those in it are candidates (one warp per 32-channel word), appended to
+  // ck / ci in any order (the ranking below breaks ties by channel, not by slot).
   for (int w = warp; w < Wp; w += NW) {
     const int j = 32 * w + lane;
     const unsigned key = j < F ? key_at(j) : 0u;
     const unsigned bin = key >> kHShift;
-    const unsigned above = __ballot_sync(0xffffffffu, j < F && bin > tb);
-    const unsigned cb = __ballot_sync(0xffffffffu, j < F && bin == tb);
-    __syncwarp();
+    const bool up = j < F && bin > tb, in = j < F && bin == tb;
+    const unsigned above = __ballot_sync(0xffffffffu, up);
+    const unsigned cb = __ballot_sync(0xffffffffu, in);
     if (lane == 0) {
       sel[w] = above | (all ? cb : 0u);
       aux[w] = cb;
     }
-  }
-  __syncthreads();
-  if (all) return;
-  if (cnt <= static_cast<unsigned>(kRank)) {
-    // Candidates in channel order, ranked pairwise.
-    unsigned c = 0;
-    for (int w = w0; w < w1; ++w) c += __popc(aux[w]);
-    unsigned tot;
-    unsigned pos = block_excl_scan<NT>(c, m.scratch, tot);
-    for (int w = w0; w < w1; ++w) {
-      unsigned mm = aux[w];
-      while (mm) {
-        const int bit = __ffs(mm) - 1;
-        mm &= mm - 1;
-        const int j = 32 * w + bit;
-        if (pos < static_cast<unsigned>(kRank)) {
-          m.ck[pos] = key_at(j);
-          m.ci[pos] = static_cast<unsigned short>(j);
-        }
-        ++pos;
+    if (mask) mask[j] = up || (all && in) ? v : 0;
+    if (!all && cb) {
+      unsigned base = 0;
+      if (lane == 0) base = atomicAdd(&m.info[7], static_cast<unsigned>(__popc(cb)));
+      base = __shfl_sync(0xffffffffu, base, 0);
+      const unsigned pos = base + static_cast<unsigned>(__popc(cb & ((1u << lane) - 1u)));
+      if (in && pos < static_cast<unsigned>(kRank)) {
+        m.ck[pos] = key;
+        m.ci[pos] = static_cast<unsigned short>(j);
       }
     }
-    __syncthreads();
+  }
+  __syncthreads();
+  if (all) return true;
+  if (cnt <= static_cast<unsigned>(kRank)) {
     if (tid < static_cast<int>(cnt)) {
       const unsigned key = m.ck[tid];
+      const unsigned short cj = m.ci[tid];
       unsigned rank = 0;
       for (int k = 0; k < static_cast<int>(cnt); ++k) {
         const unsigned km = m.ck[k];
-        rank += (km > key || (km == key && k < tid)) ? 1u : 0u;
+        rank += (km > key || (km == key && m.ci[k] < cj)) ? 1u : 0u;
       }
-      if (rank < need) atomicOr(&sel[m.ci[tid] >> 5], 1u << (m.ci[tid] & 31));
+      if (rank < need) {
+        atomicOr(&sel[cj >> 5], 1u << (cj & 31));
+        if (mask) mask[cj] = v;
+      }
     }
     __syncthreads();
-    return;
+    return true;
   }
   radix_resolve<NT>(m, key_at, Wp, tb, need, cnt);
+  return false;
 }
 
 // keep_bits' cold path (a threshold bin of more candidates than threads: near-constant rows), out of line
