@@ -663,8 +663,8 @@ int run_bench(int reps, int copies, const std::string& only) {
   add("dense generic", SelKind::dense, moc::kFfnAll)->opt.specialized = false;
   add("gate+topK generic", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.specialized = false;
   add("moc list", SelKind::topk, moc::kFfnAll)->opt.topk_list = true;
-  add("moc no rehearsal", SelKind::topk, moc::kFfnAll)->opt.select_rehearse = false;
-  add("gate+topK no rehearsal", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.select_rehearse = false;
+  add("moc all SMs", SelKind::topk, moc::kFfnAll)->opt.spare_sm = false;
+  add("gate+topK all SMs", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.spare_sm = false;
   {
     Variant* v = add("up/down stage list", SelKind::topk, moc::kFfnAll);
     v->updown_stage = true;

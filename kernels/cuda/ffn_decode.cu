@@ -220,8 +220,9 @@ void launch_prep(const Buffers& B, Chain& ch) {
   MOC_CUDA_LAUNCHED("k_prep");
 }
 
+// spare: a grid of one SM fewer (a selection kernel follows, Options::spare_sm).
 void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, bool zero_next, Chain& ch,
-                 const Options& opt) {
+                 const Options& opt, bool spare = false) {
   // kGateGroupLocal also picks each group's channels (2:8): gate and selection in one kernel.
   MOC_OP_COST(mode == kGateGroupLocal ? named(cost::plus(cost::ffn_decode_gate(cost_shape(p)),
                                                           cost::ffn_decode_select(cost_shape(p))),
@@ -251,7 +252,8 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
   a.unit = mode == kGateGroupLocal ? p.group_b : 1;
   a.nunits = (p.d_ffn + a.unit - 1) / a.unit;
   const DeviceLimits lim = device_limits();
-  const auto grid = static_cast<unsigned>(std::max(1, std::min(kGateBlocksPerSm * lim.sms, a.nunits)));
+  const int sms = spare && lim.sms > 2 ? lim.sms - 1 : lim.sms;
+  const auto grid = static_cast<unsigned>(std::max(1, std::min(kGateBlocksPerSm * sms, a.nunits)));
   if (opt.gate_unroll >= 8) launch_ex(k_gate<8>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
   else if (opt.specialized && mode == kGateOnly)
     launch_ex(k_gate<4, kGateOnly>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
@@ -298,7 +300,6 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
   a.gb = p.group_b;
   a.rule = static_cast<int>(p.rule);
   a.cache = mode != kSelForce && L.Fp <= kKeyCache ? 1 : 0;
-  a.warm = mode == kSelTopK && opt.select_rehearse ? 1 : 0;
   const std::size_t smem = sel_smem_bytes(mode, L.Fp, L.Wp, a.cache != 0);
   const unsigned grid = static_cast<unsigned>(a.C * a.H);
   const int cl = a.list ? a.C : 1;  // the union list is merged in the cluster's shared memory
@@ -335,8 +336,9 @@ struct UpDownPlan {
 };
 
 template <class Kernel>
-UpDownPlan plan_updown(Kernel kernel, int slots, int d, int rp, bool fg, const Options& opt) {
-  const DeviceLimits lim = device_limits();
+UpDownPlan plan_updown(Kernel kernel, int slots, int d, int rp, bool fg, const Options& opt, bool spare = false) {
+  DeviceLimits lim = device_limits();
+  if (spare && lim.sms > 2) --lim.sms;
   slots = std::max(1, slots);
   // One block per SM: more shared memory than half of the SM's.
   const std::size_t pad = std::min(lim.smem_optin, lim.smem_sm / 2 + 1024);
@@ -371,7 +373,7 @@ UpDownPlan plan_updown(Kernel kernel, int slots, int d, int rp, bool fg, const O
 }
 
 void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fused_gate, int cmode, Chain& ch,
-                   const Options& opt) {
+                   const Options& opt, bool spare = false) {
   // Fused gate: the dense FFN in one kernel (all channels), or gate + up/down on forced channels.
   MOC_OP_COST(!fused_gate ? cost::ffn_decode_up_down(cost_shape(p))
               : cmode == kAllChannels
@@ -406,7 +408,7 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
     // cluster 1 or 2 then runs the build compiled for it. The dense (gate-fused) builds stay generic: the
     // cluster-2 build of the dense kernel measured 0.8 us slower at batch 3-4 (bench/micro/NOTES.md).
     auto go = [&](auto kernel, auto k1, auto k2) {
-      const UpDownPlan pl = plan_updown(kernel, slots, p.d, RP, fused_gate, opt);
+      const UpDownPlan pl = plan_updown(kernel, slots, p.d, RP, fused_gate, opt, spare);
       a.smax = pl.smax;
       a.C = pl.C;
       if (opt.specialized && pl.C == 1) launch_ex(k1, pl.grid, kThreads, pl.launch_smem, ch.st, pl.C, pdl, a);
@@ -533,10 +535,11 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
     return;
   }
   const bool masks = p.kind == SelKind::topk && !opt.topk_list;
-  launch_gate(p, L, B, kGateOnly, false, ch, opt);
+  const bool spare = p.kind == SelKind::topk && opt.spare_sm;
+  launch_gate(p, L, B, kGateOnly, false, ch, opt, spare);
   launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch, opt,
                 updown && (opt.prefetch & 1), updown && masks);
-  if (updown) launch_updown(p, L, B, false, masks ? kMaskChannels : kListChannels, ch, opt);
+  if (updown) launch_updown(p, L, B, false, masks ? kMaskChannels : kListChannels, ch, opt, spare);
 }
 
 void validate(const Problem& p, const void* ws, std::size_t ws_size) {
@@ -608,7 +611,8 @@ void launch_updown_only(const Problem& p, void* workspace, cudaStream_t stream, 
   const bool local = p.kind == SelKind::grouped && kGroup % p.group_b == 0;
   const bool masks = local || (p.kind == SelKind::topk && !opt.topk_list);
   Chain ch{stream, opt.pdl, opt.pdl && opt.pdl_entry};
-  launch_updown(p, L, B, false, masks ? kMaskChannels : kListChannels, ch, opt);
+  launch_updown(p, L, B, false, masks ? kMaskChannels : kListChannels, ch, opt,
+                p.kind == SelKind::topk && opt.spare_sm);
 }
 
 }  // namespace ffn

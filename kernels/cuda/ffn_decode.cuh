@@ -68,9 +68,11 @@ struct Options {
   // by a prefix scan and, at batch 2-8, the cluster's merge) that the blocks take slots of -- the earlier
   // design, kept for A/B (bench/micro/NOTES.md).
   bool topk_list = false;
-  // Row top-K: the selection block rehearses its stages on made-up keys while it waits for the gate kernel,
-  // so that its code is in the instruction caches when the real keys arrive (false: for A/B).
-  bool select_rehearse = true;
+  // Row top-K: one SM left to the (one-block-per-row) selection kernel -- the gate kernel's grid is that of one
+  // SM fewer and so is the up/down kernel's -- so that no block of either waits for the SM the selection holds
+  // (the gate kernel's 3 blocks fill an SM's registers; an up/down block and a selection block do not fit one
+  // SM together). false: every SM, for A/B.
+  bool spare_sm = true;
   // Kernels compiled for the mode, rule, row count and cluster size they run (the top-K gate and selection
   // kernels, MoC's up/down kernel at clusters of 1 and 2), so that each holds only the code it executes: the
   // selection is bound by instruction fetch (bench/micro/NOTES.md). false: the generic builds, for A/B.

@@ -31,7 +31,6 @@ struct SelArgs {
   unsigned row_bytes;
   step::StampBuf* stamps;
   int R, C, H, F, Fp, Wp, kept, mode, k, ga, gb, rule, cache;
-  int warm;  // top-K with cached keys: rehearse the selection on made-up keys before the wait (see sel_rehearse)
 };
 
 __host__ __device__ inline std::size_t sel_smem_bytes(int mode, int Fp, int Wp, bool cache) {
@@ -214,26 +213,6 @@ __device__ __forceinline__ void sel_mask_row(const SelArgs& a, const SelSmem s, 
   }
 }
 
-// Before the wait for the gate kernel (which runs for several microseconds after this block starts): the
-// top-K stages once on made-up keys in shared memory (channel j's key rises with j, so the threshold bin holds
-// few candidates, as on real rows), writing nothing global. The selection is one long stretch of code run
-// once per layer, bound by instruction fetch (bench/micro/NOTES.md); the rehearsal brings that code into the
-// SM's instruction caches while the block would otherwise only wait, so the real pass after the wait does
-// not stall on it. Leaves hist, keys and kept bits for the caller to clear.
-template <int NT, class KeyAt>
-__device__ __noinline__ void sel_rehearse(const SelArgs& a, const topk::Smem& tm, unsigned* keys, KeyAt key_at) {
-  for (int j = threadIdx.x; j < a.F; j += NT) {
-    const unsigned key = key_of(static_cast<float>(j));
-    keys[j] = key;
-    atomicAdd(&tm.hist[key >> kHShift], 1u);
-  }
-  __syncthreads();
-  unsigned tb, need, cnt;
-  topk::threshold_bin<NT>(tm, static_cast<unsigned>(a.k), tb, need, cnt);
-  topk::keep_bits<NT>(tm, key_at, a.F, a.Wp, tb, need, cnt);
-  __syncthreads();
-}
-
 // NT threads per block; CACHE: the row's keys are kept in shared memory (a.cache), else re-read from G.
 // MODE and RULE: the selection mode and ranking rule fixed at compile time (-1: read from a), so that a
 // kernel holds only the code its mode and rule run.
@@ -269,18 +248,11 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
     if constexpr (CACHE) return keys_[j];
     else return sel_key<RULE>(__ldcg(Gr + j), rule);
   };
-  griddep_launch();
-  if constexpr (CACHE) {
-    if (is_topk && a.warm && row && h == 0) {
-      for (int i = tid; i < kHBins / 4; i += NT) reinterpret_cast<uint4*>(s.hist)[i] = make_uint4(0, 0, 0, 0);
-      __syncthreads();
-      sel_rehearse<NT>(a, topk::Smem{hist, sel, aux, ck, ci, scratch, info}, keys_, key_at);
-    }
-  }
   if (is_topk)
     for (int i = tid; i < kHBins / 4; i += NT) reinterpret_cast<uint4*>(s.hist)[i] = make_uint4(0, 0, 0, 0);
   for (int w = tid; w < Wp; w += NT) s.sel[w] = 0;
   step::StampScope stamp(a.stamps);  // the top-K stage; every return below is block-uniform
+  griddep_launch();
   griddep_wait();
   stamp.start(step::StampKernel::k_select, step::StageId::topk);
   // The histogram and the kept bits are zeroed (above) before any thread counts into them. Without this
