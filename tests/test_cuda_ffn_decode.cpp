@@ -5,7 +5,8 @@
 // lies within a small tolerance of the threshold it was ranked against (the GPU sums the dot products in
 // another order); outputs are compared with the CPU run on the GPU's selection (force_idx). Also: the parts
 // of a call, ties and NaN, threshold bins too full to rank pairwise, graph replay (with a copy node before
-// the call and two calls back to back), bad arguments.
+// the call and two calls back to back), the top-K hand-offs (mask bytes and union list) against each other, bad
+// arguments.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,7 +17,10 @@
 #include "gpu_util.h"
 #include "test_util.h"
 #ifdef MOCBENCH_HAVE_CUDA
-#include "kernels/cuda/kernels.h"  // zeroed_scratch
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/ffn_decode.cuh"  // ffn::launch and its Options (the top-K hand-offs)
+#include "kernels/cuda/kernels.h"       // zeroed_scratch
 #endif
 
 namespace moc {
@@ -533,6 +537,75 @@ TEST(GpuFfnDecode, DenseKeepsItsCountersInTheZeroedScratch) {
       upload_layer(*gpu, *cpu, L);
       check_call(*gpu, *cpu, L, nullptr);
     }
+#endif
+}
+
+// Row top-K hands its selection to the up/down kernel as per-row mask bytes (default) or as the union list
+// (Options::topk_list, the earlier design), on grids of every SM or one fewer (Options::spare_sm): the four
+// launches, with idx_out asked for or not (the decode engine asks for none), keep the same channels (idx_out
+// equal bit for bit) and give the same output up to the order of the fp32 atomics of the down projection. Rows 1-8
+// (one chunk: 8 is the widest mask byte), the 1b layer and an odd small one, K from 1 to d_ffn.
+TEST(GpuFfnDecode, TopKHandOffsAgree) {
+  MOC_GPU_OR_SKIP(gpu);
+#ifdef MOCBENCH_HAVE_CUDA
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto st = static_cast<cudaStream_t>(gpu->stream());
+  struct Case {
+    Size s;
+    int R, k;
+  };
+  const Case cases[] = {{kPaper, 1, 1024}, {kPaper, 2, 1024}, {kPaper, 3, 1024}, {kPaper, 5, 1024},
+                        {kPaper, 8, 1024}, {kPaper, 1, 1},    {kPaper, 4, kPaper.F}, {{64, 37}, 1, 17},
+                        {{64, 37}, 7, 17}, {{136, 301}, 3, 300}};
+  for (const Case& c : cases) {
+    Layer L = make_layer(rng, c.R, c.s.d, c.s.F, DType::bf16);
+    upload_layer(*gpu, *cpu, L);
+    SCOPED_TRACE("rows " + std::to_string(c.R) + " d_ffn " + std::to_string(c.s.F) + " k " + std::to_string(c.k));
+    cuda::ffn::Problem p;
+    p.rows = c.R;
+    p.d = c.s.d;
+    p.d_ffn = c.s.F;
+    p.x = L.xg.raw();
+    p.w_gate_t = L.wgg.raw();
+    p.w_up_t = L.wug.raw();
+    p.w_down = L.wdg.raw();
+    p.kind = cuda::ffn::SelKind::topk;
+    p.k = c.k;
+    const std::size_t bytes = cuda::ffn::workspace_bytes(p);
+    Tensor ws = gpu->empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
+    std::vector<float> first_out;
+    std::vector<std::int32_t> first_idx;
+    for (bool list : {false, true})
+      for (bool spare : {true, false})
+        for (bool want_idx : {true, false}) {
+          SCOPED_TRACE(std::string(list ? "list" : "masks") + (spare ? ", spare SM" : ", all SMs") +
+                       (want_idx ? ", idx_out" : ""));
+          cuda::ffn::Options opt;
+          opt.topk_list = list;
+          opt.spare_sm = spare;
+          ASSERT_TRUE(cuda::ffn::fast_path(p, opt));
+          Tensor o = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
+          gpu->upload_f32(o, L.out0);
+          Tensor idx = poisoned_idx(*gpu, L.R, c.k);
+          p.out = o.raw();
+          p.idx_out = want_idx ? idx.data<std::uint16_t>() : nullptr;
+          cuda::ffn::launch(p, ws.raw(), bytes, st, opt);
+          const auto out = gpu->download_f32(o);
+          if (first_out.empty()) {
+            first_out = out;
+            first_idx = gpu->download_i32(idx);
+            for (std::int32_t j : first_idx) ASSERT_TRUE(j >= 0 && j < c.s.F) << "idx_out written: " << j;
+            continue;
+          }
+          expect_same_out("against masks, spare SM, idx_out", out, first_out, L.out0, L.dt);
+          if (want_idx) {
+            EXPECT_EQ(gpu->download_i32(idx), first_idx);
+          }
+        }
+  }
 #endif
 }
 
