@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -301,7 +300,6 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
   a.gb = p.group_b;
   a.rule = static_cast<int>(p.rule);
   a.cache = mode != kSelForce && L.Fp <= kKeyCache ? 1 : 0;
-  a.scan = opt.scan ? 1 : 0;
   const std::size_t smem = sel_smem_bytes(mode, L.Fp, L.Wp, a.cache != 0);
   const unsigned grid = static_cast<unsigned>(a.C * a.H);
   const int cl = a.list ? a.C : 1;  // the union list is merged in the cluster's shared memory
@@ -680,14 +678,7 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   Tensor ws = ops.empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
   // The dense FFN keeps its accumulator and counters in the ops' zeroed scratch (no prep kernel per call).
   void* zeroed = !sel && (parts & kFfnUpDown) ? zeroed_scratch(ops, ffn::zeroed_bytes(p)) : nullptr;
-  ffn::Options opt;
-  if (const char* ab = std::getenv("MOCBENCH_FFN_AB")) {  // EXPERIMENT (A/B in the decode step), reverted
-    const std::string v = ab;
-    opt.topk_list = v.find("list") != std::string::npos;
-    opt.spare_sm = v.find("allsm") == std::string::npos;
-    opt.scan = v.find("scan") != std::string::npos;
-  }
-  ffn::launch(p, ws.raw(), bytes, stream_of(ops), opt, zeroed);
+  ffn::launch(p, ws.raw(), bytes, stream_of(ops), ffn::Options{}, zeroed);
 }
 
 }  // namespace moc::cuda

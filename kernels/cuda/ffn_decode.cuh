@@ -73,7 +73,6 @@ struct Options {
   // (the gate kernel's 3 blocks fill an SM's registers; an up/down block and a selection block do not fit one
   // SM together). false: every SM, for A/B.
   bool spare_sm = true;
-  bool scan = false;  // EXPERIMENT
   // Kernels compiled for the mode, rule, row count and cluster size they run (the top-K gate and selection
   // kernels, MoC's up/down kernel at clusters of 1 and 2), so that each holds only the code it executes: the
   // selection is bound by instruction fetch (bench/micro/NOTES.md). false: the generic builds, for A/B.

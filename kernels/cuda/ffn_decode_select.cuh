@@ -31,7 +31,6 @@ struct SelArgs {
   unsigned row_bytes;
   step::StampBuf* stamps;
   int R, C, H, F, Fp, Wp, kept, mode, k, ga, gb, rule, cache;
-  int scan;  // EXPERIMENT
 };
 
 __host__ __device__ inline std::size_t sel_smem_bytes(int mode, int Fp, int Wp, bool cache) {
@@ -102,7 +101,7 @@ __device__ __forceinline__ bool sel_topk(const SelArgs& a, const topk::Smem& tm,
   }
   if (h > 0) return false;
   unsigned char* mr = a.mask ? a.mask + static_cast<std::size_t>(r) * a.Fp : nullptr;
-  mask_done = topk::keep_bits<NT>(tm, key_at, F, a.Wp, tb, need, cnt, mr, static_cast<unsigned char>(1u << r), a.scan != 0) && mr;
+  mask_done = topk::keep_bits<NT>(tm, key_at, F, a.Wp, tb, need, cnt, mr, static_cast<unsigned char>(1u << r)) && mr;
   return true;
 }
 

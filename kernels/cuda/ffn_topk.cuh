@@ -101,7 +101,7 @@ __device__ __noinline__ void radix_resolve(const Smem& m, KeyAt key_at, int Wp, 
 // written from m.sel (the cold path).
 template <int NT, class KeyAt>
 __device__ bool keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned tb, unsigned need, unsigned cnt,
-                          unsigned char* mask = nullptr, unsigned char v = 1, bool ordered = false) {
+                          unsigned char* mask = nullptr, unsigned char v = 1) {
   constexpr int NW = NT / 32;
   constexpr int kRank = NT < kRankMax ? NT : kRankMax;  // candidates ranked pairwise (one per thread)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -122,7 +122,7 @@ __device__ bool keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned t
       aux[w] = cb;
     }
     if (mask) mask[j] = up || (all && in) ? v : 0;
-    if (!ordered && !all && cb) {
+    if (!all && cb) {
       unsigned base = 0;
       if (lane == 0) base = atomicAdd(&m.info[7], static_cast<unsigned>(__popc(cb)));
       base = __shfl_sync(0xffffffffu, base, 0);
@@ -135,28 +135,6 @@ __device__ bool keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned t
   }
   __syncthreads();
   if (all) return true;
-  if (ordered && cnt <= static_cast<unsigned>(kRank)) {  // EXPERIMENT: candidates by a block scan
-    const int wpt = (Wp + NT - 1) / NT;
-    const int w0 = min(Wp, tid * wpt), w1 = min(Wp, w0 + wpt);
-    unsigned c = 0;
-    for (int w = w0; w < w1; ++w) c += __popc(aux[w]);
-    unsigned tot;
-    unsigned pos = block_excl_scan<NT>(c, m.scratch, tot);
-    for (int w = w0; w < w1; ++w) {
-      unsigned mm = aux[w];
-      while (mm) {
-        const int bit = __ffs(mm) - 1;
-        mm &= mm - 1;
-        const int j = 32 * w + bit;
-        if (pos < static_cast<unsigned>(kRank)) {
-          m.ck[pos] = key_at(j);
-          m.ci[pos] = static_cast<unsigned short>(j);
-        }
-        ++pos;
-      }
-    }
-    __syncthreads();
-  }
   if (cnt <= static_cast<unsigned>(kRank)) {
     if (tid < static_cast<int>(cnt)) {
       const unsigned key = m.ck[tid];
