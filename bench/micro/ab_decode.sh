@@ -1,0 +1,48 @@
+#!/bin/bash
+# Same-machine A/B of two builds on decode_bs1_4 points: the two device bundles (scripts/device_bundle.sh's
+# build/cuda/dev.tar.xz, one of them built from another commit) run alternately on one GPU, so that the machine's
+# own speed cancels out (numbers from different device calls are different machines: bench/RESULTS.md part 7).
+#
+# Make the second bundle here:  git worktree add /tmp/wt COMMIT && (cd /tmp/wt && scripts/setup.sh &&
+#   scripts/device_bundle.sh -j2) && mkdir -p build/ab && cp /tmp/wt/build/cuda/dev.tar.xz build/ab/b.tar.xz
+#   (and cp build/cuda/dev.tar.xz build/ab/a.tar.xz); carry ["build/ab"] (two bundles: ~33 MB).
+# On the device:  bench/micro/ab_decode.sh build/ab/a.tar.xz build/ab/b.tar.xz [ROUNDS] [mocbench run --only ...]
+#   default ROUNDS 3 and filters `--only mode=decode --only ffn=moc --only batch=1`. Each round runs A then B
+#   (`--no-profile`); prints every run's median ms per point and, per build, the median over its rounds.
+set -u
+A=${1:?bundle A (.tar.xz)}
+B=${2:?bundle B (.tar.xz)}
+ROUNDS=${3:-3}
+shift $(($# < 3 ? $# : 3))
+FILTERS=("$@")
+[ ${#FILTERS[@]} -eq 0 ] && FILTERS=(--only mode=decode --only ffn=moc --only batch=1)
+OUT=${OUT:-/tmp/ab_out}
+mkdir -p "$OUT" build/ab/run_a build/ab/run_b
+tar xJf "$A" -C build/ab/run_a && tar xJf "$B" -C build/ab/run_b || exit 1
+export MOCBENCH_CACHE_DIR=${MOCBENCH_CACHE_DIR:-/tmp/cache}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+for r in $(seq 1 "$ROUNDS"); do
+  for x in a b; do
+    D=$PWD/build/ab/run_$x/dev
+    LD_LIBRARY_PATH=$D "$D/mocbench" run scenarios/decode_bs1_4.toml --db "$OUT/$x.db" --no-profile --quiet \
+      "${FILTERS[@]}" || echo "round $r build $x: mocbench run failed (rc $?)"
+  done
+done
+for x in a b; do
+  D=$PWD/build/ab/run_$x/dev
+  LD_LIBRARY_PATH=$D "$D/mocbench" export --all --db "$OUT/$x.db" --format csv > "$OUT/$x.csv"
+done
+python3 - "$OUT" <<'EOF'
+import csv, os, statistics, sys
+out = sys.argv[1]
+for x in ("a", "b"):
+    per = {}
+    for f in [os.path.join(out, x + ".csv")]:
+        for row in csv.DictReader(open(f)):
+            if row.get("status") != "ok" or not row.get("median_ms"):
+                continue
+            key = (row["mode"], row["ffn"], row["batch"])
+            per.setdefault(key, []).append(float(row["median_ms"]))
+    for key, v in sorted(per.items()):
+        print(f"{x}: {' '.join(key)}  runs {' '.join(f'{t:.4f}' for t in v)}  median {statistics.median(v):.4f} ms")
+EOF
