@@ -8,12 +8,12 @@ namespace {
 
 // ---------------------------------------------------------------------------------------------------------
 // Up/down kernel: block b owns a balanced set of channels (all: a channel range; mask: the kept channels of a
-// range, their row masks the OR of mrows mask bytes; list: union-list slots b, b + nb, ...), at most smax. It stages their W_down rows in shared memory
-// with cp.async while it runs the up (and, with FG, gate) GEMV of the same channels with mma.sync, forms
-// z = SiLU(g) * u on the rows that kept the channel, and multiplies the staged rows by z. The [R, d] partial
-// outputs are reduced over a cluster of C blocks in distributed shared memory (C > 1) and added with fp32
-// atomics into `acc`; the last block of each column slice adds acc into out (one bf16 rounding) and zeroes
-// acc and its counter again. Shared memory is padded so that one block runs per SM.
+// range, their row masks the OR of mrows mask bytes; list: union-list slots b, b + nb, ...), at most smax. It
+// stages their W_down rows in shared memory with cp.async while it runs the up (and, with FG, gate) GEMV of the
+// same channels with mma.sync, forms z = SiLU(g) * u on the rows that kept the channel, and multiplies the staged
+// rows by z. The [R, d] partial outputs are reduced over a cluster of C blocks in distributed shared memory
+// (C > 1) and added with fp32 atomics into `acc`; the last block of each column slice adds acc into out (one bf16
+// rounding) and zeroes acc and its counter again. Shared memory is padded so that one block runs per SM.
 
 struct UpDownArgs {
   const bf16* x;
