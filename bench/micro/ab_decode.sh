@@ -3,9 +3,10 @@
 # build/cuda/dev.tar.xz, one of them built from another commit) run alternately on one GPU, so that the machine's
 # own speed cancels out (numbers from different device calls are different machines: bench/RESULTS.md part 7).
 #
-# Make the second bundle here:  git worktree add /tmp/wt COMMIT && (cd /tmp/wt && scripts/setup.sh &&
-#   scripts/device_bundle.sh -j2) && mkdir -p build/ab && cp /tmp/wt/build/cuda/dev.tar.xz build/ab/b.tar.xz
-#   (and cp build/cuda/dev.tar.xz build/ab/a.tar.xz); carry ["build/ab"] (two bundles: ~33 MB).
+# Make the second bundle here:  git worktree add /tmp/wt COMMIT && ln -s "$PWD/.local" /tmp/wt/.local (the pinned
+#   wheels scripts/setup.sh put here; or run scripts/setup.sh there) && (cd /tmp/wt && scripts/device_bundle.sh -j2)
+#   && mkdir -p build/ab && cp /tmp/wt/build/cuda/dev.tar.xz build/ab/b.tar.xz (~8 min on 2 cores), and
+#   cp build/cuda/dev.tar.xz build/ab/a.tar.xz; carry both files (two bundles: ~33 MB).
 # On the device:  bench/micro/ab_decode.sh build/ab/a.tar.xz build/ab/b.tar.xz [ROUNDS] [mocbench run --only ...]
 #   default ROUNDS 3 and filters `--only mode=decode --only ffn=moc --only batch=1`. Each round runs A then B
 #   (`--no-profile`); prints every run's median ms per point and, per build, the median over its rounds.
