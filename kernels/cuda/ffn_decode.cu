@@ -94,6 +94,11 @@ DeviceLimits device_limits() {
   cache[dev] = lim;
   return lim;
 }
+// SMs a launch's grid may cover: all, or one fewer when one is left to the selection kernel (Options::spare_sm).
+int grid_sms(bool spare) {
+  const int sms = device_limits().sms;
+  return spare && sms > 2 ? sms - 1 : sms;
+}
 
 // Clusters of C blocks (smem bytes each) that can be resident at once, cached per device and kernel.
 template <class Kernel>
@@ -251,9 +256,7 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
   a.rule = static_cast<int>(p.rule);
   a.unit = mode == kGateGroupLocal ? p.group_b : 1;
   a.nunits = (p.d_ffn + a.unit - 1) / a.unit;
-  const DeviceLimits lim = device_limits();
-  const int sms = spare && lim.sms > 2 ? lim.sms - 1 : lim.sms;
-  const auto grid = static_cast<unsigned>(std::max(1, std::min(kGateBlocksPerSm * sms, a.nunits)));
+  const auto grid = static_cast<unsigned>(std::max(1, std::min(kGateBlocksPerSm * grid_sms(spare), a.nunits)));
   if (opt.gate_unroll >= 8) launch_ex(k_gate<8>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
   else if (opt.specialized && mode == kGateOnly)
     launch_ex(k_gate<4, kGateOnly>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
@@ -338,7 +341,7 @@ struct UpDownPlan {
 template <class Kernel>
 UpDownPlan plan_updown(Kernel kernel, int slots, int d, int rp, bool fg, const Options& opt, bool spare = false) {
   DeviceLimits lim = device_limits();
-  if (spare && lim.sms > 2) --lim.sms;
+  lim.sms = grid_sms(spare);
   slots = std::max(1, slots);
   // One block per SM: more shared memory than half of the SM's.
   const std::size_t pad = std::min(lim.smem_optin, lim.smem_sm / 2 + 1024);
@@ -479,6 +482,11 @@ void run_generic(const Problem& p, const Layout& L, const Buffers& B, cudaStream
   if (updown) z_and_down(2);
 }
 
+// Row top-K on the fast path: the selection handed over as mask bytes (else the union list), and one SM left to the
+// selection kernel (Options::topk_list, Options::spare_sm).
+bool topk_masks(const Problem& p, const Options& opt) { return p.kind == SelKind::topk && !opt.topk_list; }
+bool topk_spare(const Problem& p, const Options& opt) { return p.kind == SelKind::topk && opt.spare_sm; }
+
 bool fast_chunk(const Problem& p, const Options& opt) {
   if (!opt.allow_fast || p.dtype != DType::bf16 || p.d % 8 != 0) return false;
   if (!aligned16(p.x) || !aligned16(p.w_gate_t) || !aligned16(p.w_up_t) || !aligned16(p.w_down) || !aligned16(p.out))
@@ -534,8 +542,7 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
     if (updown) launch_updown(p, L, B, false, kMaskChannels, ch, opt);
     return;
   }
-  const bool masks = p.kind == SelKind::topk && !opt.topk_list;
-  const bool spare = p.kind == SelKind::topk && opt.spare_sm;
+  const bool masks = topk_masks(p, opt), spare = topk_spare(p, opt);
   launch_gate(p, L, B, kGateOnly, false, ch, opt, spare);
   launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch, opt,
                 updown && (opt.prefetch & 1), updown && masks);
@@ -609,10 +616,9 @@ void launch_updown_only(const Problem& p, void* workspace, cudaStream_t stream, 
   const Layout L = make_layout(p);
   const Buffers B = buffers(L, workspace);
   const bool local = p.kind == SelKind::grouped && kGroup % p.group_b == 0;
-  const bool masks = local || (p.kind == SelKind::topk && !opt.topk_list);
   Chain ch{stream, opt.pdl, opt.pdl && opt.pdl_entry};
-  launch_updown(p, L, B, false, masks ? kMaskChannels : kListChannels, ch, opt,
-                p.kind == SelKind::topk && opt.spare_sm);
+  launch_updown(p, L, B, false, local || topk_masks(p, opt) ? kMaskChannels : kListChannels, ch, opt,
+                topk_spare(p, opt));
 }
 
 }  // namespace ffn

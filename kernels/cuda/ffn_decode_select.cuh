@@ -85,11 +85,9 @@ __device__ __forceinline__ void sel_keys(const SelSmem s, const float* Gr, int F
 
 // Stages 2-4, top-K: the threshold bin, the L2 prefetch of this cluster's share of the channels at or above
 // it (a superset of the kept channels by the bin's candidates), then the kept bits (ffn_topk.cuh) and, with
-// a.mask, row r's mask bytes (mask_done: written; else still to write from the kept bits). Returns false in a
-// prefetch-only cluster (h > 0), which is then done.
+// a.mask, row r's mask bytes. Returns false in a prefetch-only cluster (h > 0), which is then done.
 template <int NT, class KeyAt>
-__device__ __forceinline__ bool sel_topk(const SelArgs& a, const topk::Smem& tm, KeyAt key_at, int h, int r,
-                                         bool& mask_done) {
+__device__ __forceinline__ bool sel_topk(const SelArgs& a, const topk::Smem& tm, KeyAt key_at, int h, int r) {
   const int F = a.F;
   unsigned tb, need, cnt;
   topk::threshold_bin<NT>(tm, static_cast<unsigned>(a.k), tb, need, cnt);
@@ -101,7 +99,7 @@ __device__ __forceinline__ bool sel_topk(const SelArgs& a, const topk::Smem& tm,
   }
   if (h > 0) return false;
   unsigned char* mr = a.mask ? a.mask + static_cast<std::size_t>(r) * a.Fp : nullptr;
-  mask_done = topk::keep_bits<NT>(tm, key_at, F, a.Wp, tb, need, cnt, mr, static_cast<unsigned char>(1u << r)) && mr;
+  topk::keep_bits<NT>(tm, key_at, F, a.Wp, tb, need, cnt, mr, static_cast<unsigned char>(1u << r));
   return true;
 }
 
@@ -193,26 +191,6 @@ __device__ __forceinline__ void sel_union_list(const SelArgs& a, const SelSmem s
   cl.sync();  // remote shared memory stays alive until every block has read it
 }
 
-// Four kept bits (the low ones of `bits`) as four bytes of value v or 0, lowest bit in the lowest byte.
-__device__ __forceinline__ unsigned bits_to_bytes(unsigned bits, unsigned v) {
-  return ((bits & 1u) | ((bits & 2u) << 7) | ((bits & 4u) << 14) | ((bits & 8u) << 21)) * v;
-}
-
-// Stage 5, mask: row r's kept bits as bytes (1 << r where kept, else 0) over all Fp channels of its mask row:
-// one pass, no scan (the up/down blocks find their own channels in them).
-template <int NT>
-__device__ __forceinline__ void sel_mask_row(const SelArgs& a, const SelSmem s, int r) {
-  uint4* mr = reinterpret_cast<uint4*>(a.mask + static_cast<std::size_t>(r) * a.Fp);
-  const unsigned v = 1u << r;
-  for (int w = threadIdx.x; w < a.Wp; w += NT) {
-    const unsigned m = s.sel[w];
-    mr[2 * w] = make_uint4(bits_to_bytes(m, v), bits_to_bytes(m >> 4, v), bits_to_bytes(m >> 8, v),
-                           bits_to_bytes(m >> 12, v));
-    mr[2 * w + 1] = make_uint4(bits_to_bytes(m >> 16, v), bits_to_bytes(m >> 20, v), bits_to_bytes(m >> 24, v),
-                               bits_to_bytes(m >> 28, v));
-  }
-}
-
 // NT threads per block; CACHE: the row's keys are kept in shared memory (a.cache), else re-read from G.
 // MODE and RULE: the selection mode and ranking rule fixed at compile time (-1: read from a), so that a
 // kernel holds only the code its mode and rule run.
@@ -269,19 +247,17 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   if (h > 0 && !(row && is_topk)) return;
 
   // 2-4. The kept bits of row r.
-  bool mask_done = false;
   if (row && is_topk) {
     const topk::Smem tm{hist, sel, aux, ck, ci, scratch, info};
-    if (!sel_topk<NT>(a, tm, key_at, h, r, mask_done)) return;
+    if (!sel_topk<NT>(a, tm, key_at, h, r)) return;
   } else if (row && mode == kSelGroup) {
     sel_groups<NT>(a, s, key_at);
   } else if (row && mode == kSelForce) {
     sel_force<NT>(a, s, r);
   }
 
-  // 5. The mask row (top-K), idx_out row r (ascending) and the union list. Words of the kept bits owned by
-  // this thread: consecutive, so that thread order is channel order.
-  if (a.mask && row && !mask_done) sel_mask_row<NT>(a, s, r);
+  // 5. idx_out row r (ascending) and the union list (the mask row, top-K, is written by then). Words of the
+  // kept bits owned by this thread: consecutive, so that thread order is channel order.
   const bool emit_idx = row && a.idx_out && mode != kSelForce;
   if (!emit_idx && !a.list) return;
   const int wpt = (Wp + NT - 1) / NT;

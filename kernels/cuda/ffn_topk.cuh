@@ -97,10 +97,9 @@ __device__ __noinline__ void radix_resolve(const Smem& m, KeyAt key_at, int Wp, 
                                            unsigned cnt);
 
 // The kept bits of a row into m.sel[0, Wp) (every word written). key_at(j): the key of channel j < F.
-// mask (or null): the row's mask bytes [0, 32 Wp), v where kept. Returns false when the mask is still to be
-// written from m.sel (the cold path).
+// mask (or null): the row's mask bytes [0, 32 Wp), v where kept.
 template <int NT, class KeyAt>
-__device__ bool keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned tb, unsigned need, unsigned cnt,
+__device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned tb, unsigned need, unsigned cnt,
                           unsigned char* mask = nullptr, unsigned char v = 1) {
   constexpr int NW = NT / 32;
   constexpr int kRank = NT < kRankMax ? NT : kRankMax;  // candidates ranked pairwise (one per thread)
@@ -134,7 +133,7 @@ __device__ bool keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned t
     }
   }
   __syncthreads();
-  if (all) return true;
+  if (all) return;
   if (cnt <= static_cast<unsigned>(kRank)) {
     if (tid < static_cast<int>(cnt)) {
       const unsigned key = m.ck[tid];
@@ -150,10 +149,11 @@ __device__ bool keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned t
       }
     }
     __syncthreads();
-    return true;
+    return;
   }
   radix_resolve<NT>(m, key_at, Wp, tb, need, cnt);
-  return false;
+  if (mask)  // the bytes of the bin's channels follow the kept bits radix_resolve settled
+    for (int j = tid; j < 32 * Wp; j += NT) mask[j] = (sel[j >> 5] >> (j & 31)) & 1u ? v : 0;
 }
 
 // keep_bits' cold path (a threshold bin of more candidates than threads: near-constant rows), out of line
