@@ -307,7 +307,14 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
   const unsigned grid = static_cast<unsigned>(a.C * a.H);
   const int cl = a.list ? a.C : 1;  // the union list is merged in the cluster's shared memory
   const bool pdl = ch.next();
-  if (sel_threads(opt) == 1024) {
+  if (opt.specialized && a.cache && a.mask && !a.idx_out && a.H == 1 && sel_threads(opt) == kSelThreads) {
+    auto go = [&](auto kernel) { launch_ex(kernel, grid, kSelThreads, smem, ch.st, 1, pdl, a); };
+    switch (p.rule) {  // the decode engine's MoC selection: nothing but the mask path
+      case SelectRule::gate: go(k_select<MasksOnly, kSelThreads, 0>); break;
+      case SelectRule::silu: go(k_select<MasksOnly, kSelThreads, 1>); break;
+      default: go(k_select<MasksOnly, kSelThreads, 2>); break;
+    }
+  } else if (sel_threads(opt) == 1024) {
     if (a.cache) launch_ex(k_select<1024, true>, grid, 1024, smem, ch.st, cl, pdl, a);
     else launch_ex(k_select<1024, false>, grid, 1024, smem, ch.st, cl, pdl, a);
   } else if (opt.specialized && a.cache && mode == kSelTopK) {

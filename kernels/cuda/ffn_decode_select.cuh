@@ -98,8 +98,11 @@ __device__ __forceinline__ bool sel_topk(const SelArgs& a, const topk::Smem& tm,
       if ((key_at(j) >> kHShift) >= tb) prefetch_rows(a.pf_up, a.pf_down, a.row_bytes, j);
   }
   if (h > 0) return false;
-  unsigned char* mr = a.mask ? a.mask + static_cast<std::size_t>(r) * a.Fp : nullptr;
-  topk::keep_bits<NT>(tm, key_at, F, a.Wp, tb, need, cnt, mr, static_cast<unsigned char>(1u << r));
+  if (a.mask)
+    topk::keep_bits<NT, true>(tm, key_at, F, a.Wp, tb, need, cnt, a.mask + static_cast<std::size_t>(r) * a.Fp,
+                              static_cast<unsigned char>(1u << r));
+  else
+    topk::keep_bits<NT, false>(tm, key_at, F, a.Wp, tb, need, cnt, nullptr, 0);
   return true;
 }
 
@@ -286,6 +289,46 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
       });
     if (a.list) sel_union_list<NT>(a, s, r);
   }
+}
+
+// Row top-K handed over as mask bytes only (a.mask; no idx_out, union list, prefetch or other mode): the
+// decode engine's MoC selection at every batch, one block per row and no cluster. It holds nothing but the
+// code it runs -- the selection is bound by instruction fetch (one block runs it once per layer, its code
+// evicted by the weight streams in between), and k_select's general code cost ~3% of the batch-1 decode step
+// (bench/micro/NOTES.md, ninth session). An overload of k_select (first template argument MasksOnly), so that
+// the profiler's kernel name -- k_select, the top-K part -- is the same whichever one runs.
+struct MasksOnly {};
+template <class Tag, int NT, int RULE>
+__global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
+  static_assert(std::is_same_v<Tag, MasksOnly>);
+  extern __shared__ __align__(16) unsigned char smem[];
+  // k_select's layout (sel_smem_bytes), keys cached.
+  unsigned* scratch = reinterpret_cast<unsigned*>(smem);
+  unsigned* info = scratch + 32;
+  unsigned* ck = info + 32;
+  unsigned short* ci = reinterpret_cast<unsigned short*>(ck + kRankMax);
+  unsigned* hist = reinterpret_cast<unsigned*>(ci + kRankMax);
+  unsigned* keys_ = hist + kHBins;
+  unsigned* sel = keys_ + a.Fp;
+  unsigned* aux = sel + a.Wp;
+  const SelSmem s{hist, keys_, sel, aux, ck, scratch, info, ci};
+  const int tid = threadIdx.x;
+  const int r = static_cast<int>(blockIdx.x);  // row
+  for (int i = tid; i < kHBins / 4; i += NT) reinterpret_cast<uint4*>(hist)[i] = make_uint4(0, 0, 0, 0);
+  step::StampScope stamp(a.stamps);
+  griddep_launch();
+  griddep_wait();
+  stamp.start(step::StampKernel::k_select, step::StageId::topk);
+  __syncthreads();  // the histogram is zeroed before any thread counts into it (k_select says why)
+  if (a.zero) zero_part(a.zero, a.zero_n16, r, a.R, NT);
+  sel_keys<NT, true, RULE>(s, a.G + static_cast<std::size_t>(r) * a.Fp, a.F, a.Fp, RULE, true);
+  __syncthreads();
+  stamp.claim();
+  const topk::Smem tm{hist, sel, aux, ck, ci, scratch, info};
+  unsigned tb, need, cnt;
+  topk::threshold_bin<NT>(tm, static_cast<unsigned>(a.k), tb, need, cnt);
+  topk::keep_bits<NT, true>(tm, [&](int j) -> unsigned { return keys_[j]; }, a.F, a.Wp, tb, need, cnt,
+                            a.mask + static_cast<std::size_t>(r) * a.Fp, static_cast<unsigned char>(1u << r));
 }
 
 }  // namespace

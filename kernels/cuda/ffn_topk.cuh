@@ -97,10 +97,11 @@ __device__ __noinline__ void radix_resolve(const Smem& m, KeyAt key_at, int Wp, 
                                            unsigned cnt);
 
 // The kept bits of a row into m.sel[0, Wp) (every word written). key_at(j): the key of channel j < F.
-// mask (or null): the row's mask bytes [0, 32 Wp), v where kept.
-template <int NT, class KeyAt>
+// MASK: also the row's mask bytes mask[0, 32 Wp), v where kept (mask not null); without it no mask code at all
+// (the selection is bound by instruction fetch, so a kernel carries only what it runs).
+template <int NT, bool MASK, class KeyAt>
 __device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned tb, unsigned need, unsigned cnt,
-                          unsigned char* mask = nullptr, unsigned char v = 1) {
+                          unsigned char* mask, unsigned char v) {
   constexpr int NW = NT / 32;
   constexpr int kRank = NT < kRankMax ? NT : kRankMax;  // candidates ranked pairwise (one per thread)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -120,7 +121,7 @@ __device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned t
       sel[w] = above | (all ? cb : 0u);
       aux[w] = cb;
     }
-    if (mask) mask[j] = up || (all && in) ? v : 0;
+    if constexpr (MASK) mask[j] = up || (all && in) ? v : 0;
     if (!all && cb) {
       unsigned base = 0;
       if (lane == 0) base = atomicAdd(&m.info[7], static_cast<unsigned>(__popc(cb)));
@@ -145,14 +146,14 @@ __device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned t
       }
       if (rank < need) {
         atomicOr(&sel[cj >> 5], 1u << (cj & 31));
-        if (mask) mask[cj] = v;
+        if constexpr (MASK) mask[cj] = v;
       }
     }
     __syncthreads();
     return;
   }
   radix_resolve<NT>(m, key_at, Wp, tb, need, cnt);
-  if (mask)  // the bytes of the bin's channels follow the kept bits radix_resolve settled
+  if constexpr (MASK)  // the bytes of the bin's channels follow the kept bits radix_resolve settled
     for (int j = tid; j < 32 * Wp; j += NT) mask[j] = (sel[j >> 5] >> (j & 31)) & 1u ? v : 0;
 }
 
