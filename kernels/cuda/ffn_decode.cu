@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -692,13 +691,7 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   Tensor ws = ops.empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
   // The dense FFN keeps its accumulator and counters in the ops' zeroed scratch (no prep kernel per call).
   void* zeroed = !sel && (parts & kFfnUpDown) ? zeroed_scratch(ops, ffn::zeroed_bytes(p)) : nullptr;
-  ffn::Options opt;
-  if (const char* ab = std::getenv("MOCBENCH_FFN_AB")) {  // EXPERIMENT (A/B in the decode step), reverted
-    const std::string v = ab;
-    opt.topk_list = v.find("list") != std::string::npos;
-    opt.spare_sm = v.find("allsm") == std::string::npos;
-  }
-  ffn::launch(p, ws.raw(), bytes, stream_of(ops), opt, zeroed);
+  ffn::launch(p, ws.raw(), bytes, stream_of(ops), ffn::Options{}, zeroed);
 }
 
 }  // namespace moc::cuda
