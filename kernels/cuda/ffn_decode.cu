@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -96,10 +95,6 @@ DeviceLimits device_limits() {
   return lim;
 }
 // SMs a launch's grid may cover: all, or one fewer when one is left to the selection kernel (Options::spare_sm).
-int xf_env() {  // EXPERIMENT (reverted)
-  static const int v = [] { const char* e = std::getenv("MOCBENCH_SEL_XF"); return e ? std::atoi(e) : 0; }();
-  return v;
-}
 int grid_sms(bool spare) {
   const int sms = device_limits().sms;
   return spare && sms > 2 ? sms - 1 : sms;
@@ -315,14 +310,7 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
   if (opt.specialized && a.cache && a.mask && !a.idx_out && a.H == 1 && sel_threads(opt) == kSelThreads) {
     auto go = [&](auto kernel) { launch_ex(kernel, grid, kSelThreads, smem, ch.st, 1, pdl, a); };
     switch (p.rule) {  // the decode engine's MoC selection: nothing but the mask path
-      case SelectRule::gate:
-        switch (xf_env() & 6) {
-          case 2: go(k_select<MasksOnly, kSelThreads, 0, 2>); break;
-          case 4: go(k_select<MasksOnly, kSelThreads, 0, 4>); break;
-          case 6: go(k_select<MasksOnly, kSelThreads, 0, 6>); break;
-          default: go(k_select<MasksOnly, kSelThreads, 0>); break;
-        }
-        break;
+      case SelectRule::gate: go(k_select<MasksOnly, kSelThreads, 0>); break;
       case SelectRule::silu: go(k_select<MasksOnly, kSelThreads, 1>); break;
       default: go(k_select<MasksOnly, kSelThreads, 2>); break;
     }
@@ -562,7 +550,7 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
     return;
   }
   const bool masks = topk_masks(p, opt), spare = topk_spare(p, opt);
-  launch_gate(p, L, B, kGateOnly, false, ch, opt, spare && !(xf_env() & 1));
+  launch_gate(p, L, B, kGateOnly, false, ch, opt, spare);
   launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch, opt,
                 updown && (opt.prefetch & 1), updown && masks);
   if (updown) launch_updown(p, L, B, false, masks ? kMaskChannels : kListChannels, ch, opt, spare);

@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
 // (bench/micro/NOTES.md, ninth session). An overload of k_select (first template argument MasksOnly), so that
 // the profiler's kernel name -- k_select, the top-K part -- is the same whichever one runs.
 struct MasksOnly {};
-template <class Tag, int NT, int RULE, int XF = 0>
+template <class Tag, int NT, int RULE>
 __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   static_assert(std::is_same_v<Tag, MasksOnly>);
   extern __shared__ __align__(16) unsigned char smem[];
@@ -327,7 +327,7 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   const topk::Smem tm{hist, sel, aux, ck, ci, scratch, info};
   unsigned tb, need, cnt;
   topk::threshold_bin<NT>(tm, static_cast<unsigned>(a.k), tb, need, cnt);
-  topk::keep_bits<NT, true, XF>(tm, [&](int j) -> unsigned { return keys_[j]; }, a.F, a.Wp, tb, need, cnt,
+  topk::keep_bits<NT, true>(tm, [&](int j) -> unsigned { return keys_[j]; }, a.F, a.Wp, tb, need, cnt,
                             a.mask + static_cast<std::size_t>(r) * a.Fp, static_cast<unsigned char>(1u << r));
 }
 

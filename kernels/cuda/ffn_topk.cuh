@@ -99,7 +99,7 @@ __device__ __noinline__ void radix_resolve(const Smem& m, KeyAt key_at, int Wp, 
 // The kept bits of a row into m.sel[0, Wp) (every word written). key_at(j): the key of channel j < F.
 // MASK: also the row's mask bytes mask[0, 32 Wp), v where kept (mask not null); without it no mask code at all
 // (the selection is bound by instruction fetch, so a kernel carries only what it runs).
-template <int NT, bool MASK, int XF = 0, class KeyAt>
+template <int NT, bool MASK, class KeyAt>
 __device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned tb, unsigned need, unsigned cnt,
                           unsigned char* mask, unsigned char v) {
   constexpr int NW = NT / 32;
@@ -121,56 +121,20 @@ __device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned t
       sel[w] = above | (all ? cb : 0u);
       aux[w] = cb;
     }
-    if constexpr (MASK && !(XF & 2)) mask[j] = up || (all && in) ? v : 0;
+    if constexpr (MASK) mask[j] = up || (all && in) ? v : 0;
     if (!all && cb) {
       unsigned base = 0;
       if (lane == 0) base = atomicAdd(&m.info[7], static_cast<unsigned>(__popc(cb)));
       base = __shfl_sync(0xffffffffu, base, 0);
       const unsigned pos = base + static_cast<unsigned>(__popc(cb & ((1u << lane) - 1u)));
       if (in && pos < static_cast<unsigned>(kRank)) {
-        if constexpr (XF & 4) {
-          reinterpret_cast<unsigned long long*>(m.hist)[pos] =
-              (static_cast<unsigned long long>(key) << 32) | (0xFFFFu - static_cast<unsigned>(j));
-        } else {
-          m.ck[pos] = key;
-          m.ci[pos] = static_cast<unsigned short>(j);
-        }
+        m.ck[pos] = key;
+        m.ci[pos] = static_cast<unsigned short>(j);
       }
     }
   }
   __syncthreads();
-  auto deferred_mask = [&] {
-    if constexpr (MASK && (XF & 2)) {
-      for (int q = tid; q < 8 * Wp; q += NT) {  // 4 channels per 32-bit store
-        const unsigned b = (sel[q >> 3] >> ((q & 7) * 4)) & 15u;
-        const unsigned vv = v;
-        reinterpret_cast<unsigned*>(mask)[q] =
-            (b & 1u ? vv : 0u) | (b & 2u ? vv << 8 : 0u) | (b & 4u ? vv << 16 : 0u) | (b & 8u ? vv << 24 : 0u);
-      }
-    }
-  };
-  if (all) {
-    deferred_mask();
-    return;
-  }
-  if constexpr (XF & 4) {
-    if (cnt <= static_cast<unsigned>(kRank)) {
-      const unsigned long long* c64 = reinterpret_cast<const unsigned long long*>(m.hist);
-      if (tid < static_cast<int>(cnt)) {
-        const unsigned long long mine = c64[tid];
-        unsigned rank = 0;
-        for (int k = 0; k < static_cast<int>(cnt); ++k) rank += c64[k] > mine ? 1u : 0u;
-        if (rank < need) {
-          const unsigned cj = 0xFFFFu - static_cast<unsigned>(mine & 0xFFFFu);
-          atomicOr(&sel[cj >> 5], 1u << (cj & 31));
-          if constexpr (MASK && !(XF & 2)) mask[cj] = v;
-        }
-      }
-      __syncthreads();
-      deferred_mask();
-      return;
-    }
-  }
+  if (all) return;
   if (cnt <= static_cast<unsigned>(kRank)) {
     if (tid < static_cast<int>(cnt)) {
       const unsigned key = m.ck[tid];
@@ -182,11 +146,10 @@ __device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned t
       }
       if (rank < need) {
         atomicOr(&sel[cj >> 5], 1u << (cj & 31));
-        if constexpr (MASK && !(XF & 2)) mask[cj] = v;
+        if constexpr (MASK) mask[cj] = v;
       }
     }
     __syncthreads();
-    deferred_mask();
     return;
   }
   radix_resolve<NT>(m, key_at, Wp, tb, need, cnt);
