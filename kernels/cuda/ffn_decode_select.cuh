@@ -35,8 +35,8 @@ struct SelArgs {
 
 __host__ __device__ inline std::size_t sel_smem_bytes(int mode, int Fp, int Wp, bool cache) {
   return 4 * (static_cast<std::size_t>(mode == kSelTopK ? kHBins : 0) + (cache ? Fp : 0) + 2 * static_cast<std::size_t>(Wp) +
-              kRankMax + 64) +
-         2 * kRankMax;
+              64) +
+         8 * kRankMax;
 }
 
 // The kernel's shared memory (sel_smem_bytes gives its size), carved by k_select into its own pointers first:
@@ -47,10 +47,9 @@ struct SelSmem {
   unsigned* keys;      // [Fp] when cached
   unsigned* sel;       // [Wp] kept bits of this block's row
   unsigned* aux;       // [Wp] threshold-bin candidates, then ties
-  unsigned* ck;        // [kRankMax] candidate keys (ascending channel)
-  unsigned* scratch;   // [32]
-  unsigned* info;      // [32]
-  unsigned short* ci;  // [kRankMax] candidate channels
+  unsigned long long* cand;  // [kRankMax] threshold-bin candidates (ffn_topk.cuh cand_word)
+  unsigned* scratch;         // [32]
+  unsigned* info;            // [32]
 };
 
 // Stage 1: the row's keys into shared memory (CACHE) and, for top-K, the histogram of their top bits.
@@ -208,13 +207,12 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   // then the histogram, the keys and the kept bits; sel_smem_bytes is their sum.
   unsigned* scratch = reinterpret_cast<unsigned*>(smem);
   unsigned* info = scratch + 32;
-  unsigned* ck = info + 32;
-  unsigned short* ci = reinterpret_cast<unsigned short*>(ck + kRankMax);
-  unsigned* hist = reinterpret_cast<unsigned*>(ci + kRankMax);  // 16-byte aligned: 3328 bytes in
+  auto* cand = reinterpret_cast<unsigned long long*>(info + 32);
+  unsigned* hist = reinterpret_cast<unsigned*>(cand + kRankMax);  // 16-byte aligned: 4352 bytes in
   unsigned* keys_ = hist + (is_topk ? kHBins : 0);
   unsigned* sel = keys_ + (CACHE ? a.Fp : 0);
   unsigned* aux = sel + a.Wp;
-  const SelSmem s{hist, keys_, sel, aux, ck, scratch, info, ci};
+  const SelSmem s{hist, keys_, sel, aux, cand, scratch, info};
 
   const int tid = threadIdx.x;
   const int r = static_cast<int>(blockIdx.x) % a.C;  // row (rank in the cluster)
@@ -251,7 +249,7 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
 
   // 2-4. The kept bits of row r.
   if (row && is_topk) {
-    const topk::Smem tm{hist, sel, aux, ck, ci, scratch, info};
+    const topk::Smem tm{hist, sel, aux, cand, scratch, info};
     if (!sel_topk<NT>(a, tm, key_at, h, r)) return;
   } else if (row && mode == kSelGroup) {
     sel_groups<NT>(a, s, key_at);
@@ -294,8 +292,8 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
 // Row top-K handed over as mask bytes only (a.mask; no idx_out, union list, prefetch or other mode): the
 // decode engine's MoC selection at every batch, one block per row and no cluster. It holds nothing but the
 // code it runs -- the selection is bound by instruction fetch (one block runs it once per layer, its code
-// evicted by the weight streams in between), and k_select's general code cost ~3% of the batch-1 decode step
-// (bench/micro/NOTES.md, ninth session). An overload of k_select (first template argument MasksOnly), so that
+// evicted by the weight streams in between): the general build's extra code cost 1.3% of the batch-1 MoC decode
+// step (H100, bench/micro/NOTES.md, ninth session). An overload of k_select (first template argument MasksOnly), so that
 // the profiler's kernel name -- k_select, the top-K part -- is the same whichever one runs.
 struct MasksOnly {};
 template <class Tag, int NT, int RULE>
@@ -305,13 +303,12 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   // k_select's layout (sel_smem_bytes), keys cached.
   unsigned* scratch = reinterpret_cast<unsigned*>(smem);
   unsigned* info = scratch + 32;
-  unsigned* ck = info + 32;
-  unsigned short* ci = reinterpret_cast<unsigned short*>(ck + kRankMax);
-  unsigned* hist = reinterpret_cast<unsigned*>(ci + kRankMax);
+  auto* cand = reinterpret_cast<unsigned long long*>(info + 32);
+  unsigned* hist = reinterpret_cast<unsigned*>(cand + kRankMax);
   unsigned* keys_ = hist + kHBins;
   unsigned* sel = keys_ + a.Fp;
   unsigned* aux = sel + a.Wp;
-  const SelSmem s{hist, keys_, sel, aux, ck, scratch, info, ci};
+  const SelSmem s{hist, keys_, sel, aux, cand, scratch, info};
   const int tid = threadIdx.x;
   const int r = static_cast<int>(blockIdx.x);  // row
   for (int i = tid; i < kHBins / 4; i += NT) reinterpret_cast<uint4*>(hist)[i] = make_uint4(0, 0, 0, 0);
@@ -324,7 +321,7 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   sel_keys<NT, true, RULE>(s, a.G + static_cast<std::size_t>(r) * a.Fp, a.F, a.Fp, RULE, true);
   __syncthreads();
   stamp.claim();
-  const topk::Smem tm{hist, sel, aux, ck, ci, scratch, info};
+  const topk::Smem tm{hist, sel, aux, cand, scratch, info};
   unsigned tb, need, cnt;
   topk::threshold_bin<NT>(tm, static_cast<unsigned>(a.k), tb, need, cnt);
   topk::keep_bits<NT, true>(tm, [&](int j) -> unsigned { return keys_[j]; }, a.F, a.Wp, tb, need, cnt,

@@ -1,5 +1,5 @@
-// Exact row top-K of the decode FFN's gate values inside one thread block (ffn_decode.cu: the selection
-// kernel, and the up/down kernel that selects its own row at batch 1). The caller has built a shared-memory
+// Exact row top-K of the decode FFN's gate values inside one thread block (ffn_decode_select.cuh: the
+// selection kernel). The caller has built a shared-memory
 // histogram of the top kHistBits bits of every channel's order-preserving key (select_key.cuh sel_key);
 // then:
 //   threshold_bin  the bin that holds the K-th largest key (block scan of the bins from the top);
@@ -23,32 +23,16 @@ constexpr int kHBins = 1 << kHistBits;
 constexpr int kHShift = 32 - kHistBits;
 constexpr int kRankMax = 512;  // candidate slots in shared memory (ranked pairwise: at most the block's threads)
 
-// Shared memory of one selection: hist [kHBins], sel and aux [Wp] (Wp = channel words of 32), ck [kRankMax],
-// ci [kRankMax] (u16), scratch and info [32] each.
+// Shared memory of one selection: hist [kHBins], sel and aux [Wp] (Wp = channel words of 32), cand [kRankMax]
+// (u64: a candidate's key << 32 | 0xFFFF - channel), scratch and info [32] each.
 struct Smem {
   unsigned* hist;
   unsigned* sel;
   unsigned* aux;
-  unsigned* ck;
-  unsigned short* ci;
+  unsigned long long* cand;
   unsigned* scratch;
   unsigned* info;
 };
-__host__ __device__ inline std::size_t smem_bytes(int Wp) {
-  return 4 * (static_cast<std::size_t>(kHBins) + 2 * static_cast<std::size_t>(Wp) + kRankMax + 64) + 2 * kRankMax;
-}
-// Carves the layout above out of p (16-byte aligned); returns the end.
-__device__ inline unsigned char* carve(unsigned char* p, int Wp, Smem& m) {
-  m.hist = reinterpret_cast<unsigned*>(p);
-  m.sel = m.hist + kHBins;
-  m.aux = m.sel + Wp;
-  m.ck = m.aux + Wp;
-  m.scratch = m.ck + kRankMax;
-  m.info = m.scratch + 32;
-  m.ci = reinterpret_cast<unsigned short*>(m.info + 32);
-  return reinterpret_cast<unsigned char*>(m.ci + kRankMax);
-}
-
 // The bin of the K-th largest key (tb), how many channels to take from it (need) and how many it holds
 // (cnt). All NT threads; hist complete (synchronized) on entry.
 template <int NT>
@@ -96,6 +80,12 @@ template <int NT, class KeyAt>
 __device__ __noinline__ void radix_resolve(const Smem& m, KeyAt key_at, int Wp, unsigned tb, unsigned need,
                                            unsigned cnt);
 
+// A candidate as one number that orders as the ranking does: the larger key first, then the lower channel
+// (channels < 65536: the decode FFN's channel indices are u16).
+__device__ __forceinline__ unsigned long long cand_word(unsigned key, int j) {
+  return (static_cast<unsigned long long>(key) << 32) | (0xFFFFu - static_cast<unsigned>(j));
+}
+
 // The kept bits of a row into m.sel[0, Wp) (every word written). key_at(j): the key of channel j < F.
 // MASK: also the row's mask bytes mask[0, 32 Wp), v where kept (mask not null); without it no mask code at all
 // (the selection is bound by instruction fetch, so a kernel carries only what it runs).
@@ -109,7 +99,7 @@ __device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned t
   unsigned* aux = m.aux;
   const bool all = need == cnt;
   // Channels above the bin are kept; those in it are candidates (one warp per 32-channel word), appended to
-  // ck / ci in any order (the ranking below breaks ties by channel, not by slot).
+  // cand in any order (the ranking below breaks ties by channel, not by slot).
   for (int w = warp; w < Wp; w += NW) {
     const int j = 32 * w + lane;
     const unsigned key = j < F ? key_at(j) : 0u;
@@ -127,23 +117,20 @@ __device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned t
       if (lane == 0) base = atomicAdd(&m.info[7], static_cast<unsigned>(__popc(cb)));
       base = __shfl_sync(0xffffffffu, base, 0);
       const unsigned pos = base + static_cast<unsigned>(__popc(cb & ((1u << lane) - 1u)));
-      if (in && pos < static_cast<unsigned>(kRank)) {
-        m.ck[pos] = key;
-        m.ci[pos] = static_cast<unsigned short>(j);
-      }
+      if (in && pos < static_cast<unsigned>(kRank)) m.cand[pos] = cand_word(key, j);
     }
   }
   __syncthreads();
   if (all) return;
   if (cnt <= static_cast<unsigned>(kRank)) {
     if (tid < static_cast<int>(cnt)) {
-      const unsigned key = m.ck[tid];
-      const unsigned short cj = m.ci[tid];
+      // One 64-bit load and compare per rival: (key, then the lower channel) is one number (cand_word). The
+      // earlier (key, channel) pair compare -- two shared loads and a branch per rival -- cost ~2 us per layer
+      // of the batch-1 decode step (H100, bench/micro/NOTES.md, ninth session).
+      const unsigned long long mine = m.cand[tid];
       unsigned rank = 0;
-      for (int k = 0; k < static_cast<int>(cnt); ++k) {
-        const unsigned km = m.ck[k];
-        rank += (km > key || (km == key && m.ci[k] < cj)) ? 1u : 0u;
-      }
+      for (int k = 0; k < static_cast<int>(cnt); ++k) rank += m.cand[k] > mine ? 1u : 0u;
+      const unsigned cj = 0xFFFFu - static_cast<unsigned>(mine & 0xFFFFu);
       if (rank < need) {
         atomicOr(&sel[cj >> 5], 1u << (cj & 31));
         if constexpr (MASK) mask[cj] = v;
