@@ -556,14 +556,22 @@ TEST(GpuFfnDecode, TopKHandOffsAgree) {
   struct Case {
     Size s;
     int R, k;
+    bool tied = false;  // every gate row the same: all keys of a row equal, ties to the lower channels
   };
-  const Case cases[] = {{kPaper, 1, 1024}, {kPaper, 2, 1024}, {kPaper, 3, 1024}, {kPaper, 5, 1024},
-                        {kPaper, 8, 1024}, {kPaper, 1, 1},    {kPaper, 4, kPaper.F}, {{64, 37}, 1, 17},
-                        {{64, 37}, 7, 17}, {{136, 301}, 3, 300}};
+  // The tied cases reach the masks-only selection kernel's ranking of one bin's candidates (d_ffn 301) and its
+  // radix path (5461 candidates, more than the block's threads); the idx_out runs check the same ties on the
+  // general kernel, and every run's output must match the first's.
+  const Case cases[] = {{kPaper, 1, 1024},   {kPaper, 2, 1024},       {kPaper, 3, 1024},      {kPaper, 5, 1024},
+                        {kPaper, 8, 1024},   {kPaper, 1, 1},          {kPaper, 4, kPaper.F},  {{64, 37}, 1, 17},
+                        {{64, 37}, 7, 17},   {{136, 301}, 3, 300},    {{136, 301}, 1, 17, true},
+                        {{136, 301}, 2, 17, true}, {kPaper, 1, 1024, true}};
   for (const Case& c : cases) {
     Layer L = make_layer(rng, c.R, c.s.d, c.s.F, DType::bf16);
+    if (c.tied)
+      for (int j = 1; j < L.F; ++j) std::copy_n(L.wg.begin(), L.d, L.wg.begin() + static_cast<std::ptrdiff_t>(j) * L.d);
     upload_layer(*gpu, *cpu, L);
-    SCOPED_TRACE("rows " + std::to_string(c.R) + " d_ffn " + std::to_string(c.s.F) + " k " + std::to_string(c.k));
+    SCOPED_TRACE("rows " + std::to_string(c.R) + " d_ffn " + std::to_string(c.s.F) + " k " + std::to_string(c.k) +
+                 (c.tied ? " tied" : ""));
     cuda::ffn::Problem p;
     p.rows = c.R;
     p.d = c.s.d;
@@ -598,6 +606,12 @@ TEST(GpuFfnDecode, TopKHandOffsAgree) {
             first_out = out;
             first_idx = gpu->download_i32(idx);
             for (std::int32_t j : first_idx) ASSERT_TRUE(j >= 0 && j < c.s.F) << "idx_out written: " << j;
+            if (c.tied) {
+              for (std::size_t i = 0; i < first_idx.size(); ++i) {
+                ASSERT_EQ(first_idx[i], static_cast<std::int32_t>(i % static_cast<std::size_t>(c.k)))
+                    << "ties go to the lower channels";
+              }
+            }
             continue;
           }
           expect_same_out("against masks, spare SM, idx_out", out, first_out, L.out0, L.dt);

@@ -34,9 +34,9 @@ struct SelArgs {
 };
 
 __host__ __device__ inline std::size_t sel_smem_bytes(int mode, int Fp, int Wp, bool cache) {
-  return 4 * (static_cast<std::size_t>(mode == kSelTopK ? kHBins : 0) + (cache ? Fp : 0) + 2 * static_cast<std::size_t>(Wp) +
-              64) +
-         8 * kRankMax;
+  const std::size_t words = static_cast<std::size_t>(mode == kSelTopK ? kHBins : 0) + (cache ? Fp : 0) +
+                            2 * static_cast<std::size_t>(Wp) + 64;  // hist, keys, sel and aux, scratch and info
+  return 4 * words + 8 * kRankMax;                                  // + cand
 }
 
 // The kernel's shared memory (sel_smem_bytes gives its size), carved by k_select into its own pointers first:
@@ -293,8 +293,8 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
 // decode engine's MoC selection at every batch, one block per row and no cluster. It holds nothing but the
 // code it runs -- the selection is bound by instruction fetch (one block runs it once per layer, its code
 // evicted by the weight streams in between): the general build's extra code cost 1.3% of the batch-1 MoC decode
-// step (H100, bench/micro/NOTES.md, ninth session). An overload of k_select (first template argument MasksOnly), so that
-// the profiler's kernel name -- k_select, the top-K part -- is the same whichever one runs.
+// step (H100, bench/micro/NOTES.md, ninth session). An overload of k_select (first template argument MasksOnly),
+// so that the profiler's kernel name -- k_select, the top-K part -- is the same whichever one runs.
 struct MasksOnly {};
 template <class Tag, int NT, int RULE>
 __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
