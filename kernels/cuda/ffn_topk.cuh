@@ -1,7 +1,6 @@
 // Exact row top-K of the decode FFN's gate values inside one thread block (ffn_decode_select.cuh: the
-// selection kernel). The caller has built a shared-memory
-// histogram of the top kHistBits bits of every channel's order-preserving key (select_key.cuh sel_key);
-// then:
+// selection kernel). The caller has built a shared-memory histogram of the top kHistBits bits of every
+// channel's order-preserving key (select_key.cuh sel_key); then:
 //   threshold_bin  the bin that holds the K-th largest key (block scan of the bins from the top);
 //   keep_bits      channels above that bin are kept; the bin's candidates (gathered in any order) are ranked
 //                  pairwise (larger key first, then the lower channel), or -- a bin of more candidates than
