@@ -10,6 +10,9 @@
 # On the device:  bench/micro/ab_decode.sh build/ab/a.tar.xz build/ab/b.tar.xz [ROUNDS] [mocbench run --only ...]
 #   default ROUNDS 3 and filters `--only mode=decode --only ffn=moc --only batch=1`. Each round runs A then B
 #   (`--no-profile`); prints every run's median ms per point and, per build, the median over its rounds.
+# Knobs: AB_ENV_A / AB_ENV_B (space-separated VAR=value) are set for A's / B's runs only, so one bundle with an
+#   environment knob can be A/B'd against itself (pass the same file twice), as in bench/micro/NOTES.md's
+#   ninth-session experiments.
 set -u
 A=${1:?bundle A (.tar.xz)}
 B=${2:?bundle B (.tar.xz)}
@@ -22,10 +25,15 @@ mkdir -p "$OUT" build/ab/run_a build/ab/run_b
 tar xJf "$A" -C build/ab/run_a && tar xJf "$B" -C build/ab/run_b || exit 1
 export MOCBENCH_CACHE_DIR=${MOCBENCH_CACHE_DIR:-/tmp/cache}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+read -r -a ENV_a <<< "${AB_ENV_A:-}"
+read -r -a ENV_b <<< "${AB_ENV_B:-}"
+echo "A: $A ${AB_ENV_A:-}"
+echo "B: $B ${AB_ENV_B:-}"
 for r in $(seq 1 "$ROUNDS"); do
   for x in a b; do
     D=$PWD/build/ab/run_$x/dev
-    LD_LIBRARY_PATH=$D "$D/mocbench" run scenarios/decode_bs1_4.toml --db "$OUT/$x.db" --no-profile --quiet \
+    declare -n envs="ENV_$x"
+    env "${envs[@]}" LD_LIBRARY_PATH="$D" "$D/mocbench" run scenarios/decode_bs1_4.toml --db "$OUT/$x.db" --no-profile --quiet \
       "${FILTERS[@]}" || echo "round $r build $x: mocbench run failed (rc $?)"
   done
 done
