@@ -360,6 +360,11 @@ TEST(GpuFfnDecode, PartsBreakDownTheCall) {
     }
 }
 
+// Every W_gate row a copy of the first: each row's gate values all equal, so every selection is decided by ties.
+void tie_gate_rows(Layer& L) {
+  for (int j = 1; j < L.F; ++j) std::copy_n(L.wg.begin(), L.d, L.wg.begin() + static_cast<std::ptrdiff_t>(j) * L.d);
+}
+
 // Ties go to the lower channel (every gate value equal), NaN gate values are never selected, and threshold
 // bins holding more candidates than are ranked pairwise (the radix passes): all ties, and concentrated rows.
 TEST(GpuFfnDecode, TiesNaNAndOverflowingThresholdBin) {
@@ -372,7 +377,7 @@ TEST(GpuFfnDecode, TiesNaNAndOverflowingThresholdBin) {
   for (int F : {301, 5461})
     for (int R : {1, 2}) {
       Layer L = make_layer(rng, R, 64, F, DType::bf16);
-      for (int j = 1; j < F; ++j) std::copy_n(L.wg.begin(), L.d, L.wg.begin() + static_cast<std::ptrdiff_t>(j) * L.d);
+      tie_gate_rows(L);
       upload_layer(*gpu, *cpu, L);
       for (const MocSelect& sel : {MocSelect{17, 0, 0, SelectRule::gate}, MocSelect{0, 2, 8, SelectRule::silu}}) {
         const auto idx = check_call(*gpu, *cpu, L, &sel);
@@ -567,8 +572,7 @@ TEST(GpuFfnDecode, TopKHandOffsAgree) {
                         {{136, 301}, 2, 17, true}, {kPaper, 1, 1024, true}};
   for (const Case& c : cases) {
     Layer L = make_layer(rng, c.R, c.s.d, c.s.F, DType::bf16);
-    if (c.tied)
-      for (int j = 1; j < L.F; ++j) std::copy_n(L.wg.begin(), L.d, L.wg.begin() + static_cast<std::ptrdiff_t>(j) * L.d);
+    if (c.tied) tie_gate_rows(L);
     upload_layer(*gpu, *cpu, L);
     SCOPED_TRACE("rows " + std::to_string(c.R) + " d_ffn " + std::to_string(c.s.F) + " k " + std::to_string(c.k) +
                  (c.tied ? " tied" : ""));

@@ -18,7 +18,7 @@ for p in pts:
         step_ms.append((max(r[2] for r in ks) - ks[0][1]) / 1e6)
         prev = ks[0][1]
         for _, st, en, nm in ks:
-            adds.setdefault(names[nm], []).append((en - max(prev, st if en < prev else prev)) / 1e3)
+            adds.setdefault(names[nm], []).append(max(0, en - prev) / 1e3)  # 0: ended inside its predecessor
             prev = max(prev, en)
     print(f"point {p}: {len(steps)} steps, step span median {statistics.median(step_ms):.4f} ms")
     for nm, v in sorted(adds.items(), key=lambda kv: -sum(kv[1])):
