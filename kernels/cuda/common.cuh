@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -25,12 +24,6 @@ inline void check(cudaError_t e, const char* call, const char* file, int line) {
 #define MOC_CUDA_CHECK(call) ::moc::cuda::check((call), #call, __FILE__, __LINE__)
 // After a <<<...>>> launch: launch-configuration errors, named after the kernel.
 #define MOC_CUDA_LAUNCHED(kernel_name) ::moc::cuda::check(cudaGetLastError(), "launch of " kernel_name, __FILE__, __LINE__)
-
-// EXPERIMENT (reverted next): MOCBENCH_XP bits skip work to bound what it costs in the decode step.
-inline int xp_bits() {
-  static const int v = [] { const char* e = std::getenv("MOCBENCH_XP"); return e ? std::atoi(e) : 0; }();
-  return v;
-}
 
 inline cudaStream_t stream_of(Ops& ops) { return static_cast<cudaStream_t>(ops.stream()); }
 

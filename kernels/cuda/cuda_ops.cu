@@ -527,7 +527,6 @@ void CudaOps::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const
                          const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache,
                          Tensor& v_cache) {
   MOC_OP_COST(cost::decode_qkv(x, norm_w, wq_t, wk_t, wv_t, pos, q, k_cache));
-  if (cuda::xp_bits() & 16) return;
   if (decode_qkv_fused(cur(), x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache)) return;
   Ops::decode_qkv(x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache);
 }
@@ -535,7 +534,6 @@ void CudaOps::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const
 void CudaOps::attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
                                Tensor& out) {
   MOC_OP_COST(cost::attention_decode(q, k_cache, pos, out));
-  if (cuda::xp_bits() & 4) return;
   cuda::attention_decode(*this, q, k_cache, v_cache, pos, out);
 }
 void CudaOps::moc_select(const Tensor& g, const MocSelect& sel, Tensor& idx) {

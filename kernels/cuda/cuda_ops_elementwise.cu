@@ -440,7 +440,6 @@ void CudaOps::rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tenso
   const FIn X = fin(x, "rmsnorm_forward", "x"), W = fin(w, "rmsnorm_forward", "w");
   const FOut Y = fout(y, "rmsnorm_forward", "y");
   if (n == 0) return;
-  if ((cuda::xp_bits() & 8) && n <= 4) return;
   require(n <= std::numeric_limits<int>::max() && d <= std::numeric_limits<int>::max(), "rmsnorm_forward",
           "too many rows or columns");
   const std::size_t elt = dtype_bytes(x.dtype());

@@ -410,7 +410,6 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   a.nslots = L.umax;
   a.mrows = cmode == kMaskChannels && p.kind == SelKind::topk ? p.rows : 1;
   a.prefetch = (opt.prefetch & 2) ? 1 : 0;
-  a.xp = xp_bits();
   const int slots = cmode == kListChannels ? L.umax : p.d_ffn;
   const bool pdl = ch.next();
   with_rows(p.rows, [&](auto rp) {
@@ -552,9 +551,8 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
   }
   const bool masks = topk_masks(p, opt), spare = topk_spare(p, opt);
   launch_gate(p, L, B, kGateOnly, false, ch, opt, spare);
-  if (!(xp_bits() & 2) || !updown || !masks)
-    launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch, opt,
-                  updown && (opt.prefetch & 1), updown && masks);
+  launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch, opt,
+                updown && (opt.prefetch & 1), updown && masks);
   if (updown) launch_updown(p, L, B, false, masks ? kMaskChannels : kListChannels, ch, opt, spare);
 }
 

@@ -32,7 +32,6 @@ struct UpDownArgs {
   int mrows;       // mask mode: 1 (2:8's gate kernel writes the row mask) or R (top-K: one row's bit per byte)
   int nslots;      // list mode: entries the list can hold
   int prefetch;    // all-channels mode: the first 16 channels' W_gate and W_up rows into L2 before the wait
-  int xp;          // EXPERIMENT: bit 1 skips the finish (fence, counter, last block)
 };
 
 __host__ __device__ inline std::size_t updown_stage_bytes(int smax, int d) {
@@ -361,7 +360,6 @@ __device__ __forceinline__ UdSlice ud_cluster_reduce(const UpDownArgs& a, const 
 __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, const UdSlice& sl, int C) {
   const int d = a.d, tid = threadIdx.x, cs = sl.cs, c0 = sl.c0;
   const long long nb = gridDim.x;
-  if (a.xp & 1) return;
   __threadfence();
   __syncthreads();
   if (tid == 0)
