@@ -67,19 +67,12 @@ OpCost attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& po
   return c;
 }
 OpCost decode_qkv(const Tensor& x, const Tensor& norm_w, const Tensor& wq_t, const Tensor& wk_t, const Tensor& wv_t,
-                  const Tensor& pos, const Tensor& q, const Tensor& k_cache, const Tensor* pend) {
+                  const Tensor& pos, const Tensor& q, const Tensor& k_cache) {
   const std::int64_t b = x.dim(0), d = x.dim(1), kvh = k_cache.dim(1), hd = k_cache.dim(3);
   const std::int64_t rows = wq_t.dim(0) + wk_t.dim(0) + wv_t.dim(0);
   return {"decode_qkv", nb(x) + nb(norm_w) + nb(wq_t) + nb(wk_t) + nb(wv_t) + nb(pos) + nb(q) +
-                            2 * b * kvh * hd * es(k_cache) + nb(pend),
-          2 * b * rows * d + 4 * b * d + 6 * (q.numel() + b * kvh * hd) + (pend ? b * d : 0)};
-}
-OpCost decode_out_proj(const Tensor& a, const Tensor& w_t, const Tensor& x, const Tensor* pend) {
-  OpCost c = gemm(a, false, w_t, true, x, 1.0f);
-  c.op = "decode_out_proj";
-  c.bytes += 2 * nb(pend);
-  if (pend) c.flops += x.numel();
-  return c;
+                            2 * b * kvh * hd * es(k_cache),
+          2 * b * rows * d + 4 * b * d + 6 * (q.numel() + b * kvh * hd)};
 }
 OpCost swiglu_forward(const Tensor& g, const Tensor& u, const Tensor* s, const Tensor& z) {
   return {"swiglu_forward", nb(g) + nb(u) + nb(s) + nb(z), 6 * g.numel()};

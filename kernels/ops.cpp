@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
-#include <string>
 
 #include "kernels/cpu/cpu_ops.h"
 
@@ -87,29 +86,14 @@ std::vector<std::int32_t> Ops::download_i32(const Tensor& src) {
   return out;
 }
 
-namespace {
-void check_pend(const Tensor& x, const Tensor* pend, const char* op) {
-  if (pend && (pend->dtype() != DType::f32 || pend->rank() != 2 || pend->shape() != x.shape()))
-    throw std::invalid_argument(std::string(op) + ": pend must be f32 of x's shape [b, d]");
-}
-}  // namespace
-
 void Ops::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t,
-                     const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache, Tensor& v_cache,
-                     const Tensor* pend) {
+                     const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache, Tensor& v_cache) {
   if (x.rank() != 2 || q.rank() != 3 || k_cache.rank() != 4 || q.dim(0) != x.dim(0))
     throw std::invalid_argument("decode_qkv: x [b, d], q [b, h, hd] and caches [b, kvh, max_seq, hd] expected");
-  check_pend(x, pend, "decode_qkv");
   const std::int64_t b = x.dim(0), d = x.dim(1), h = q.dim(1), hd = q.dim(2), kvh = k_cache.dim(1);
   auto ws = [&](const Shape& s, DType t) { return empty(s, t, workspace_tag()); };
   Tensor xn = ws({b, d}, x.dtype()), rstd = ws({b}, DType::f32);
-  if (pend) {  // the residual as the next op that writes it will: round(x + pend)
-    Tensor xr = ws({b, d}, x.dtype());
-    add(x, *pend, xr);
-    rmsnorm_forward(xr, norm_w, eps, xn, rstd);
-  } else {
-    rmsnorm_forward(x, norm_w, eps, xn, rstd);
-  }
+  rmsnorm_forward(x, norm_w, eps, xn, rstd);
   Tensor q2 = q.reshape({b, h * hd});
   Tensor k = ws({b, 1, kvh, hd}, q.dtype()), v = ws({b, 1, kvh, hd}, q.dtype());
   Tensor k2 = k.reshape({b, kvh * hd}), v2 = v.reshape({b, kvh * hd}), k3 = k.reshape({b, kvh, hd});
@@ -119,16 +103,6 @@ void Ops::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Ten
   rope(q, pos, theta, false);
   rope(k3, pos, theta, false);
   kv_cache_write(k, v, pos, k_cache, v_cache);
-}
-
-void Ops::decode_out_proj(const Tensor& a, const Tensor& w_t, Tensor& x, Tensor* pend) {
-  if (x.rank() != 2) throw std::invalid_argument("decode_out_proj: x must be [b, d]");
-  check_pend(x, pend, "decode_out_proj");
-  if (pend) {
-    add(x, *pend, x);
-    fill(*pend, 0.0f);
-  }
-  gemm(a, false, w_t, true, x, 1.0f, 1.0f);
 }
 
 std::unique_ptr<Ops> make_cpu_ops(std::size_t memory_limit_bytes) {

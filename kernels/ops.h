@@ -204,16 +204,9 @@ class Ops {
   // written to row pos[i] of the caches [b, kvh, max_seq, hd]. The default composes rmsnorm_forward, gemm,
   // rope and kv_cache_write (the CPU twin); the CUDA backend runs one kernel (RMSNorm in its prologue, RoPE
   // and the cache write in its epilogue).
-  // pend (f32 [b, d], optional): a residual sum still pending on x (see ffn_decode); the op reads x as
-  // round(x + pend) in x's dtype and changes neither.
   virtual void decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t,
                           const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache,
-                          Tensor& v_cache, const Tensor* pend = nullptr);
-  // The decode step's output projection with its residual add: x = round(round(x + pend) + a w_t^T), each
-  // rounding to x's dtype, then pend = 0 (pend f32 [b, d], optional: without it x = round(x + a w_t^T), the
-  // gemm with beta 1). w_t [d, k] stored [out, in]. The default composes add, fill and gemm; the CUDA backend
-  // folds pend into its GEMV's epilogue.
-  virtual void decode_out_proj(const Tensor& a, const Tensor& w_t, Tensor& x, Tensor* pend);
+                          Tensor& v_cache);
   // SwiGLU element-wise part: s = SiLU(g) (skipped when s is null), z = s * u.
   virtual void swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor& z) = 0;
   // dg = dz * u * SiLU'(g), du = dz * SiLU(g) (paper eq. 7); s, when given, is the stored SiLU(g).
@@ -250,13 +243,8 @@ class Ops {
   // given, receives the selection [rows, kept] (i16, ascending). Across rows each needed weight row is
   // read once. parts (FfnDecodePart bits) limits what runs, for timing: without kFfnUpDown out is
   // untouched; kFfnUpDown without kFfnSelect needs force_idx (MoC).
-  // pend (f32 [rows, d], zero on entry, optional): the op may leave its fp32 sum in pend instead of adding it
-  // into out, so that the residual add is done by the next op that reads out (decode_qkv, decode_out_proj):
-  // either way round(out + pend) is the result. The CUDA kernel path does (its last up/down blocks then
-  // skip their pass over out); the CPU twin adds into out and leaves pend zero.
   virtual void ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
-                          const Tensor* force_idx = nullptr, Tensor* idx_out = nullptr, unsigned parts = kFfnAll,
-                          Tensor* pend = nullptr) = 0;
+                          const Tensor* force_idx = nullptr, Tensor* idx_out = nullptr, unsigned parts = kFfnAll) = 0;
 
   // ---- loss, optimizer, sampling
   // logits [rows, V], targets i32 [rows] (negative: ignored) -> losses [rows] f32 (0 where ignored).

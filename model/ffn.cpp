@@ -40,7 +40,7 @@ void Ffn::forward(const Tensor& x, const FfnWeights& w, Tensor& out, float beta,
   else forward_moc(x, w, out, beta, keep, r);
 }
 
-void Ffn::decode(const Tensor& x, const FfnWeights& w, Tensor& out, Tensor* idx_out, RangeSink* r, Tensor* pend) {
+void Ffn::decode(const Tensor& x, const FfnWeights& w, Tensor& out, Tensor* idx_out, RangeSink* r) {
   if (!w.decode_layout) throw std::logic_error("Ffn::decode needs the decode layout (Transformer::prepare_decode)");
   ScopedRange sr(r, "ffn.decode");
   // Padded weights ([ffn_cols, d] in the decode layout): the decode kernels see the first d_ffn rows.
@@ -50,7 +50,7 @@ void Ffn::decode(const Tensor& x, const FfnWeights& w, Tensor& out, Tensor* idx_
                wd = padded ? w.w_down->slice0(0, F) : *w.w_down;
   const DecodeFfnWeights dw{&wg, &wu, &wd};
   if (cfg_->ffn.kind == FfnKind::dense) {
-    ops_->ffn_decode(x, dw, nullptr, out, nullptr, nullptr, kFfnAll, pend);
+    ops_->ffn_decode(x, dw, nullptr, out);
     return;
   }
   const MocSelect sel = cfg_->ffn.selection();
@@ -59,7 +59,7 @@ void Ffn::decode(const Tensor& x, const FfnWeights& w, Tensor& out, Tensor* idx_
     rec = ops_->empty({x.rows(), sel.kept(cfg_->d_ffn)}, DType::i16, workspace_tag());
     idx_out = &rec;
   }
-  ops_->ffn_decode(x, dw, &sel, out, forced_idx_.defined() ? &forced_idx_ : nullptr, idx_out, kFfnAll, pend);
+  ops_->ffn_decode(x, dw, &sel, out, forced_idx_.defined() ? &forced_idx_ : nullptr, idx_out);
   if (record_selection_) idx_ = *idx_out;
 }
 

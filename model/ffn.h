@@ -43,10 +43,8 @@ class Ffn {
   void release();
   // Decode-time forward for a few rows (out += FFN(x)) through Ops::ffn_decode; needs the decode layout.
   // A forced selection (force_selection) is used when set. idx_out, when given, receives the selection.
-  // pend (f32 [rows, d], zero on entry): the backend may leave the sum there for the next op to fold
-  // (Ops::ffn_decode); the result is then round(out + pend).
   void decode(const Tensor& x, const FfnWeights& w, Tensor& out, Tensor* idx_out = nullptr,
-              RangeSink* ranges = nullptr, Tensor* pend = nullptr);
+              RangeSink* ranges = nullptr);
 
   // decode() keeps its selection in selected() too while on (tests: not inside captured graphs).
   void set_record_selection(bool on) { record_selection_ = on; }

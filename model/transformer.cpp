@@ -537,15 +537,6 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
   }
   // QK-norm (Qwen3-like) sits between the projections and RoPE: those models keep the composed ops.
   const bool fused_qkv = proj_transposed_ && !cfg_.qk_norm;
-  // The FFN's residual add may stay pending (fp32) until the next layer's QKV reads round(x + pend) and its
-  // output projection folds it into x (Ops::ffn_decode / decode_qkv / decode_out_proj): on the kernel path
-  // that saves the up/down kernel's last pass over x. The last layer's FFN adds into x (the head reads x).
-  Tensor pend;
-  if (fused_qkv && decode_layout_) {
-    pend = ws({b, d}, DType::f32);
-    o.fill(pend, 0.0f);
-  }
-  Tensor* pend_p = pend.defined() ? &pend : nullptr;
   for (int l = 0; l < cfg_.layers; ++l) {
     ScopedRange layer_range(ranges_, "layer." + std::to_string(l));
     const auto& lp = layers_[static_cast<std::size_t>(l)];
@@ -553,8 +544,7 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
       ScopedRange sr(ranges_, "attention");
       if (fused_qkv) {  // RMSNorm, q/k/v, RoPE and the cache write as one op (one kernel on the GPU)
         o.decode_qkv(x, lp.attn_norm->value, cfg_.norm_eps, lp.wq->value, lp.wk->value, lp.wv->value, pos,
-                     cfg_.rope_theta, q, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)],
-                     pend_p);
+                     cfg_.rope_theta, q, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)]);
       } else {
         o.rmsnorm_forward(x, lp.attn_norm->value, cfg_.norm_eps, xn, rstd);
         project_qk(xn, lp, q2, k2, &q_raw, &k_raw, &rstd_q, &rstd_k);
@@ -564,15 +554,12 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
         o.kv_cache_write(k, v, pos, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)]);
       }
       o.attention_decode(q, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)], pos, attn);
-      if (pend_p) o.decode_out_proj(attn2, lp.wo->value, x, pend_p);  // residual add in place, pend folded
-      else proj(attn2, *lp.wo, x, 1.0f);                              // residual add in place
+      proj(attn2, *lp.wo, x, 1.0f);  // residual add in place
     }
     {
       ScopedRange sr(ranges_, "ffn");
       o.rmsnorm_forward(x, lp.ffn_norm->value, cfg_.norm_eps, xn, rstd);
-      if (decode_layout_)
-        ffns_[static_cast<std::size_t>(l)].decode(xn, ffn_weights(l), x, nullptr, ranges_,
-                                                  l + 1 < cfg_.layers ? pend_p : nullptr);
+      if (decode_layout_) ffns_[static_cast<std::size_t>(l)].decode(xn, ffn_weights(l), x, nullptr, ranges_);
       else ffns_[static_cast<std::size_t>(l)].forward(xn, ffn_weights(l), x, 1.0f, false, ranges_);
     }
   }

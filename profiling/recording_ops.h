@@ -73,14 +73,9 @@ class RecordingOps final : public Ops {
     run("kv_cache_write", [&] { return cost::kv_cache_write(k, v, start); }, [&] { inner_.kv_cache_write(k, v, start, k_cache, v_cache); });
   }
   void decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t, const Tensor& wv_t,
-                  const Tensor& pos, float theta, Tensor& q, Tensor& k_cache, Tensor& v_cache,
-                  const Tensor* pend = nullptr) override {
-    run("decode_qkv", [&] { return cost::decode_qkv(x, norm_w, wq_t, wk_t, wv_t, pos, q, k_cache, pend); },
-        [&] { inner_.decode_qkv(x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache, pend); });
-  }
-  void decode_out_proj(const Tensor& a, const Tensor& w_t, Tensor& x, Tensor* pend) override {
-    run("decode_out_proj", [&] { return cost::decode_out_proj(a, w_t, x, pend); },
-        [&] { inner_.decode_out_proj(a, w_t, x, pend); });
+                  const Tensor& pos, float theta, Tensor& q, Tensor& k_cache, Tensor& v_cache) override {
+    run("decode_qkv", [&] { return cost::decode_qkv(x, norm_w, wq_t, wk_t, wv_t, pos, q, k_cache); },
+        [&] { inner_.decode_qkv(x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache); });
   }
   void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos, Tensor& out) override {
     run("attention_decode", [&] { return cost::attention_decode(q, k_cache, pos, out); }, [&] { inner_.attention_decode(q, k_cache, v_cache, pos, out); });
@@ -115,8 +110,8 @@ class RecordingOps final : public Ops {
   void rows_dot(const Tensor& a, const Tensor& rows, const Tensor& b, Tensor& out) override {
     run("rows_dot", [&] { return cost::rows_dot(a, rows, b, out); }, [&] { inner_.rows_dot(a, rows, b, out); });
   }
-  void ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out, const Tensor* force_idx = nullptr, Tensor* idx_out = nullptr, unsigned parts = kFfnAll, Tensor* pend = nullptr) override {
-    run("ffn_decode", [&] { return cost::ffn_decode(cost::ffn_decode_shape(x, w, sel), parts); }, [&] { inner_.ffn_decode(x, w, sel, out, force_idx, idx_out, parts, pend); });
+  void ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out, const Tensor* force_idx = nullptr, Tensor* idx_out = nullptr, unsigned parts = kFfnAll) override {
+    run("ffn_decode", [&] { return cost::ffn_decode(cost::ffn_decode_shape(x, w, sel), parts); }, [&] { inner_.ffn_decode(x, w, sel, out, force_idx, idx_out, parts); });
   }
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) override {
     run("cross_entropy_forward", [&] { return cost::cross_entropy_forward(logits, targets, losses); }, [&] { inner_.cross_entropy_forward(logits, targets, losses); });

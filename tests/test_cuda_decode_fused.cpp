@@ -23,12 +23,10 @@ struct QkvShape {
 
 // decode_qkv on both backends; the caches start with the same random rows, so rows the op must not touch are
 // compared too (bit for bit: they are copies).
-// pend: a pending fp32 residual sum (Ops::decode_qkv reads round(x + pend) and changes neither).
 void check_qkv(Ops& gpu, Ops& cpu, std::mt19937& rng, const QkvShape& s, int b, int T, std::vector<std::int32_t> pos,
-               bool weights, bool pend = false) {
+               bool weights) {
   std::ostringstream os;
-  os << "d " << s.d << " h " << s.h << "/" << s.kvh << " hd " << s.hd << " b " << b << " T " << T
-     << (pend ? " pend" : "") << " pos";
+  os << "d " << s.d << " h " << s.h << "/" << s.kvh << " hd " << s.hd << " b " << b << " T " << T << " pos";
   for (auto p : pos) os << " " << p;
   SCOPED_TRACE(os.str());
   const MemTag wt = weights ? weights_tag() : workspace_tag();
@@ -47,18 +45,9 @@ void check_qkv(Ops& gpu, Ops& cpu, std::mt19937& rng, const QkvShape& s, int b, 
   gpu.upload_i32(pg, pos);
   cpu.upload_i32(pc, pos);
   const float eps = 1e-5f, theta = 10000.0f;
-  Twin pd;
-  std::vector<float> pend0;
-  if (pend) {
-    pd = twin_rand(gpu, cpu, rng, {b, s.d}, DType::f32, 0.5f);
-    pend0 = gpu.download_f32(pd.g);
-  }
-  const auto x0 = gpu.download_f32(x.g);
-  gpu.decode_qkv(x.g, norm.g, eps, wq.g, wk.g, wv.g, pg, theta, q.g, kc.g, vc.g, pend ? &pd.g : nullptr);
-  cpu.decode_qkv(x.c, norm.c, eps, wq.c, wk.c, wv.c, pc, theta, q.c, kc.c, vc.c, pend ? &pd.c : nullptr);
+  gpu.decode_qkv(x.g, norm.g, eps, wq.g, wk.g, wv.g, pg, theta, q.g, kc.g, vc.g);
+  cpu.decode_qkv(x.c, norm.c, eps, wq.c, wk.c, wv.c, pc, theta, q.c, kc.c, vc.c);
   gpu.synchronize();
-  EXPECT_EQ(gpu.download_f32(x.g), x0) << "x changed";
-  if (pend) EXPECT_EQ(gpu.download_f32(pd.g), pend0) << "pend changed";
   expect_close("q", gpu.download_f32(q.g), cpu.download_f32(q.c), 1e-2);
   for (const auto* c : {&kc, &vc}) {
     const auto got = gpu.download_f32(c->g), want = cpu.download_f32(c->c);
@@ -103,40 +92,7 @@ TEST(GpuDecodeFused, QkvMatchesTheComposedOps) {
         pos[0] = T - 1;
         if (b > 1) pos[1] = 0;
         check_qkv(*gpu, *cpu, rng, s, b, T, pos, b % 2 == 1);
-        if (T == 37) check_qkv(*gpu, *cpu, rng, s, b, T, pos, b % 2 == 0, true);
       }
-}
-
-// Ops::decode_out_proj: x = round(round(x + pend) + a w^T), pend zeroed (the GEMV's epilogue on the GPU; the
-// composed add, fill and gemm where it does not fit: k % 8 != 0); without pend the residual gemm.
-TEST(GpuDecodeFused, OutProjFoldsThePendingSum) {
-  MOC_GPU_OR_SKIP(gpu);
-  auto cpu = make_cpu_ops();
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
-  for (int k : {2048, 5461})
-    for (int n : {37, 2048})
-      for (int m : {1, 2, 3, 4, 8})
-        for (bool with_pend : {true, false}) {
-          std::ostringstream os;
-          os << "m " << m << " k " << k << " n " << n << (with_pend ? " pend" : "");
-          SCOPED_TRACE(os.str());
-          auto a = twin_rand(*gpu, *cpu, rng, {m, k}, DType::bf16, 1.0f);
-          auto w = twin_rand(*gpu, *cpu, rng, {n, k}, DType::bf16, 1.0f / std::sqrt(static_cast<float>(k)), weights_tag());
-          auto x = twin_rand(*gpu, *cpu, rng, {m, n}, DType::bf16, 1.0f);
-          auto pd = twin_rand(*gpu, *cpu, rng, {m, n}, DType::f32, 0.5f);
-          gpu->decode_out_proj(a.g, w.g, x.g, with_pend ? &pd.g : nullptr);
-          cpu->decode_out_proj(a.c, w.c, x.c, with_pend ? &pd.c : nullptr);
-          expect_close("x", gpu->download_f32(x.g), cpu->download_f32(x.c), 1e-2);
-          const auto pg = gpu->download_f32(pd.g), pc = cpu->download_f32(pd.c);
-          if (with_pend) {
-            EXPECT_EQ(pg, std::vector<float>(pg.size(), 0.0f)) << "gpu pend not cleared";
-            EXPECT_EQ(pc, std::vector<float>(pc.size(), 0.0f)) << "cpu pend not cleared";
-          } else {
-            EXPECT_EQ(pg, pc) << "pend touched without being passed";
-          }
-        }
 }
 
 // CudaOps::gemm with trans_b at 1-8 rows runs the decode GEMV; odd output counts, both output dtypes, the

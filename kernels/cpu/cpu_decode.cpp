@@ -8,10 +8,7 @@
 namespace moc::cpu {
 
 void CpuOps::ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
-                        const Tensor* force_idx, Tensor* idx_out, unsigned parts, Tensor* pend) {
-  // pend: the sum goes into out (allowed by the contract); pend stays zero.
-  if (pend)
-    require(pend->dtype() == DType::f32 && pend->shape() == out.shape(), "ffn_decode", "pend must be f32 of out's shape");
+                        const Tensor* force_idx, Tensor* idx_out, unsigned parts) {
   const std::int64_t n = x.rows(), d = x.cols();
   require(w.w_gate_t && w.w_up_t && w.w_down, "ffn_decode", "all three weights are needed");
   const std::int64_t F = w.w_gate_t->rows();

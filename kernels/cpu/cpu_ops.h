@@ -53,7 +53,7 @@ class CpuOps final : public Ops {
   void rows_dot(const Tensor& a, const Tensor& rows, const Tensor& b, Tensor& out) override;
 
   void ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
-                  const Tensor* force_idx, Tensor* idx_out, unsigned parts, Tensor* pend) override;
+                  const Tensor* force_idx, Tensor* idx_out, unsigned parts) override;
 
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) override;
   void cross_entropy_backward(Tensor& logits, const Tensor& targets, float scale) override;

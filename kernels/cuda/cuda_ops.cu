@@ -525,21 +525,10 @@ void CudaOps::attention_backward(const Tensor& q, const Tensor& k, const Tensor&
 }
 void CudaOps::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t,
                          const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache,
-                         Tensor& v_cache, const Tensor* pend) {
-  MOC_OP_COST(cost::decode_qkv(x, norm_w, wq_t, wk_t, wv_t, pos, q, k_cache, pend));
-  if (decode_qkv_fused(cur(), x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache, pend)) return;
-  Ops::decode_qkv(x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache, pend);
-}
-void CudaOps::decode_out_proj(const Tensor& a, const Tensor& w_t, Tensor& x, Tensor* pend) {
-  require(!pend || (pend->dtype() == DType::f32 && pend->shape() == x.shape()), "decode_out_proj",
-          "pend must be f32 of x's shape [b, d]");
-  if (pend && gemv_rows_fits(a, false, w_t, true, x) && x.rank() == 2 && x.dtype() == DType::bf16 &&
-      x.cols() == w_t.rows() && a.rows() == x.rows()) {
-    MOC_OP_COST(cost::decode_out_proj(a, w_t, x, pend));
-    gemv_rows(cur(), a, w_t, x, 1.0f, 1.0f, pend);
-    return;
-  }
-  Ops::decode_out_proj(a, w_t, x, pend);
+                         Tensor& v_cache) {
+  MOC_OP_COST(cost::decode_qkv(x, norm_w, wq_t, wk_t, wv_t, pos, q, k_cache));
+  if (decode_qkv_fused(cur(), x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache)) return;
+  Ops::decode_qkv(x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache);
 }
 
 void CudaOps::attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
@@ -569,9 +558,9 @@ void CudaOps::sparse_rows_matmul_backward(const Tensor& dout, const Tensor& z, c
   cuda::sparse_rows_matmul_backward(*this, dout, z, idx, w, dz, dw);
 }
 void CudaOps::ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
-                         const Tensor* force_idx, Tensor* idx_out, unsigned parts, Tensor* pend) {
+                         const Tensor* force_idx, Tensor* idx_out, unsigned parts) {
   MOC_OP_COST(cost::ffn_decode(cost::ffn_decode_shape(x, w, sel), parts));
-  cuda::ffn_decode(*this, x, w, sel, out, force_idx, idx_out, parts, pend);
+  cuda::ffn_decode(*this, x, w, sel, out, force_idx, idx_out, parts);
 }
 
 // ================================================================ entry points

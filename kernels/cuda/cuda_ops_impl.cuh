@@ -133,8 +133,7 @@ class CudaOps final : public Ops {
                         Tensor& out) override;
   void decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t,
                   const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache,
-                  Tensor& v_cache, const Tensor* pend) override;
-  void decode_out_proj(const Tensor& a, const Tensor& w_t, Tensor& x, Tensor* pend) override;
+                  Tensor& v_cache) override;
   void swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor& z) override;
   void swiglu_backward(const Tensor& dz, const Tensor& g, const Tensor& u, const Tensor* s, Tensor& dg,
                        Tensor& du) override;
@@ -150,7 +149,7 @@ class CudaOps final : public Ops {
   void rows_dot(const Tensor& a, const Tensor& rows, const Tensor& b, Tensor& out) override;
 
   void ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
-                  const Tensor* force_idx, Tensor* idx_out, unsigned parts, Tensor* pend) override;
+                  const Tensor* force_idx, Tensor* idx_out, unsigned parts) override;
 
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) override;
   void cross_entropy_backward(Tensor& logits, const Tensor& targets, float scale) override;
@@ -261,15 +260,11 @@ void skinny_gemm(cudaStream_t stream, int sm_count, const Tensor& a, const Tenso
 // ---- decode GEMVs over [out, in] weights (decode_gemv.cu): C[m, n] = alpha A W^T + beta C for 1-8 bf16 rows
 // (gemv_rows; CudaOps::gemm's decode-sized calls with trans_b), and the fused RMSNorm + QKV + RoPE + cache
 // write of Ops::decode_qkv (false: a dtype, alignment or size that kernel does not take; the caller composes).
-// pend (f32 [m, n], optional; n must be the GEMV's input width for decode_qkv): a residual sum pending on x
-// or C -- decode_qkv reads x as round(x + pend); gemv_rows (beta 1) writes C = round(alpha A W^T +
-// round(C + pend)) and zeroes pend.
 bool gemv_rows_fits(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c);
-void gemv_rows(cudaStream_t stream, const Tensor& a, const Tensor& b, Tensor& c, float alpha, float beta,
-               Tensor* pend = nullptr);
+void gemv_rows(cudaStream_t stream, const Tensor& a, const Tensor& b, Tensor& c, float alpha, float beta);
 bool decode_qkv_fused(cudaStream_t stream, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t,
                       const Tensor& wk_t, const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q,
-                      Tensor& k_cache, Tensor& v_cache, const Tensor* pend = nullptr);
+                      Tensor& k_cache, Tensor& v_cache);
 
 // ---- device helpers
 

@@ -15,9 +15,6 @@
 // in QKV a tile is 8 rows of a head and their RoPE partners hd/2 further, so one lane's registers hold both.
 // PDL: a weights-tagged W is streamed before the wait for the previous kernel (the first tile's loads), x
 // after it; QKV stages x normalized (rounded to bf16 as rmsnorm_forward writes it) in shared memory.
-// A residual sum left pending by the decode FFN (fp32, Ops::ffn_decode's pend) is read by QKV as
-// round(x + pend) while it stages x, and folded by the O projection's epilogue: x = round(o + round(x + pend)),
-// pend = 0 (the thread that writes x[i] owns pend[i]).
 // Sums are fp32; each output is rounded once, as the CPU twin's GEMM output is, and RoPE rotates the rounded
 // q and k (as rope() does after the GEMM) in double-precision angles from the host's frequency table,
 // without fused multiply-adds. Measured history: bench/RESULTS.md (issue #26).
@@ -65,7 +62,6 @@ struct Args {
   int R, d, tiles;  // tiles of kGroup rows (the mma kernels)
   int units;        // the one-row kernels: rows (kStore) or RoPE row pairs (kQkv)
   int early;        // W may be streamed before the wait (a weights tensor)
-  float* pend;      // [R, d] f32 or null: a residual sum pending on x (kQkv: read) or on out (kStore: folded, zeroed)
   // kStore
   void* out;  // [R, n]
   int out_f32;
@@ -100,8 +96,8 @@ __device__ __forceinline__ int slot_row(const Args& a, int t, int s) {
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
-// x [R, d] RMSNorm'd into shared memory, rounded to bf16 exactly as rmsnorm_vec_kernel writes it (R <= MR);
-// with a.pend, x is first round(x + pend) (add_kernel's rounding). Every thread calls it (two barriers).
+// x [R, d] RMSNorm'd into shared memory, rounded to bf16 exactly as rmsnorm_vec_kernel writes it (R <= MR).
+// Every thread calls it (two barriers).
 template <int MR>
 __device__ void stage_x_norm(const Args& a, bf16* xs, float* red) {
   const int nv = a.d / 8, total = a.R * nv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -112,18 +108,7 @@ __device__ void stage_x_norm(const Args& a, bf16* xs, float* red) {
   for (int r = 0; r < MR; ++r) ss[r] = 0.0f;
 #pragma unroll 4
   for (int e = threadIdx.x; e < total; e += kThreads) {
-    uint4 v = __ldg(xg + e);
-    if (a.pend) {  // the pending sum (written by the previous kernel's atomics: read from L2)
-      const float4* pp = reinterpret_cast<const float4*>(a.pend) + 2 * static_cast<std::size_t>(e);
-      const float4 p0 = __ldcg(pp), p1 = __ldcg(pp + 1);
-      const float pv[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
-      unsigned* u = reinterpret_cast<unsigned*>(&v);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const __nv_bfloat162 h2 = __floats2bfloat162_rn(bf_lo(u[k]) + pv[2 * k], bf_hi(u[k]) + pv[2 * k + 1]);
-        u[k] = *reinterpret_cast<const unsigned*>(&h2);
-      }
-    }
+    const uint4 v = __ldg(xg + e);
     xw[e] = v;
     const unsigned u[4] = {v.x, v.y, v.z, v.w};
     float sq = 0.0f;
@@ -179,20 +164,13 @@ __device__ __forceinline__ void rotate(const Args& a, int i, int p, float& x0, f
 }
 
 // out[o] = alpha v + beta out[o] (out not read when beta is 0: it may be poisoned), rounded once to out's dtype.
-// With a.pend (bf16 out, beta != 0): out[o] = round(alpha v + beta round(out[o] + pend[o])), then pend[o] = 0
-// (the thread that owns out[o] owns pend[o]).
 __device__ __forceinline__ void store_out(const Args& a, std::size_t o, float v) {
   if (a.out_f32) {
     float* out = static_cast<float*>(a.out);
     out[o] = a.beta != 0.0f ? a.alpha * v + a.beta * out[o] : a.alpha * v;
   } else {
     bf16* out = static_cast<bf16*>(a.out);
-    float base = a.beta != 0.0f ? __bfloat162float(out[o]) : 0.0f;
-    if (a.pend) {
-      base = round_bf16(base + __ldcg(a.pend + o));
-      a.pend[o] = 0.0f;
-    }
-    out[o] = __float2bfloat16_rn(a.beta != 0.0f ? a.alpha * v + a.beta * base : a.alpha * v);
+    out[o] = __float2bfloat16_rn(a.beta != 0.0f ? a.alpha * v + a.beta * __bfloat162float(out[o]) : a.alpha * v);
   }
 }
 
@@ -427,12 +405,8 @@ bool gemv_rows_fits(const Tensor& a, bool ta, const Tensor& b, bool tb, const Te
   return gemv::aligned16(a.raw()) && gemv::aligned16(b.raw());
 }
 
-void gemv_rows(cudaStream_t st, const Tensor& a, const Tensor& b, Tensor& c, float alpha, float beta, Tensor* pend) {
-  if (pend)
-    require(beta != 0.0f && c.dtype() == DType::bf16 && pend->dtype() == DType::f32 && pend->shape() == c.shape(),
-            "gemv_rows", "pend needs beta != 0, bf16 C and an f32 pend of C's shape");
+void gemv_rows(cudaStream_t st, const Tensor& a, const Tensor& b, Tensor& c, float alpha, float beta) {
   gemv::Args g{};
-  g.pend = pend ? pend->data<float>() : nullptr;
   g.x = a.data<__nv_bfloat16>();
   g.w0 = g.w1 = g.w2 = b.data<__nv_bfloat16>();
   g.n = g.n0 = static_cast<int>(b.rows());
@@ -451,7 +425,7 @@ void gemv_rows(cudaStream_t st, const Tensor& a, const Tensor& b, Tensor& c, flo
 
 bool decode_qkv_fused(cudaStream_t st, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t,
                       const Tensor& wk_t, const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q,
-                      Tensor& k_cache, Tensor& v_cache, const Tensor* pend) {
+                      Tensor& k_cache, Tensor& v_cache) {
   require(x.rank() == 2 && q.rank() == 3 && k_cache.rank() == 4 && k_cache.shape() == v_cache.shape() &&
               q.dim(0) == x.dim(0) && k_cache.dim(0) == x.dim(0) && k_cache.dim(3) == q.dim(2),
           "decode_qkv", "x [b, d], q [b, h, hd], caches [b, kvh, max_seq, hd] expected");
@@ -468,10 +442,7 @@ bool decode_qkv_fused(cudaStream_t st, const Tensor& x, const Tensor& norm_w, fl
   // hd % 16: a tile pairs 8 rows of a head with their RoPE partners hd/2 further.
   if (b < 1 || b > gemv::kMaxRows || d % 8 != 0 || hd % 16 != 0 || hd / 2 > gemv::kRopeTable) return false;
   if (static_cast<std::size_t>(b * d) * sizeof(__nv_bfloat16) > gemv::kMaxSmem) return false;
-  if (pend && (pend->dtype() != DType::f32 || pend->shape() != x.shape() || !gemv::aligned16(pend->raw())))
-    return false;
   gemv::Args g{};
-  g.pend = pend ? const_cast<float*>(pend->data<float>()) : nullptr;  // read only (kQkv)
   g.x = x.data<__nv_bfloat16>();
   g.norm = norm_w.data<__nv_bfloat16>();
   g.eps = eps;

@@ -401,8 +401,7 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   a.mask = B.mask;
   a.list = B.list;
   a.ucount = B.ucount;
-  a.acc = p.pend ? p.pend : B.acc;
-  a.pending = p.pend ? 1 : 0;
+  a.acc = B.acc;
   a.ctrl = B.ctrl;
   a.R = p.rows;
   a.d = p.d;
@@ -605,7 +604,6 @@ void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaS
     const std::size_t xoff = static_cast<std::size_t>(r0) * p.d * es;
     c.x = static_cast<const unsigned char*>(p.x) + xoff;
     c.out = static_cast<unsigned char*>(p.out) + xoff;
-    if (p.pend) c.pend = p.pend + static_cast<std::size_t>(r0) * p.d;
     if (p.force_idx) c.force_idx = p.force_idx + static_cast<std::size_t>(r0) * kept;
     if (p.idx_out) c.idx_out = p.idx_out + static_cast<std::size_t>(r0) * kept;
     bool copied = false;
@@ -635,7 +633,7 @@ void launch_updown_only(const Problem& p, void* workspace, cudaStream_t stream, 
 // ---- Ops entry point
 
 void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
-                const Tensor* force_idx, Tensor* idx_out, unsigned parts, Tensor* pend) {
+                const Tensor* force_idx, Tensor* idx_out, unsigned parts) {
   const char* op = "ffn_decode";
   require(w.w_gate_t && w.w_up_t && w.w_down, op, "all three weights are needed");
   const Tensor& wg = *w.w_gate_t;
@@ -667,9 +665,6 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
             op, "idx_out must be i16 [rows, kept] on the GPU");
   if (sel && (parts & kFfnUpDown) && !(parts & kFfnSelect))
     require(force_idx != nullptr, op, "up/down without selection needs force_idx");
-  if (pend)
-    require(pend->dtype() == DType::f32 && pend->shape() == out.shape() && pend->device() == DeviceKind::cuda, op,
-            "pend must be f32 of out's shape on the GPU");
   if (n == 0) return;
 
   ffn::Problem p;
@@ -692,8 +687,6 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   p.force_idx = force_idx ? force_idx->data<std::uint16_t>() : nullptr;
   p.idx_out = idx_out ? idx_out->data<std::uint16_t>() : nullptr;
   p.parts = parts;
-  // Left pending only where the rows' sums are whole fp32 vectors (the kernels' 16-byte atomics).
-  if (pend && reinterpret_cast<std::uintptr_t>(pend->raw()) % 16 == 0 && d % 8 == 0) p.pend = pend->data<float>();
   const std::size_t bytes = ffn::workspace_bytes(p);
   Tensor ws = ops.empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
   // The dense FFN keeps its accumulator and counters in the ops' zeroed scratch (no prep kernel per call).

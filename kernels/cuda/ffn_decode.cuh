@@ -10,9 +10,7 @@
 //          rows in shared memory with cp.async (issued before the wait) while it streams W_gate and W_up
 //          (mma.sync m16n8k16, fp32), forms z = SiLU(g) * u, multiplies the staged rows, reduces the [rows, d] partials over a cluster of C
 //          blocks in distributed shared memory and adds them with fp32 atomics into the workspace; the
-//          last block of each column slice adds that into out (one bf16 rounding) and zeroes it again --
-//          or, given Problem::pend, the atomics go into pend and no block passes over out (the decode step's
-//          next QKV and O projection kernels fold it: Ops::ffn_decode).
+//          last block of each column slice adds that into out (one bf16 rounding) and zeroes it again.
 //   MoC:   gate GEMV kernel (balanced channel ranges, 3 blocks per SM) writing the fp32 gate values [rows,
 //          d_ffn]; a:b with b | 16 is selected in its epilogue (idx_out, a row mask per channel). Row top-K
 //          (and other a:b, and force_idx) run in a selection kernel: one 512-thread block per row: a
@@ -49,9 +47,6 @@ struct Problem {
   const std::uint16_t* force_idx = nullptr;  // [rows, kept] or null
   std::uint16_t* idx_out = nullptr;          // [rows, kept] or null
   unsigned parts = kFfnAll;
-  // [rows, d] f32, zero on entry, 16-byte aligned, or null: the fast path's up/down kernel leaves its sum here
-  // instead of adding it into out (Ops::ffn_decode's pend; the generic path adds into out).
-  float* pend = nullptr;
   int kept() const;  // channels kept per row (d_ffn when dense)
 };
 

@@ -25,14 +25,13 @@ struct UpDownArgs {
   const unsigned char* mask;  // [mrows, Fp] bytes: a channel's row mask is the OR of its mrows bytes
   const unsigned* list;
   const unsigned* ucount;
-  float* acc;      // [R, d] fp32, zero on entry and on exit (pending: the caller's pend, left holding the sum)
+  float* acc;      // [R, d] fp32, zero on entry and on exit
   unsigned* ctrl;  // column-slice counters kLine apart, zero on entry and on exit
   step::StampBuf* stamps;
   int R, d, F, Fp, smax, C;
   int mrows;       // mask mode: 1 (2:8's gate kernel writes the row mask) or R (top-K: one row's bit per byte)
   int nslots;      // list mode: entries the list can hold
   int prefetch;    // all-channels mode: the first 16 channels' W_gate and W_up rows into L2 before the wait
-  int pending;     // 1: acc is the caller's pend and keeps the sum; no pass over out (the next op folds it)
 };
 
 __host__ __device__ inline std::size_t updown_stage_bytes(int smax, int d) {
@@ -357,11 +356,10 @@ __device__ __forceinline__ UdSlice ud_cluster_reduce(const UpDownArgs& a, const 
 }
 
 // Stage 6: the last block of each column slice adds a.acc into out (one bf16 rounding) and zeroes a.acc and
-// the slice's counter again. Pending: nothing (the sum stays in acc; the kernel's completion publishes it).
+// the slice's counter again.
 __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, const UdSlice& sl, int C) {
   const int d = a.d, tid = threadIdx.x, cs = sl.cs, c0 = sl.c0;
   const long long nb = gridDim.x;
-  if (a.pending) return;
   __threadfence();
   __syncthreads();
   if (tid == 0)

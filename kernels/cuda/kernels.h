@@ -25,7 +25,7 @@ void sparse_rows_matmul_backward(Ops& ops, const Tensor& dout, const Tensor& z, 
 
 // ffn_decode.cu
 void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
-                const Tensor* force_idx, Tensor* idx_out, unsigned parts, Tensor* pend = nullptr);
+                const Tensor* force_idx, Tensor* idx_out, unsigned parts);
 
 // cuda_ops.cu: a device region of at least `bytes` that is zero whenever the CudaOps' stream reaches the next
 // op -- each op that uses it leaves it zero again (the decode FFN's accumulator and counters) -- or null when
