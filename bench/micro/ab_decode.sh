@@ -40,6 +40,9 @@ done
 for x in a b; do
   D=$PWD/build/ab/run_$x/dev
   LD_LIBRARY_PATH=$D "$D/mocbench" export --all --db "$OUT/$x.db" --format csv > "$OUT/$x.csv"
+  # One file per database (the device tool brings back only a few files from $OUT): WAL checkpointed and removed.
+  python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('pragma wal_checkpoint(TRUNCATE)'); c.close()" \
+    "$OUT/$x.db" && rm -f "$OUT/$x.db-wal" "$OUT/$x.db-shm"
 done
 python3 - "$OUT" <<'EOF'
 import csv, os, statistics, sys
