@@ -12,47 +12,44 @@ distance from its byte floor, kernel by kernel. Kernels that run once per step (
 left out: a layer is the kernels from one QKV kernel to the next.
 """
 import html
+import os
 import sqlite3
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chain  # noqa: E402  (kernel_rows, adds: the per-kernel adds of bench/micro/chain.py)
 
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
 
 
 def layer_of(db, point=None):
     c = sqlite3.connect(db)
-    names = dict(c.execute("select id, value from StringIds"))
     if point is None:
         point = c.execute("select min(point_id) from CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
-    copy = c.execute("select copyGBps from DEVICE_CEILINGS order by measuredUnixMs desc limit 1").fetchone()
-    if point is None or copy is None:
+    ceil = c.execute("select device, copyGBps from DEVICE_CEILINGS order by measuredUnixMs desc limit 1").fetchone()
+    if point is None or ceil is None:
         sys.exit(f"{db}: no profiled kernels or no measured copy bandwidth")
-    gbps = copy[0]
-    device = c.execute("select device from DEVICE_CEILINGS limit 1").fetchone()[0]
-    rows = c.execute("select step, start, end, shortName, opBytes from CUPTI_ACTIVITY_KIND_KERNEL where point_id=? "
-                     "order by step, start", (point,)).fetchall()
-    adds, floors, order = {}, {}, []
-    for s in sorted({r[0] for r in rows}):
-        ks = [r for r in rows if r[0] == s]
-        prev = ks[0][1]
-        first = [i for i, r in enumerate(ks) if names[r[3]].startswith("k_qkv")]
+    device, gbps = ceil
+    rows = chain.kernel_rows(c, point)
+    steps = sorted({r["step"] for r in rows})
+    per_add, per_floor, order, layers = {}, {}, [], 0
+    for s in steps:
+        ks = [r for r in rows if r["step"] == s]
+        first = [i for i, r in enumerate(ks) if r["name"].startswith("k_qkv")]
         if len(first) < 2:
-            sys.exit(f"{db}: no decode layers (k_qkv_*) in step {s}")
-        for i, (_, st, en, nm, ob) in enumerate(ks):
-            add = max(0, en - prev) / 1e3
-            prev = max(prev, en)
+            sys.exit(f"{db}: no decode layers (k_qkv_*) in step {s} of point {point}")
+        layers += len(first) - 1
+        for i, (k, a) in enumerate(zip(ks, chain.adds(ks))):
             if not first[0] <= i < first[-1]:
                 continue  # outside whole layers
-            n = names[nm]
-            if n not in adds:
-                order.append(n)
-            adds.setdefault(n, []).append(add)
-            floors.setdefault(n, []).append((ob or 0) / gbps / 1e3)  # bytes / (GB/s) -> us
+            if k["name"] not in per_add:
+                order.append(k["name"])
+            per_add.setdefault(k["name"], []).append(a)
+            per_floor.setdefault(k["name"], []).append((k["op_bytes"] or 0) / gbps / 1e3)  # bytes / (GB/s) -> us
     # Per layer: the median launch times the launches per layer (1 for every kernel of today's decode layers).
-    steps = len({r[0] for r in rows})
-    layers = (len(first) - 1) * steps
-    per = {n: (statistics.median(adds[n]) * len(adds[n]) / layers, statistics.median(floors[n]) * len(floors[n]) / layers)
-           for n in order}
+    per = {n: (statistics.median(per_add[n]) * len(per_add[n]) / layers,
+               statistics.median(per_floor[n]) * len(per_floor[n]) / layers) for n in order}
     return device, gbps, order, per
 
 
