@@ -4,10 +4,9 @@
 Usage: layer_svg.py OUT.svg DB[@POINT][:LABEL] [DB[@POINT][:LABEL] ...]
 
 For each database (a `mocbench run` with a profiled decode point; POINT is its point id, sweep index + 1 -- the
-first profiled point when left out): the top bar is
-what each kernel of a layer adds to the step (its end minus the previous kernel's end, median over the step's
-layers -- bench/micro/chain.py's numbers), the bar under it what each kernel's declared bytes take at the device's
-measured copy bandwidth (DEVICE_CEILINGS), same colours, same scale. The gap between the two bars is the layer's
+first profiled point when left out): the top bar is what each kernel of a layer adds to the step (its end minus the
+previous kernel's end, median over the step's layers -- bench/micro/chain.py's numbers), the bar under it what each
+kernel's declared bytes take at the device's measured copy bandwidth (DEVICE_CEILINGS), same colours, same scale. The gap between the two bars is the layer's
 distance from its byte floor, kernel by kernel. Kernels that run once per step (embedding, LM head, sampling) are
 left out: a layer is the kernels from one QKV kernel to the next.
 """
