@@ -42,6 +42,8 @@ def main():
     timeline = None
     if "--timeline" in args:
         i = args.index("--timeline")
+        if i + 1 >= len(args) or not args[i + 1].isdigit():
+            sys.exit("--timeline needs a layer number\n" + __doc__)
         timeline = int(args[i + 1])
         del args[i:i + 2]
     if not args:
