@@ -6,9 +6,9 @@ Usage: chain.py DB [POINT_ID] [--timeline LAYER]  (default: every profiled point
 duration relative to the step's first kernel (us), grid, registers and shared memory: where a kernel's early-launched
 blocks started, what overlapped -- bench/RESULTS.md part 9 read the pending-add experiment this way.
 layer_svg.py draws the same adds against the kernels' byte floors (it imports kernel_rows and adds from here)."""
+import argparse
 import sqlite3
 import statistics
-import sys
 
 COLS = ("step", "start", "end", "name", "gridX", "gridY", "gridZ", "blockX", "regs", "dsmem", "ssmem", "op_bytes")
 
@@ -38,18 +38,14 @@ def adds(step_rows):
 
 
 def main():
-    args = sys.argv[1:]
-    timeline = None
-    if "--timeline" in args:
-        i = args.index("--timeline")
-        if i + 1 >= len(args) or not args[i + 1].isdigit():
-            sys.exit("--timeline needs a layer number\n" + __doc__)
-        timeline = int(args[i + 1])
-        del args[i:i + 2]
-    if not args:
-        sys.exit(__doc__)
-    c = sqlite3.connect(args[0])
-    pts = [int(args[1])] if len(args) > 1 else [r[0] for r in c.execute(
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("db")
+    ap.add_argument("point", nargs="?", type=int, help="point id (sweep index + 1); default every profiled point")
+    ap.add_argument("--timeline", type=int, metavar="LAYER", help="also print this layer's kernels")
+    args = ap.parse_args()
+    timeline = args.timeline
+    c = sqlite3.connect(args.db)
+    pts = [args.point] if args.point is not None else [r[0] for r in c.execute(
         "select distinct point_id from CUPTI_ACTIVITY_KIND_KERNEL order by point_id")]
     for p in pts:
         rows = kernel_rows(c, p)
