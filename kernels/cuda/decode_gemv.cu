@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops_impl.cuh"
@@ -79,20 +78,7 @@ struct Args {
   bf16* attn;
   unsigned* cnt;
   float scale_log2;
-  int attn_mode;  // EXPERIMENT: 1 attend, 2 handoff only, 3 attend + L2 prefetch after the wait, 4 before it
 };
-
-// EXPERIMENT: each block of a group asks L2 for its share of the group's K and V rows 0 .. pos.
-__device__ __forceinline__ void prefetch_group_kv(const Args& a) {
-  if (threadIdx.x != 0) return;
-  const int per = (a.h / a.kvh + 2) * (a.hd / 8), grp = blockIdx.x / per, j = blockIdx.x - grp * per;
-  const int len = min(a.pos[0] + 1, a.max_seq), rows = (len + per - 1) / per, r0 = j * rows,
-            n = min(rows, len - r0);
-  if (n <= 0) return;
-  const std::size_t off = (static_cast<std::size_t>(grp) * a.max_seq + r0) * a.hd;
-  prefetch_l2(a.kc + off, static_cast<unsigned>(n * a.hd * 2));
-  prefetch_l2(a.vc + off, static_cast<unsigned>(n * a.hd * 2));
-}
 
 __device__ __forceinline__ const bf16* row_ptr(const Args& a, int r) {
   if (r < a.n0) return a.w0 + static_cast<std::size_t>(r) * a.d;
@@ -372,13 +358,9 @@ __device__ __forceinline__ void row_body(const Args& a) {
   };
   pdl_trigger();
   if (a.early) load(0);
-  if constexpr (EPI == kQkv) {
-    if (a.attn_mode == 4) prefetch_group_kv(a);
-  }
   pdl_wait();
   if (!a.early) load(0);
   if constexpr (EPI == kQkv) {
-    if (a.attn_mode == 3) prefetch_group_kv(a);
     stage_x_norm<1>(a, xs, nred);
   } else {  // x staged in shared memory as well: one 16-byte read per word in the loop (measured faster than L1)
     const uint4* xg = reinterpret_cast<const uint4*>(a.x);
@@ -421,7 +403,7 @@ __device__ __forceinline__ void row_body(const Args& a) {
       __threadfence();
     }
     __syncthreads();
-    if (last && a.attn_mode != 2) attend_group(a, grp);
+    if (last) attend_group(a, grp);
   }
 }
 
@@ -645,11 +627,6 @@ bool decode_qkv_fused(cudaStream_t st, const Tensor& x, const Tensor& norm_w, fl
     g.attn = attn->data<__nv_bfloat16>();
     g.cnt = static_cast<unsigned*>(counters);
     g.scale_log2 = 1.4426950408889634f / std::sqrt(static_cast<float>(hd));
-    static const int mode = [] {
-      const char* e = std::getenv("MOCBENCH_QKV_ATTN");
-      return e && e[0] >= '1' && e[0] <= '4' ? e[0] - '0' : 1;
-    }();
-    g.attn_mode = mode;
   }
   gemv::launch<gemv::kQkv>(st, g);
   return true;
