@@ -67,19 +67,12 @@ OpCost attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& po
   return c;
 }
 OpCost decode_qkv(const Tensor& x, const Tensor& norm_w, const Tensor& wq_t, const Tensor& wk_t, const Tensor& wv_t,
-                  const Tensor& pos, const Tensor& q, const Tensor& k_cache, const Tensor* attn_out) {
+                  const Tensor& pos, const Tensor& q, const Tensor& k_cache) {
   const std::int64_t b = x.dim(0), d = x.dim(1), kvh = k_cache.dim(1), hd = k_cache.dim(3);
   const std::int64_t rows = wq_t.dim(0) + wk_t.dim(0) + wv_t.dim(0);
-  OpCost c{"decode_qkv", nb(x) + nb(norm_w) + nb(wq_t) + nb(wk_t) + nb(wv_t) + nb(pos) + nb(q) +
-                             2 * b * kvh * hd * es(k_cache),
-           2 * b * rows * d + 4 * b * d + 6 * (q.numel() + b * kvh * hd)};
-  if (attn_out) {
-    const OpCost a = attention_decode(q, k_cache, pos, *attn_out);
-    c.bytes += nb(*attn_out);
-    c.bytes_per_pos = a.bytes_per_pos;
-    c.flops_per_pos = a.flops_per_pos;
-  }
-  return c;
+  return {"decode_qkv", nb(x) + nb(norm_w) + nb(wq_t) + nb(wk_t) + nb(wv_t) + nb(pos) + nb(q) +
+                            2 * b * kvh * hd * es(k_cache),
+          2 * b * rows * d + 4 * b * d + 6 * (q.numel() + b * kvh * hd)};
 }
 OpCost swiglu_forward(const Tensor& g, const Tensor& u, const Tensor* s, const Tensor& z) {
   return {"swiglu_forward", nb(g) + nb(u) + nb(s) + nb(z), 6 * g.numel()};

@@ -81,10 +81,9 @@ OpCost kv_cache_write(const Tensor& k, const Tensor& v, const Tensor& start);
 // q [b, h, hd]: the K and V rows of every attended position per sequence (per position), q, pos and out.
 OpCost attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& pos, const Tensor& out);
 // Ops::decode_qkv: x and the norm weight read, the three projections streamed, q written and one K and one
-// V row per sequence written to the caches; with attn_out, attention_decode's cache reads (per position), its
-// flops and its output as well (q and pos are read once).
+// V row per sequence written to the caches.
 OpCost decode_qkv(const Tensor& x, const Tensor& norm_w, const Tensor& wq_t, const Tensor& wk_t, const Tensor& wv_t,
-                  const Tensor& pos, const Tensor& q, const Tensor& k_cache, const Tensor* attn_out = nullptr);
+                  const Tensor& pos, const Tensor& q, const Tensor& k_cache);
 OpCost swiglu_forward(const Tensor& g, const Tensor& u, const Tensor* s, const Tensor& z);
 OpCost swiglu_backward(const Tensor& dz, const Tensor& g, const Tensor& u, const Tensor* s);
 OpCost moc_select(const Tensor& g, const Tensor& idx);

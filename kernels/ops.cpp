@@ -87,8 +87,7 @@ std::vector<std::int32_t> Ops::download_i32(const Tensor& src) {
 }
 
 void Ops::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t,
-                     const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache, Tensor& v_cache,
-                     Tensor* attn_out) {
+                     const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache, Tensor& v_cache) {
   if (x.rank() != 2 || q.rank() != 3 || k_cache.rank() != 4 || q.dim(0) != x.dim(0))
     throw std::invalid_argument("decode_qkv: x [b, d], q [b, h, hd] and caches [b, kvh, max_seq, hd] expected");
   const std::int64_t b = x.dim(0), d = x.dim(1), h = q.dim(1), hd = q.dim(2), kvh = k_cache.dim(1);
@@ -104,7 +103,6 @@ void Ops::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Ten
   rope(q, pos, theta, false);
   rope(k3, pos, theta, false);
   kv_cache_write(k, v, pos, k_cache, v_cache);
-  if (attn_out) attention_decode(q, k_cache, v_cache, pos, *attn_out);
 }
 
 std::unique_ptr<Ops> make_cpu_ops(std::size_t memory_limit_bytes) {

@@ -203,12 +203,10 @@ class Ops {
   // (wq_t [h*hd, d], wk_t and wv_t [kvh*hd, d]), RoPE at pos on q and k, q -> q [b, h, hd], and k, v
   // written to row pos[i] of the caches [b, kvh, max_seq, hd]. The default composes rmsnorm_forward, gemm,
   // rope and kv_cache_write (the CPU twin); the CUDA backend runs one kernel (RMSNorm in its prologue, RoPE
-  // and the cache write in its epilogue). With attn_out [b, h, hd], the op also runs attention_decode(q,
-  // k_cache, v_cache, pos, *attn_out) on what it wrote (the CUDA backend at batch 1: inside the same kernel,
-  // the last block of each kv head's projections attends for that head's queries).
+  // and the cache write in its epilogue).
   virtual void decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t,
                           const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache,
-                          Tensor& v_cache, Tensor* attn_out = nullptr);
+                          Tensor& v_cache);
   // SwiGLU element-wise part: s = SiLU(g) (skipped when s is null), z = s * u.
   virtual void swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor& z) = 0;
   // dg = dz * u * SiLU'(g), du = dz * SiLU(g) (paper eq. 7); s, when given, is the stored SiLU(g).

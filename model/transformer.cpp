@@ -542,10 +542,9 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
     const auto& lp = layers_[static_cast<std::size_t>(l)];
     {
       ScopedRange sr(ranges_, "attention");
-      if (fused_qkv) {  // RMSNorm, q/k/v, RoPE, the cache write and attention as one op (one kernel at batch 1)
+      if (fused_qkv) {  // RMSNorm, q/k/v, RoPE and the cache write as one op (one kernel on the GPU)
         o.decode_qkv(x, lp.attn_norm->value, cfg_.norm_eps, lp.wq->value, lp.wk->value, lp.wv->value, pos,
-                     cfg_.rope_theta, q, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)],
-                     &attn);
+                     cfg_.rope_theta, q, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)]);
       } else {
         o.rmsnorm_forward(x, lp.attn_norm->value, cfg_.norm_eps, xn, rstd);
         project_qk(xn, lp, q2, k2, &q_raw, &k_raw, &rstd_q, &rstd_k);
@@ -553,8 +552,8 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
         o.rope(q, pos, cfg_.rope_theta, false);
         o.rope(k3, pos, cfg_.rope_theta, false);
         o.kv_cache_write(k, v, pos, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)]);
-        o.attention_decode(q, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)], pos, attn);
       }
+      o.attention_decode(q, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)], pos, attn);
       proj(attn2, *lp.wo, x, 1.0f);  // residual add in place
     }
     {

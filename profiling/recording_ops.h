@@ -73,10 +73,9 @@ class RecordingOps final : public Ops {
     run("kv_cache_write", [&] { return cost::kv_cache_write(k, v, start); }, [&] { inner_.kv_cache_write(k, v, start, k_cache, v_cache); });
   }
   void decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t, const Tensor& wv_t,
-                  const Tensor& pos, float theta, Tensor& q, Tensor& k_cache, Tensor& v_cache,
-                  Tensor* attn_out = nullptr) override {
-    run("decode_qkv", [&] { return cost::decode_qkv(x, norm_w, wq_t, wk_t, wv_t, pos, q, k_cache, attn_out); },
-        [&] { inner_.decode_qkv(x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache, attn_out); });
+                  const Tensor& pos, float theta, Tensor& q, Tensor& k_cache, Tensor& v_cache) override {
+    run("decode_qkv", [&] { return cost::decode_qkv(x, norm_w, wq_t, wk_t, wv_t, pos, q, k_cache); },
+        [&] { inner_.decode_qkv(x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache); });
   }
   void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos, Tensor& out) override {
     run("attention_decode", [&] { return cost::attention_decode(q, k_cache, pos, out); }, [&] { inner_.attention_decode(q, k_cache, v_cache, pos, out); });

@@ -63,15 +63,6 @@ TEST(OpCost, FusedQkvMovesTheProjectionsOnceAndOneCacheRowPerSequence) {
   EXPECT_EQ(c.bytes, 2 * b * d + 2 * d + 2 * (h + 2 * kvh) * hd * d + 4 * b + 2 * b * h * hd + 2 * (2 * b * kvh * hd));
   EXPECT_EQ(c.flops, 2 * b * (h + 2 * kvh) * hd * d + 4 * b * d + 6 * (b * h * hd + b * kvh * hd));
   EXPECT_EQ(c.bytes_per_pos, 0);
-  // With the attention in the same op: its output and its reads per attended position are added; q and pos,
-  // which the op already counts, are not counted twice.
-  Tensor out = s.empty({b, h, hd}, DType::bf16);
-  const OpCost ca = cost::decode_qkv(x, nw, wq, wk, wv, pos, q, kc, &out);
-  const OpCost a = cost::attention_decode(q, kc, pos, out);
-  EXPECT_EQ(ca.bytes, c.bytes + 2 * b * h * hd);
-  EXPECT_EQ(ca.flops, c.flops);
-  EXPECT_EQ(ca.bytes_per_pos, a.bytes_per_pos);
-  EXPECT_EQ(ca.flops_per_pos, a.flops_per_pos);
 }
 
 TEST(OpCost, SmallDecodeOpsMoveTheirTensorsOnce) {
@@ -331,8 +322,7 @@ TEST(ProfiledPoint, CpuDecodeOpsCarryTheirDeclaredCostsWithAttendedPositions) {
     EXPECT_GE(k.op_bytes, 0) << k.name << ": every op of a decode step declares its cost";
     EXPECT_EQ(k.op, k.name) << "a CPU op is its own declaration";
     EXPECT_TRUE(calls.insert({k.step, k.op_call}).second) << "one declaration per op on the CPU";
-    // Attention runs inside decode_qkv where the model fuses it (the kernel path) and alone otherwise.
-    if (k.name == "attention_decode" || k.name == "decode_qkv") attn_bytes[k.step] += k.op_bytes;
+    if (k.name == "attention_decode") attn_bytes[k.step] += k.op_bytes;
     if (k.name == "gemm") {
       EXPECT_GT(k.op_flops, 0);
     }

@@ -3,7 +3,6 @@
 #include "kernels/op_cost.h"
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -526,28 +525,10 @@ void CudaOps::attention_backward(const Tensor& q, const Tensor& k, const Tensor&
 }
 void CudaOps::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t,
                          const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache,
-                         Tensor& v_cache, Tensor* attn_out) {
-  static const bool attn_knob = [] {  // EXPERIMENT: MOCBENCH_QKV_ATTN=0 keeps the attention kernel
-    const char* e = std::getenv("MOCBENCH_QKV_ATTN");
-    return !(e && e[0] == '0');
-  }();
-  // The attention inside the QKV kernel when it takes these shapes and its counters exist (the first call
-  // allocates them outside a capture and runs without).
-  Tensor* fused_attn = attn_out && attn_knob &&
-                               decode_qkv_attn_fits(x, norm_w, wq_t, wk_t, wv_t, q, k_cache, v_cache, *attn_out)
-                           ? attn_out
-                           : nullptr;
-  void* counters = fused_attn ? zeroed_scratch(decode_qkv_counter_bytes(k_cache)) : nullptr;
-  if (!counters) fused_attn = nullptr;
-  {
-    MOC_OP_COST(cost::decode_qkv(x, norm_w, wq_t, wk_t, wv_t, pos, q, k_cache, fused_attn));
-    if (!decode_qkv_fused(cur(), x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache, fused_attn,
-                          counters)) {
-      Ops::decode_qkv(x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache, attn_out);
-      return;
-    }
-  }
-  if (attn_out && !fused_attn) attention_decode(q, k_cache, v_cache, pos, *attn_out);
+                         Tensor& v_cache) {
+  MOC_OP_COST(cost::decode_qkv(x, norm_w, wq_t, wk_t, wv_t, pos, q, k_cache));
+  if (decode_qkv_fused(cur(), x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache)) return;
+  Ops::decode_qkv(x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache);
 }
 
 void CudaOps::attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,

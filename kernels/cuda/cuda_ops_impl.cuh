@@ -133,7 +133,7 @@ class CudaOps final : public Ops {
                         Tensor& out) override;
   void decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t,
                   const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache,
-                  Tensor& v_cache, Tensor* attn_out = nullptr) override;
+                  Tensor& v_cache) override;
   void swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor& z) override;
   void swiglu_backward(const Tensor& dz, const Tensor& g, const Tensor& u, const Tensor* s, Tensor& dg,
                        Tensor& du) override;
@@ -260,17 +260,11 @@ void skinny_gemm(cudaStream_t stream, int sm_count, const Tensor& a, const Tenso
 // ---- decode GEMVs over [out, in] weights (decode_gemv.cu): C[m, n] = alpha A W^T + beta C for 1-8 bf16 rows
 // (gemv_rows; CudaOps::gemm's decode-sized calls with trans_b), and the fused RMSNorm + QKV + RoPE + cache
 // write of Ops::decode_qkv (false: a dtype, alignment or size that kernel does not take; the caller composes).
-// With attn (when decode_qkv_attn_fits) the same kernel also runs attention_decode into *attn; `counters`
-// is zeroed device memory of decode_qkv_counter_bytes (left zero).
 bool gemv_rows_fits(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c);
 void gemv_rows(cudaStream_t stream, const Tensor& a, const Tensor& b, Tensor& c, float alpha, float beta);
 bool decode_qkv_fused(cudaStream_t stream, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t,
                       const Tensor& wk_t, const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q,
-                      Tensor& k_cache, Tensor& v_cache, Tensor* attn = nullptr, void* counters = nullptr);
-bool decode_qkv_attn_fits(const Tensor& x, const Tensor& norm_w, const Tensor& wq_t, const Tensor& wk_t,
-                          const Tensor& wv_t, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                          const Tensor& attn);
-std::size_t decode_qkv_counter_bytes(const Tensor& k_cache);
+                      Tensor& k_cache, Tensor& v_cache);
 
 // ---- device helpers
 

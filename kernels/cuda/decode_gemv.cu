@@ -73,11 +73,6 @@ struct Args {
   const std::int32_t* pos;  // [R]
   int h, kvh, hd, max_seq;
   RopeTable rope;
-  // kQkv with attention (k_qkv_row): attn [1, h, hd] = attention_decode of the q and caches written; cnt[kvh]
-  // zeroed counters (one per kv head, left zero); scores in log2 units.
-  bf16* attn;
-  unsigned* cnt;
-  float scale_log2;
 };
 
 __device__ __forceinline__ const bf16* row_ptr(const Args& a, int r) {
@@ -212,119 +207,6 @@ __device__ __forceinline__ void fma8(float& acc, const uint4& w, const uint4& x)
   acc = fmaf(bf_hi(w.w), bf_hi(x.w), acc);
 }
 
-// k_qkv_row with attention: blocks are ordered kv head by kv head -- the group's query heads, then its k head,
-// then its v head, hd / 8 blocks per head (four RoPE pairs each) -- so the groups finish one after another and
-// the last block of each attends for it while later groups still stream their weights.
-__device__ __forceinline__ int qkv_group_size(const Args& a) { return a.h / a.kvh + 2; }  // heads per kv group
-__device__ __forceinline__ int qkv_first_unit(const Args& a, int blk) {
-  const int bph = a.hd / 8, g = a.h / a.kvh, per = (g + 2) * bph;
-  const int grp = blk / per, m = (blk - grp * per) / bph;
-  const int head = m < g ? grp * g + m : (m == g ? a.h + grp : a.h + a.kvh + grp);
-  return head * (a.hd / 2) + (blk % bph) * (kWarps / 2);
-}
-
-// One kv head's queries attend to cache positions 0 .. pos (batch 1), run by the block that finished the group:
-// the 8 warps split the keys (an online softmax per warp over 16-byte loads of K and V, hd / 8 lanes per key,
-// four load steps in flight), then merge in shared memory -- the arithmetic of attn_decode_fast_kernel. q and
-// the newest cache row were written by other blocks of this launch: read through L2 (ld.cg) after the handoff.
-__device__ void attend_group(const Args& a, int grp) {
-  constexpr int kRounds = 4;
-  __shared__ float wst[kWarps][2];
-  __shared__ float wacc[kWarps][2 * kRopeTable];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int tpk = a.hd / 8, kps = 32 / tpk, sub = lane % tpk, ks = lane / tpk, tk = kps * kRounds;
-  const int len = min(a.pos[0] + 1, a.max_seq);
-  const std::size_t row0 = static_cast<std::size_t>(grp) * a.max_seq * a.hd;
-  const uint4* kb = reinterpret_cast<const uint4*>(a.kc + row0) + sub;
-  const uint4* vb = reinterpret_cast<const uint4*>(a.vc + row0) + sub;
-  const int wpr = a.hd / 8, g = a.h / a.kvh;
-  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  for (int hh = 0; hh < g; ++hh) {
-    const int head = grp * g + hh;
-    const uint4 qw = __ldcg(reinterpret_cast<const uint4*>(a.q + static_cast<std::size_t>(head) * a.hd) + sub);
-    const unsigned qu[4] = {qw.x, qw.y, qw.z, qw.w};
-    float qv[8], acc[8];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      qv[2 * k] = bf_lo(qu[k]) * a.scale_log2;
-      qv[2 * k + 1] = bf_hi(qu[k]) * a.scale_log2;
-    }
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
-    for (int t0 = warp * tk; t0 < len; t0 += kWarps * tk) {  // uniform over the warp
-      uint4 kr[kRounds], vr[kRounds];
-#pragma unroll
-      for (int r = 0; r < kRounds; ++r) {
-        const int key = t0 + r * kps + ks;
-        kr[r] = key < len ? __ldcg(kb + static_cast<std::size_t>(key) * wpr) : zero;
-        vr[r] = key < len ? __ldcg(vb + static_cast<std::size_t>(key) * wpr) : zero;
-      }
-      float sc[kRounds];
-      float mx = -INFINITY;
-#pragma unroll
-      for (int r = 0; r < kRounds; ++r) {
-        const unsigned ku[4] = {kr[r].x, kr[r].y, kr[r].z, kr[r].w};
-        float dot = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          dot = fmaf(qv[2 * k], bf_lo(ku[k]), dot);
-          dot = fmaf(qv[2 * k + 1], bf_hi(ku[k]), dot);
-        }
-        for (int o = 1; o < tpk; o <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        sc[r] = t0 + r * kps + ks < len ? dot : -INFINITY;
-        mx = fmaxf(mx, sc[r]);
-      }
-      for (int o = tpk; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float m_new = fmaxf(m, mx), base = m_new == -INFINITY ? 0.0f : m_new, alpha = exp2f(m - base);
-      m = m_new;
-      l *= alpha;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[e] *= alpha;
-#pragma unroll
-      for (int r = 0; r < kRounds; ++r) {
-        const float p = exp2f(sc[r] - base);
-        const unsigned vu[4] = {vr[r].x, vr[r].y, vr[r].z, vr[r].w};
-        l += p;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          acc[2 * k] = fmaf(p, bf_lo(vu[k]), acc[2 * k]);
-          acc[2 * k + 1] = fmaf(p, bf_hi(vu[k]), acc[2 * k + 1]);
-        }
-      }
-    }
-    for (int o = tpk; o < 32; o <<= 1) {  // the warp's state: sums over its key lanes (equal p within a key)
-      l += __shfl_xor_sync(0xffffffffu, l, o);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], o);
-    }
-    if (ks == 0) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) wacc[warp][sub * 8 + e] = acc[e];
-      if (sub == 0) {
-        wst[warp][0] = m;
-        wst[warp][1] = l;
-      }
-    }
-    __syncthreads();
-    for (int o = threadIdx.x; o < a.hd; o += kThreads) {
-      float M = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, wst[w][0]);
-      const float base = M == -INFINITY ? 0.0f : M;
-      float L = 0.0f, A = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float f = exp2f(wst[w][0] - base);
-        L += f * wst[w][1];
-        A += f * wacc[w][o];
-      }
-      a.attn[static_cast<std::size_t>(head) * a.hd + o] = __float2bfloat16_rn(L > 0.0f ? A * (1.0f / L) : 0.0f);
-    }
-    __syncthreads();  // wst / wacc reused by the next head
-  }
-}
-
 // One row of x (batch 1): one output row per warp, kWU words per lane in flight, FMAs on the CUDA cores -- at
 // one row this reaches the floor sooner than the mma tiles, whose 16-row tiles leave too few warps (H100).
 // kQkv: warps 2w and 2w + 1 own rows i and i + hd/2 of one head and meet in shared memory.
@@ -337,7 +219,7 @@ __device__ __forceinline__ void row_body(const Args& a) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int row = 0, unit = 0;
   if constexpr (EPI == kQkv) {
-    unit = (a.attn ? qkv_first_unit(a, blockIdx.x) : blockIdx.x * (kWarps / 2)) + warp / 2;
+    unit = blockIdx.x * (kWarps / 2) + warp / 2;
     const int half = a.hd / 2, head = unit / half, i = unit - head * half;
     row = head * a.hd + i + (warp & 1) * half;
   } else {
@@ -386,24 +268,9 @@ __device__ __forceinline__ void row_body(const Args& a) {
   } else {
     if (lane == 0) res[warp] = round_bf16(acc);
     __syncthreads();
-    if (active && !(warp & 1) && lane == 0) {  // the pair's first warp finishes it
-      const int half = a.hd / 2, head = unit / half;
-      qkv_store(a, 0, head, unit - head * half, res[warp], res[warp + 1]);
-    }
-    if (!a.attn) return;
-    // The handoff (as a grid barrier arrives): the block's stores, a barrier, thread 0's fence and ticket; the
-    // group's last block resets the counter for the next launch and attends after its own fence.
-    __shared__ int last;
-    const int per = qkv_group_size(a) * (a.hd / 8), grp = blockIdx.x / per;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence();
-      last = atomicAdd(a.cnt + grp, 1u) == static_cast<unsigned>(per - 1);
-      if (last) a.cnt[grp] = 0u;
-      __threadfence();
-    }
-    __syncthreads();
-    if (last) attend_group(a, grp);
+    if (!active || (warp & 1) || lane != 0) return;  // the pair's first warp finishes it
+    const int half = a.hd / 2, head = unit / half;
+    qkv_store(a, 0, head, unit - head * half, res[warp], res[warp + 1]);
   }
 }
 
@@ -556,27 +423,9 @@ void gemv_rows(cudaStream_t st, const Tensor& a, const Tensor& b, Tensor& c, flo
   gemv::launch<gemv::kStore>(st, g);
 }
 
-std::size_t decode_qkv_counter_bytes(const Tensor& k_cache) {
-  return static_cast<std::size_t>(k_cache.dim(1)) * sizeof(unsigned);
-}
-
-// The attention inside k_qkv_row: batch 1 (the one-row kernel), hd / 8 lanes per key a power of two (head_dim
-// 16, 32, 64 or 128), and what decode_qkv_fused takes.
-bool decode_qkv_attn_fits(const Tensor& x, const Tensor& norm_w, const Tensor& wq_t, const Tensor& wk_t,
-                          const Tensor& wv_t, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                          const Tensor& attn) {
-  if (x.rank() != 2 || x.rows() != 1 || q.rank() != 3 || k_cache.rank() != 4 || attn.shape() != q.shape()) return false;
-  const std::int64_t hd = q.dim(2), h = q.dim(1), kvh = k_cache.dim(1);
-  if ((hd != 16 && hd != 32 && hd != 64 && hd != 128) || kvh < 1 || h % kvh != 0) return false;
-  if (attn.dtype() != DType::bf16 || !gemv::aligned16(attn.raw())) return false;
-  for (const Tensor* t : {&x, &norm_w, &wq_t, &wk_t, &wv_t, &q, &k_cache, &v_cache})
-    if (t->dtype() != DType::bf16 || !gemv::aligned16(t->raw())) return false;
-  return x.cols() % 8 == 0 && static_cast<std::size_t>(x.cols()) * sizeof(__nv_bfloat16) <= gemv::kMaxSmem;
-}
-
 bool decode_qkv_fused(cudaStream_t st, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t,
                       const Tensor& wk_t, const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q,
-                      Tensor& k_cache, Tensor& v_cache, Tensor* attn, void* counters) {
+                      Tensor& k_cache, Tensor& v_cache) {
   require(x.rank() == 2 && q.rank() == 3 && k_cache.rank() == 4 && k_cache.shape() == v_cache.shape() &&
               q.dim(0) == x.dim(0) && k_cache.dim(0) == x.dim(0) && k_cache.dim(3) == q.dim(2),
           "decode_qkv", "x [b, d], q [b, h, hd], caches [b, kvh, max_seq, hd] expected");
@@ -621,13 +470,6 @@ bool decode_qkv_fused(cudaStream_t st, const Tensor& x, const Tensor& norm_w, fl
   g.max_seq = static_cast<int>(k_cache.dim(2));
   for (std::int64_t i = 0; i < hd / 2; ++i)  // exactly as CpuOps::rope
     g.rope.f[i] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(hd));
-  if (attn) {
-    require(counters && b == 1 && decode_qkv_attn_fits(x, norm_w, wq_t, wk_t, wv_t, q, k_cache, v_cache, *attn),
-            "decode_qkv", "attention in the QKV kernel needs batch 1, head_dim 16/32/64/128 and its counters");
-    g.attn = attn->data<__nv_bfloat16>();
-    g.cnt = static_cast<unsigned*>(counters);
-    g.scale_log2 = 1.4426950408889634f / std::sqrt(static_cast<float>(hd));
-  }
   gemv::launch<gemv::kQkv>(st, g);
   return true;
 }
