@@ -32,7 +32,6 @@ struct UpDownArgs {
   int mrows;       // mask mode: 1 (2:8's gate kernel writes the row mask) or R (top-K: one row's bit per byte)
   int nslots;      // list mode: entries the list can hold
   int prefetch;    // all-channels mode: the first 16 channels' W_gate and W_up rows into L2 before the wait
-  int fin;         // EXPERIMENT (MOCBENCH_UD_FIN bits): 1 x preloaded before the counter, 2 split cluster barrier
 };
 
 __host__ __device__ inline std::size_t updown_stage_bytes(int smax, int d) {
@@ -352,11 +351,7 @@ __device__ __forceinline__ UdSlice ud_cluster_reduce(const UpDownArgs& a, const 
       atomicAdd(a.acc + static_cast<std::size_t>(r) * d + cc, sum);
     }
   }
-  if (a.fin & 2) {
-    asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");  // read; waited for before the block exits
-  } else {
-    cluster.sync();  // remote shared memory stays alive until every block has read it
-  }
+  cluster.sync();  // remote shared memory stays alive until every block has read it
   return sl;
 }
 
@@ -365,19 +360,12 @@ __device__ __forceinline__ UdSlice ud_cluster_reduce(const UpDownArgs& a, const 
 __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, const UdSlice& sl, int C) {
   const int d = a.d, tid = threadIdx.x, cs = sl.cs, c0 = sl.c0;
   const long long nb = gridDim.x;
-  // The first word of out this thread may add into, loaded before the counter (only this stage writes out).
-  const bool pre = (a.fin & 1) && cs % 8 == 0 && tid < a.R * (cs / 8);
-  uint4 xpre = make_uint4(0u, 0u, 0u, 0u);
-  if (pre) {
-    const int n8 = cs / 8, r = tid / n8;
-    xpre = __ldcg(reinterpret_cast<const uint4*>(a.out + static_cast<std::size_t>(r) * d + c0 + (tid - r * n8) * 8));
-  }
   __threadfence();
   __syncthreads();
   if (tid == 0)
     s.misc[8] = atomicAdd(a.ctrl + sl.slice * kLine, 1u) == static_cast<unsigned>(nb / C - 1) ? 1 : 0;
   __syncthreads();
-  if (!s.misc[8]) return;  // (k_updown's split cluster barrier is waited for after this function)
+  if (!s.misc[8]) return;
   __threadfence();
   if (cs % 8 == 0) {
     const int n8 = cs / 8;
@@ -388,7 +376,7 @@ __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, c
       const float4 v0 = __ldcg(ap), v1 = __ldcg(ap + 1);
       __stcg(ap, make_float4(0.f, 0.f, 0.f, 0.f));
       __stcg(ap + 1, make_float4(0.f, 0.f, 0.f, 0.f));
-      uint4 ov = pre && i == tid ? xpre : *reinterpret_cast<const uint4*>(a.out + o);
+      uint4 ov = *reinterpret_cast<const uint4*>(a.out + o);
       const float add[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
       unsigned* ow = reinterpret_cast<unsigned*>(&ov);
 #pragma unroll
@@ -446,7 +434,6 @@ __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
   UdSlice sl{0, a.d, 0};
   if (C > 1) sl = ud_cluster_reduce(a, s, C);
   ud_finish(a, s, sl, C);
-  if (C > 1 && (a.fin & 2)) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
 }
 
 }  // namespace
