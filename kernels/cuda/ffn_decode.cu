@@ -8,7 +8,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -411,11 +410,6 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   a.nslots = L.umax;
   a.mrows = cmode == kMaskChannels && p.kind == SelKind::topk ? p.rows : 1;
   a.prefetch = (opt.prefetch & 2) ? 1 : 0;
-  static const int bulk = [] {  // EXPERIMENT
-    const char* e = std::getenv("MOCBENCH_UD_BULK");
-    return e && e[0] == '1' ? 1 : 0;
-  }();
-  a.bulk = bulk;
   const int slots = cmode == kListChannels ? L.umax : p.d_ffn;
   const bool pdl = ch.next();
   with_rows(p.rows, [&](auto rp) {

@@ -32,7 +32,6 @@ struct UpDownArgs {
   int mrows;       // mask mode: 1 (2:8's gate kernel writes the row mask) or R (top-K: one row's bit per byte)
   int nslots;      // list mode: entries the list can hold
   int prefetch;    // all-channels mode: the first 16 channels' W_gate and W_up rows into L2 before the wait
-  int bulk;        // EXPERIMENT (MOCBENCH_UD_BULK=1): W_down rows staged by bulk copies (one thread, an mbarrier)
 };
 
 __host__ __device__ inline std::size_t updown_stage_bytes(int smax, int d) {
@@ -92,36 +91,9 @@ __device__ __forceinline__ UdSmem ud_carve(unsigned char* smem, int smax, int d,
   return s;
 }
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-// Waits for phase 0 of an mbarrier (the bulk copies' completion).
-__device__ __forceinline__ void mbar_wait_phase0(unsigned long long* bar) {
-  asm volatile(
-      "{\n .reg .pred p;\n WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n @!p bra WAIT_%=;\n}"
-      ::"r"(smem_addr(bar))
-      : "memory");
-}
-
-// The W_down rows of slots [0, n) into s.stage (cp.async, one commit group; with a.bulk, one thread's bulk copies
-// completing on *bar, which every thread waits for with mbar_wait_phase0 before reading s.stage).
-__device__ __forceinline__ void ud_stage_rows(const UpDownArgs& a, const UdSmem s, int n, unsigned long long* bar) {
+// The W_down rows of slots [0, n) into s.stage (cp.async, one commit group).
+__device__ __forceinline__ void ud_stage_rows(const UpDownArgs& a, const UdSmem s, int n) {
   const int d = a.d, per_row = d / 8;
-  if (a.bulk) {
-    if (threadIdx.x == 0) {
-      const unsigned b = smem_addr(bar);
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(n * d * 2) : "memory");
-      for (int i = 0; i < n; ++i)
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                smem_addr(s.stage + static_cast<std::size_t>(i) * d)),
-            "l"(a.wd + static_cast<std::size_t>(s.sch[i]) * d), "r"(d * 2), "r"(b)
-            : "memory");
-    }
-    return;
-  }
   for (int i = 0; i < n; ++i) {
     const bf16* src = a.wd + static_cast<std::size_t>(s.sch[i]) * d;
     bf16* dst = s.stage + static_cast<std::size_t>(i) * d;
@@ -134,8 +106,7 @@ __device__ __forceinline__ void ud_stage_rows(const UpDownArgs& a, const UdSmem 
 // Waits for the previous kernel (after staging in kAllChannels, whose channels are known in advance).
 // kMaskChannels also puts the kept channels' gate values (the gate kernel's G) into s.zs.
 template <int MODE>
-__device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, step::StampScope& stamp,
-                                           unsigned long long* bar) {
+__device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, step::StampScope& stamp) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const long long nb = gridDim.x, b = blockIdx.x;
   int n = 0;
@@ -151,7 +122,7 @@ __device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, 
       prefetch_l2(w + static_cast<std::size_t>(c0 + (tid >> 1)) * a.d, static_cast<unsigned>(a.d) * 2u);
     }
     __syncthreads();
-    ud_stage_rows(a, s, n, bar);
+    ud_stage_rows(a, s, n);
     griddep_launch();
     griddep_wait();
     stamp.start(step::StampKernel::k_updown, step::StageId::down);
@@ -170,7 +141,7 @@ __device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, 
     n = b < U ? static_cast<int>((U - 1 - b) / nb + 1) : 0;
     n = min(n, a.smax);
     __syncthreads();
-    ud_stage_rows(a, s, n, bar);
+    ud_stage_rows(a, s, n);
   } else {  // kMaskChannels: the kept channels of this block's range, compacted in channel order
     griddep_launch();
     griddep_wait();
@@ -209,7 +180,7 @@ __device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, 
       __syncthreads();
     }
     n = base;
-    ud_stage_rows(a, s, n, bar);
+    ud_stage_rows(a, s, n);
   }
   return n;
 }
@@ -440,8 +411,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
   step::StampScope stamp(a.stamps);
 
   // 1. This block's channels (weights of a fixed range are staged before the wait for the previous kernel).
-  __shared__ unsigned long long bar;  // the bulk copies' mbarrier (a.bulk)
-  const int n = ud_channels<MODE>(a, s, stamp, &bar);
+  const int n = ud_channels<MODE>(a, s, stamp);
   if constexpr (!FG && MODE != kMaskChannels) {  // (mask mode loaded them with the masks)
     // Gate values of the kept (channel, row) pairs, from the gate kernel.
     for (int i = threadIdx.x; i < n * 8; i += kThreads) {
@@ -455,8 +425,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
   stamp.claim();  // the stamp flag's read has landed by now; the mark below resolves
   // 3. z = SiLU(g) * u.
   ud_form_z<FG>(a, s, n);
-  if (a.bulk) mbar_wait_phase0(&bar);
-  else cp_async_wait_all();
+  cp_async_wait_all();
   __syncthreads();
   stamp.mark(FG ? step::StageId::gate_up : step::StageId::up);
   // 4. Down projection.
