@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Per-layer chain of a profiled decode step: each kernel's end minus its predecessor's end (the time it adds to
 the step), median per kernel name over the step's launches, from a mocbench database's CUPTI kernel records.
-Usage: chain.py DB [POINT_ID] [--timeline LAYER]  (default: every profiled point).
+Usage: chain.py DB [POINT_ID] [--timeline LAYER] [--stages]  (default: every profiled point).
 --timeline LAYER also prints that layer's kernels (from its QKV kernel to the next layer's) with start, end and
 duration relative to the step's first kernel (us), grid, registers and shared memory: where a kernel's early-launched
 blocks started, what overlapped -- bench/RESULTS.md part 9 read the pending-add experiment this way.
+--stages also prints the stage stamps of the point (kernels that stamp: the decode FFN's): each stage's duration, median
+over its launches, in kernel and stage order -- bench/RESULTS.md part 10 read the up/down kernel's "gate & up" and
+"down" this way.
 layer_svg.py draws the same adds against the kernels' byte floors (it imports kernel_rows and adds from here)."""
 import argparse
 import sqlite3
@@ -37,11 +40,26 @@ def adds(step_rows):
     return out
 
 
+def stage_medians(c, point):
+    """(kernel, stage, n, median us) for each stamped stage of the point, in the order the stages first ran."""
+    names = dict(c.execute("select id, value from StringIds"))
+    per, order = {}, []
+    for kernel, stage, start, end in c.execute(
+            "select kernel, stage, start, end from STAGE_STAMPS where point_id=? order by start", (point,)):
+        key = (names[kernel], names[stage])
+        if key not in per:
+            per[key] = []
+            order.append(key)
+        per[key].append((end - start) / 1e3)
+    return [(k, s, len(per[(k, s)]), statistics.median(per[(k, s)])) for k, s in order]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("db")
     ap.add_argument("point", nargs="?", type=int, help="point id (sweep index + 1); default every profiled point")
     ap.add_argument("--timeline", type=int, metavar="LAYER", help="also print this layer's kernels")
+    ap.add_argument("--stages", action="store_true", help="also print the stage stamps' median durations")
     args = ap.parse_args()
     timeline = args.timeline
     c = sqlite3.connect(args.db)
@@ -60,6 +78,12 @@ def main():
         for nm, v in sorted(per.items(), key=lambda kv: -sum(kv[1])):
             print(f"  {nm:28s} n {len(v):4d}  median add {statistics.median(v):7.2f} us  "
                   f"sum/step {sum(v) / len(steps):8.1f} us")
+        if args.stages:
+            st = stage_medians(c, p)
+            if not st:
+                print("  (no stage stamps at this point)")
+            for kernel, stage, n, med in st:
+                print(f"  stage {kernel:12s} {stage:12s} n {n:4d}  median {med:7.2f} us")
         if timeline is None:
             continue
         ks = [r for r in rows if r["step"] == steps[0]]
