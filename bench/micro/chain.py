@@ -44,8 +44,12 @@ def stage_medians(c, point):
     """(kernel, stage, n, median us) for each stamped stage of the point, in the order the stages first ran."""
     names = dict(c.execute("select id, value from StringIds"))
     per, order = {}, []
-    for kernel, stage, start, end in c.execute(
-            "select kernel, stage, start, end from STAGE_STAMPS where point_id=? order by start", (point,)):
+    try:
+        rows = c.execute("select kernel, stage, start, end from STAGE_STAMPS where point_id=? order by start",
+                         (point,)).fetchall()
+    except sqlite3.OperationalError:  # a database from before stage stamps were stored
+        rows = []
+    for kernel, stage, start, end in rows:
         key = (names[kernel], names[stage])
         if key not in per:
             per[key] = []
