@@ -44,17 +44,4 @@ for x in a b; do
   python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('pragma wal_checkpoint(TRUNCATE)'); c.close()" \
     "$OUT/$x.db" && rm -f "$OUT/$x.db-wal" "$OUT/$x.db-shm"
 done
-python3 - "$OUT" <<'EOF'
-import csv, os, statistics, sys
-out = sys.argv[1]
-for x in ("a", "b"):
-    per = {}
-    for f in [os.path.join(out, x + ".csv")]:
-        for row in csv.DictReader(open(f)):
-            if row.get("status") != "ok" or not row.get("median_ms"):
-                continue
-            key = (row["mode"], row["ffn"], row["batch"])
-            per.setdefault(key, []).append(float(row["median_ms"]))
-    for key, v in sorted(per.items()):
-        print(f"{x}: {' '.join(key)}  runs {' '.join(f'{t:.4f}' for t in v)}  median {statistics.median(v):.4f} ms")
-EOF
+python3 "$(dirname "$0")/run_medians.py" "a=$OUT/a.csv" "b=$OUT/b.csv"

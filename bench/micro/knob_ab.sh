@@ -34,9 +34,7 @@ else
 fi
 export LD_LIBRARY_PATH=$D MOCBENCH_CACHE_DIR=${MOCBENCH_CACHE_DIR:-/tmp/cache}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
-DBS=()
 for v in "${VALS[@]}"; do
-  DBS+=("$OUT/knob_$v.db")
   rm -f "$OUT/knob_$v.db" "$OUT/knob_$v.db-wal" "$OUT/knob_$v.db-shm"
 done
 for r in $(seq 1 "$ROUNDS"); do
@@ -50,17 +48,6 @@ for v in "${VALS[@]}"; do
   # The databases stay on the device (the device tool brings back only a few files): the CSVs carry the medians.
   rm -f "$OUT/knob_$v.db" "$OUT/knob_$v.db-wal" "$OUT/knob_$v.db-shm"
 done
-python3 - "$OUT" "$VAR" "${VALS[@]}" <<'EOF'
-import csv, os, statistics, sys
-out, var, vals = sys.argv[1], sys.argv[2], sys.argv[3:]
-for v in vals:
-    per = {}
-    for row in csv.DictReader(open(os.path.join(out, f"knob_{v}.csv"))):
-        if row.get("status") != "ok" or not row.get("median_ms"):
-            continue
-        per.setdefault((row["mode"], row["ffn"], row["batch"]), []).append(float(row["median_ms"]))
-    if not per:
-        print(f"{var}={v}: no point ran")
-    for key, t in sorted(per.items()):
-        print(f"{var}={v}: {' '.join(key)}  runs {' '.join(f'{x:.4f}' for x in t)}  median {statistics.median(t):.4f} ms")
-EOF
+ARGS=()
+for v in "${VALS[@]}"; do ARGS+=("$VAR=$v=$OUT/knob_$v.csv"); done
+python3 "$(dirname "$0")/run_medians.py" "${ARGS[@]}"
