@@ -465,6 +465,13 @@ int run_checks() {
         check_config(L, q, gen, "1b generic");
       }
     }
+    {
+      Options o{};
+      o.dense_ring = false;
+      Problem q = p;
+      q.kind = SelKind::dense;
+      check_config(L, q, o, "1b up/down kernel");
+    }
     Options alt{};  // the benchmark's other variants
     alt.pdl = false;
     alt.gate_unroll = 8;
@@ -661,6 +668,9 @@ int run_bench(int reps, int copies, const std::string& only) {
   add("moc generic", SelKind::topk, moc::kFfnAll)->opt.specialized = false;
   add("moc 2:8 generic", SelKind::grouped, moc::kFfnAll)->opt.specialized = false;
   add("dense generic", SelKind::dense, moc::kFfnAll)->opt.specialized = false;
+  add("dense up/down kernel", SelKind::dense, moc::kFfnAll)->opt.dense_ring = false;
+  add("dense up/down kernel no entry-PDL", SelKind::dense, moc::kFfnAll)->opt.dense_ring = false;
+  vars.back().opt.pdl_entry = false;
   add("gate+topK generic", SelKind::topk, moc::kFfnGate | moc::kFfnSelect)->opt.specialized = false;
   add("moc list", SelKind::topk, moc::kFfnAll)->opt.topk_list = true;
   add("moc all SMs", SelKind::topk, moc::kFfnAll)->opt.spare_sm = false;

@@ -27,6 +27,7 @@
 #include "kernels/cuda/ffn_decode_generic.cuh"
 #include "kernels/cuda/ffn_decode_select.cuh"
 #include "kernels/cuda/ffn_decode_updown.cuh"
+#include "kernels/cuda/ffn_decode_ring.cuh"
 #include "kernels/op_cost.h"
 
 namespace moc::cuda {
@@ -102,7 +103,7 @@ int grid_sms(bool spare) {
 
 // Clusters of C blocks (smem bytes each) that can be resident at once, cached per device and kernel.
 template <class Kernel>
-int max_active_clusters(Kernel kernel, std::size_t smem, int C) {
+int max_active_clusters(Kernel kernel, std::size_t smem, int C, int threads = kThreads) {
   static std::mutex mu;
   static std::map<std::tuple<int, std::uintptr_t, std::size_t, int>, int> done;
   int dev = 0;
@@ -115,7 +116,7 @@ int max_active_clusters(Kernel kernel, std::size_t smem, int C) {
   allow_smem(kernel, smem);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(C));
-  cfg.blockDim = dim3(kThreads);
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
   cfg.dynamicSmemBytes = smem;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -439,6 +440,64 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   MOC_CUDA_LAUNCHED("k_updown");
 }
 
+// The dense FFN through the ring kernel (ffn_decode_ring.cuh): rows <= 4 and d <= kDownCols (one pass of the
+// down projection in registers), at least two slots beside x and the block's gate values.
+// (launch_ring falls back to clusters of 1 on the grid of every SM, which this checks.)
+bool ring_ok(const Problem& p, const Options& opt) {
+  if (!opt.dense_ring || p.rows > kRingMaxRows || p.d > kDownCols) return false;
+  const int nb = std::max(1, std::min(device_limits().sms, p.d_ffn));
+  return ring_smem_bytes(2, p.d, kRingMaxRows, (p.d_ffn + nb - 1) / nb) <= device_limits().smem_optin;
+}
+
+void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
+  MOC_OP_COST(cost::ffn_decode_dense(cost_shape(p)));
+  const DeviceLimits lim = device_limits();
+  RingArgs a{};
+  a.stamps = step::stamp_buffer_if_made();
+  a.x = static_cast<const bf16*>(p.x);
+  a.wg = static_cast<const bf16*>(p.w_gate_t);
+  a.wu = static_cast<const bf16*>(p.w_up_t);
+  a.wd = static_cast<const bf16*>(p.w_down);
+  a.out = static_cast<bf16*>(p.out);
+  a.acc = B.acc;
+  a.ctrl = B.ctrl;
+  a.R = p.rows;
+  a.d = p.d;
+  a.F = p.d_ffn;
+  const unsigned row = static_cast<unsigned>(p.d) * 2u;
+  a.cps = static_cast<int>(std::min(16u, kRingSlotBytes / (2u * row)));
+  a.cpd = static_cast<int>(std::min(32u, kRingSlotBytes / row));
+  const bool pdl = ch.next();
+  with_rows(p.rows, [&](auto rp) {
+    constexpr int RP = decltype(rp)::value;
+    if constexpr (RP <= kRingMaxRows) {
+      auto kernel = k_updown<RP>;
+      int nb = std::max(1, std::min(lim.sms, p.d_ffn));
+      int C = nb >= 2 && p.d % 16 == 0 ? 2 : 1;  // cluster of 2: slices of d / 2 columns, 8-aligned
+      auto plan = [&]() {
+        a.nmax = (p.d_ffn + nb - 1) / nb;
+        const std::size_t fixed = ring_smem_bytes(0, p.d, RP, a.nmax);
+        a.S = static_cast<int>(std::min<std::size_t>(kRingMaxSlots, (lim.smem_optin - fixed) / kRingSlotBytes));
+        return ring_smem_bytes(a.S, p.d, RP, a.nmax);
+      };
+      if (C == 2) {
+        const int all = nb;
+        nb = nb / 2 * 2;
+        const int clusters = max_active_clusters(kernel, plan(), 2, kRingThreads);
+        if (clusters >= 1) nb = std::min(nb, clusters * 2);
+        if (clusters < 1 || (plan(), a.S < 2)) {
+          C = 1;
+          nb = all;
+        }
+      }
+      a.C = C;
+      const std::size_t smem = plan();
+      launch_ex(kernel, static_cast<unsigned>(nb), kRingThreads, smem, ch.st, C, pdl, a);
+    }
+  });
+  MOC_CUDA_LAUNCHED("k_updown");
+}
+
 // The generic path for one chunk.
 template <class T>
 void run_generic(const Problem& p, const Layout& L, const Buffers& B, cudaStream_t st) {
@@ -525,7 +584,8 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
       } else {
         launch_prep(B, ch);
       }
-      launch_updown(p, L, U, true, kAllChannels, ch, opt);
+      if (ring_ok(p, opt)) launch_ring(p, U, ch);
+      else launch_updown(p, L, U, true, kAllChannels, ch, opt);
     } else if (gate) {
       launch_gate(p, L, B, kGateOnly, false, ch, opt);
     }

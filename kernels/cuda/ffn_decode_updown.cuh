@@ -325,7 +325,9 @@ __device__ __forceinline__ UdSlice ud_cluster_reduce(const UpDownArgs& a, const 
   const float* parts[kMaxCluster];
 #pragma unroll
   for (int k = 0; k < kMaxCluster; ++k) parts[k] = k < C ? cluster.map_shared_rank(s.part, k) : s.part;
-  if (cs % 4 == 0) {
+  if (tid >= kThreads) {
+    // a wider block's extra warp (the ring kernel's producer) only takes part in the cluster barriers
+  } else if (cs % 4 == 0) {
     const int n4 = cs / 4;
     for (int i = tid; i < a.R * n4; i += kThreads) {
       const int r = i / n4, cc = c0 + (i - r * n4) * 4;
@@ -365,7 +367,7 @@ __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, c
   if (tid == 0)
     s.misc[8] = atomicAdd(a.ctrl + sl.slice * kLine, 1u) == static_cast<unsigned>(nb / C - 1) ? 1 : 0;
   __syncthreads();
-  if (!s.misc[8]) return;
+  if (!s.misc[8] || tid >= kThreads) return;  // (a wider block's extra warp: see ud_cluster_reduce)
   __threadfence();
   if (cs % 8 == 0) {
     const int n8 = cs / 8;

@@ -200,6 +200,12 @@ struct StampScope {
   __device__ void mark(StageId s) {
     if (!buf) return;
     __syncthreads();
+    mark_synced(s);
+  }
+  // The same after a barrier the kernel ran itself (of the threads that do the stage's work, thread 0 among them;
+  // the dense ring kernel's producer warp does not stop for it).
+  __device__ void mark_synced(StageId s) {
+    if (!buf) return;
     if (threadIdx.x == 0) resolve();
     stamp_mark_passed(st, s, -1);
   }

@@ -1,0 +1,263 @@
+// The dense decode FFN as one weight stream (ffn_decode.cu launches it; measurements in bench/micro/NOTES.md).
+#pragma once
+#include "kernels/cuda/ffn_decode_updown.cuh"
+
+namespace moc::cuda {
+namespace ffn {
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------
+// Ring kernel (dense, rows <= 4, d <= kDownCols): block b owns the channel range [c0, c1) as the up/down kernel
+// does, but every weight byte it reads -- its channels' W_gate and W_up rows, then their W_down rows -- arrives
+// through one ring of shared-memory slots that a producer warp fills with bulk copies (cp.async.bulk, completing
+// on an mbarrier per slot) in the order the consumers use them. The producer starts before the PDL wait and
+// never waits for anything but a free slot, so the SM keeps up to the whole ring (~190 KB) of requests in
+// flight across the kernel's two phases and its one block barrier; the up/down kernel instead issues its loads
+// in dependent batches from registers (the gate/up stream measured ~73% of the copy rate).
+// Item i of a block's stream: i < ngu: channels [i cps, +cps) of the range, their W_gate rows then their W_up
+// rows (two copies); else channels [(i - ngu) cpd, +cpd), their W_down rows (one copy). Slot i % S, phase i / S.
+// Consumers (8 warps): a gate/up item's (channel, matrix) dot products against x in shared memory, one warp each,
+// into gu; after every gate/up item, z = SiLU(g) u; a down item's rows times z into per-thread accumulators
+// (thread t: columns [8t, 8t + 8)). The partial [R, d] outputs then take the up/down kernel's way out: the
+// cluster's reduction in distributed shared memory, fp32 atomics, the last block of a column slice adds into out.
+
+constexpr int kRingConsumers = kThreads;             // 8 consumer warps
+constexpr int kRingThreads = kThreads + 32;          // + the producer warp
+constexpr unsigned kRingSlotBytes = 32u * 1024u;     // one slot: 4 gate+up channels or 8 W_down rows at d 2048
+constexpr int kRingMaxSlots = 8;
+constexpr int kRingMaxRows = 4;
+
+struct RingArgs {
+  const bf16* x;
+  const bf16* wg;
+  const bf16* wu;
+  const bf16* wd;
+  bf16* out;
+  float* acc;      // [R, d] fp32, zero on entry and on exit
+  unsigned* ctrl;  // column-slice counters kLine apart, zero on entry and on exit
+  step::StampBuf* stamps;
+  int R, d, F, C;
+  int cps, cpd;    // channels per gate/up item, per down item
+  int S;           // ring slots
+  int nmax;        // most channels of one block
+};
+
+// Shared memory: the ring, then x [RP, d] bf16, gu [nmax, 2, RP] and z [nmax, RP] fp32, the 2 S mbarriers, misc.
+__host__ __device__ inline std::size_t ring_smem_bytes(int S, int d, int rp, int nmax) {
+  std::size_t b = static_cast<std::size_t>(S) * kRingSlotBytes;
+  b += align16(static_cast<std::size_t>(rp) * d * 2);
+  b += align16(static_cast<std::size_t>(nmax) * rp * 3 * 4);
+  b += static_cast<std::size_t>(2 * kRingMaxSlots) * 8;
+  b += 64;
+  return b;
+}
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+// bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), completing on bar.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+}
+// A barrier of the consumer warps only (the producer may be waiting for a slot meanwhile).
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kRingConsumers) : "memory"); }
+
+__device__ __forceinline__ float dot8(const uint4 w, const uint4 x) {
+  float s = bf_lo(w.x) * bf_lo(x.x);
+  s = fmaf(bf_hi(w.x), bf_hi(x.x), s);
+  s = fmaf(bf_lo(w.y), bf_lo(x.y), s);
+  s = fmaf(bf_hi(w.y), bf_hi(x.y), s);
+  s = fmaf(bf_lo(w.z), bf_lo(x.z), s);
+  s = fmaf(bf_hi(w.z), bf_hi(x.z), s);
+  s = fmaf(bf_lo(w.w), bf_lo(x.w), s);
+  return fmaf(bf_hi(w.w), bf_hi(x.w), s);
+}
+
+template <int RP>
+__global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, d = a.d, S = a.S;
+  bf16* ring = reinterpret_cast<bf16*>(smem);
+  unsigned char* p = smem + static_cast<std::size_t>(S) * kRingSlotBytes;
+  bf16* xs = reinterpret_cast<bf16*>(p);
+  p += align16(static_cast<std::size_t>(RP) * d * 2);
+  float* gu = reinterpret_cast<float*>(p);  // [nmax][2][RP]
+  float* zs = gu + static_cast<std::size_t>(a.nmax) * 2 * RP;  // [nmax][RP]
+  p += align16(static_cast<std::size_t>(a.nmax) * RP * 3 * 4);
+  auto* full = reinterpret_cast<unsigned long long*>(p);
+  unsigned long long* empty = full + kRingMaxSlots;
+  int* misc = reinterpret_cast<int*>(empty + kRingMaxSlots);
+
+  const long long nb = gridDim.x, b = blockIdx.x;
+  const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb), n = c1 - c0;
+  const int ngu = (n + a.cps - 1) / a.cps, ndn = (n + a.cpd - 1) / a.cpd, T = ngu + ndn;
+  const std::size_t slot_elems = kRingSlotBytes / 2;
+  step::StampScope stamp(a.stamps);
+
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(full + s, 1);
+      mbar_init(empty + s, kRingConsumers / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  griddep_launch();
+
+  if (warp == kRingConsumers / 32) {
+    // Producer: weights do not depend on the previous kernel, so no wait.
+    if (lane == 0) {
+      for (int i = 0; i < T; ++i) {
+        const int s = i % S;
+        if (i >= S) mbar_wait(empty + s, static_cast<unsigned>((i / S) - 1) & 1u);
+        bf16* dst = ring + s * slot_elems;
+        if (i < ngu) {
+          const int j0 = i * a.cps, cnt = min(a.cps, n - j0);
+          const unsigned bytes = static_cast<unsigned>(cnt) * d * 2u;
+          const std::size_t off = static_cast<std::size_t>(c0 + j0) * d;
+          mbar_expect_tx(full + s, 2u * bytes);
+          bulk_copy(dst, a.wg + off, bytes, full + s);
+          bulk_copy(dst + static_cast<std::size_t>(cnt) * d, a.wu + off, bytes, full + s);
+        } else {
+          const int j0 = (i - ngu) * a.cpd, cnt = min(a.cpd, n - j0);
+          const unsigned bytes = static_cast<unsigned>(cnt) * d * 2u;
+          mbar_expect_tx(full + s, bytes);
+          bulk_copy(dst, a.wd + static_cast<std::size_t>(c0 + j0) * d, bytes, full + s);
+        }
+      }
+    }
+    __syncwarp();
+  } else {
+    // Consumers. x (the previous kernel's output) after the wait.
+    griddep_wait();
+    stamp.start(step::StampKernel::k_updown, step::StageId::down);
+    for (int i = tid; i < RP * d / 8; i += kRingConsumers) {
+      const int r = i / (d / 8);
+      const uint4 v = r < a.R ? ld_x(a.x + static_cast<std::size_t>(i) * 8) : make_uint4(0, 0, 0, 0);
+      reinterpret_cast<uint4*>(xs)[i] = v;
+    }
+    consumers_sync();
+    // Gate/up items.
+    for (int i = 0; i < ngu; ++i) {
+      const int s = i % S, j0 = i * a.cps, cnt = min(a.cps, n - j0);
+      mbar_wait(full + s, static_cast<unsigned>(i / S) & 1u);
+      const bf16* slot = ring + s * slot_elems;
+      for (int u = warp; u < 2 * cnt; u += kRingConsumers / 32) {
+        const bf16* row = slot + static_cast<std::size_t>(u) * d;
+        float acc[RP];
+#pragma unroll
+        for (int r = 0; r < RP; ++r) acc[r] = 0.f;
+#pragma unroll 4
+        for (int col = lane * 8; col < d; col += 256) {
+          const uint4 w = *reinterpret_cast<const uint4*>(row + col);
+#pragma unroll
+          for (int r = 0; r < RP; ++r)
+            acc[r] += dot8(w, *reinterpret_cast<const uint4*>(xs + static_cast<std::size_t>(r) * d + col));
+        }
+#pragma unroll
+        for (int r = 0; r < RP; ++r) acc[r] = warp_sum(acc[r]);
+        if (lane == 0) {
+          const int j = j0 + (u < cnt ? u : u - cnt), m = u < cnt ? 0 : 1;
+#pragma unroll
+          for (int r = 0; r < RP; ++r) gu[(j * 2 + m) * RP + r] = acc[r];
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty + s);
+    }
+    consumers_sync();
+    stamp.claim();
+    for (int i = tid; i < n * RP; i += kRingConsumers) {
+      const int j = i / RP, r = i - j * RP;
+      zs[i] = r < a.R ? silu_f(gu[(j * 2) * RP + r]) * gu[(j * 2 + 1) * RP + r] : 0.f;
+    }
+    consumers_sync();
+    stamp.mark_synced(step::StageId::gate_up);
+    // Down items: thread t owns columns [8t, 8t + 8) (d <= kDownCols).
+    float acc[RP][8];
+#pragma unroll
+    for (int r = 0; r < RP; ++r)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[r][e] = 0.f;
+    const int c = tid * 8;
+    for (int i = ngu; i < T; ++i) {
+      const int s = i % S, j0 = (i - ngu) * a.cpd, cnt = min(a.cpd, n - j0);
+      mbar_wait(full + s, static_cast<unsigned>(i / S) & 1u);
+      const bf16* slot = ring + s * slot_elems;
+      if (c < d) {
+        for (int jj = 0; jj < cnt; ++jj) {
+          const uint4 w = *reinterpret_cast<const uint4*>(slot + static_cast<std::size_t>(jj) * d + c);
+          const float wf[8] = {bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y),
+                               bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w)};
+#pragma unroll
+          for (int r = 0; r < RP; ++r) {
+            const float z = zs[(j0 + jj) * RP + r];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[r][e] = fmaf(z, wf[e], acc[r][e]);
+          }
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty + s);
+    }
+    consumers_sync();  // every item consumed: the ring is free (no copy is in flight) and holds the partials
+    float* part = reinterpret_cast<float*>(smem);
+    if (c < d) {
+#pragma unroll
+      for (int r = 0; r < RP; ++r)
+        if (r < a.R) {
+          float4* dst = reinterpret_cast<float4*>(part + static_cast<std::size_t>(r) * d + c);
+          if (a.C == 1) {
+            float4* g = reinterpret_cast<float4*>(a.acc + static_cast<std::size_t>(r) * d + c);
+            atomicAdd(g, make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+            atomicAdd(g + 1, make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]));
+          } else {
+            dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+            dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
+          }
+        }
+    }
+  }
+  // Every thread (the producer warp too): the cluster's reduction and the last blocks' pass into out, as in the
+  // up/down kernel (their loops run on the first kThreads threads).
+  UpDownArgs u{};
+  u.out = a.out;
+  u.acc = a.acc;
+  u.ctrl = a.ctrl;
+  u.R = a.R;
+  u.d = a.d;
+  UdSmem us{};
+  us.part = reinterpret_cast<float*>(smem);
+  us.misc = misc;
+  UdSlice sl{0, a.d, 0};
+  if (a.C > 1) sl = ud_cluster_reduce(u, us, a.C);
+  ud_finish(u, us, sl, a.C);
+}
+
+}  // namespace
+}  // namespace ffn
+}  // namespace moc::cuda
