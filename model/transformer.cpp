@@ -558,9 +558,13 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
     }
     {
       ScopedRange sr(ranges_, "ffn");
-      o.rmsnorm_forward(x, lp.ffn_norm->value, cfg_.norm_eps, xn, rstd);
-      if (decode_layout_) ffns_[static_cast<std::size_t>(l)].decode(xn, ffn_weights(l), x, nullptr, ranges_);
-      else ffns_[static_cast<std::size_t>(l)].forward(xn, ffn_weights(l), x, 1.0f, false, ranges_);
+      if (decode_layout_) {  // the FFN's RMSNorm inside the op (on the GPU: inside the dense FFN's ring kernel)
+        ffns_[static_cast<std::size_t>(l)].decode(x, ffn_weights(l), x, nullptr, ranges_, &lp.ffn_norm->value,
+                                                  cfg_.norm_eps);
+      } else {
+        o.rmsnorm_forward(x, lp.ffn_norm->value, cfg_.norm_eps, xn, rstd);
+        ffns_[static_cast<std::size_t>(l)].forward(xn, ffn_weights(l), x, 1.0f, false, ranges_);
+      }
     }
   }
   ScopedRange sr(ranges_, "head");

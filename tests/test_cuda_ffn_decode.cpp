@@ -6,7 +6,7 @@
 // another order); outputs are compared with the CPU run on the GPU's selection (force_idx). Also: the parts
 // of a call, ties and NaN, threshold bins too full to rank pairwise, graph replay (with a copy node before
 // the call and two calls back to back), the top-K hand-offs (mask bytes and union list) against each other, bad
-// arguments.
+// arguments, the FFN's RMSNorm inside the op (in place).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -311,6 +311,75 @@ TEST(GpuFfnDecode, GroupedMatchesCpu) {
     upload_layer(*gpu, *cpu, L);
     check_call(*gpu, *cpu, L, &sels[0]);
   }
+}
+
+// The FFN's RMSNorm inside the op (DecodeFfnWeights::norm; the decode step's call): x is the residual stream,
+// out is x itself (the residual add in place). On the GPU the norm runs inside the dense ring kernel (bf16,
+// rows <= 4) and as its own kernel before the FFN's elsewhere (MoC, f32, more rows). Against the CPU's composed ops: rmsnorm_forward, then the FFN on the GPU's
+// selection; the selection against the CPU's own on its normalized x; a poisoned idx_out.
+TEST(GpuFfnDecode, NormInsideTheOpMatchesTheComposedOps) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const MocSelect sels[] = {{17, 0, 0, SelectRule::gate}, {0, 2, 8, SelectRule::gate}, {0, 3, 7, SelectRule::silu},
+                            {1024, 0, 0, SelectRule::gate}};
+  const Size sizes[] = {{64, 37}, {136, 301}, kPaper};  // (d 136: clusters of 1 in the ring kernel; 64: of 2)
+  for (DType dt : kTypes)
+    for (const Size& s : sizes)
+      for (int R : {1, 2, 3, 4, 9}) {
+        if (dt == DType::f32 && s.F == kPaper.F && R > 1) continue;  // (the f32 paper layer is slow on the CPU)
+        Layer L = make_layer(rng, R, s.d, s.F, dt);
+        std::vector<float> nw = round_to(randn(rng, static_cast<std::size_t>(s.d), 0.3f), dt);
+        for (float& v : nw) v += 1.0f;
+        Tensor ng, nc;
+        upload_pair(*gpu, *cpu, ng, nc, {s.d}, dt, nw);
+        // The CPU's normalized x (for the host gate values the selection is judged by).
+        Tensor xc = cpu->empty({R, s.d}, dt, workspace_tag()), xn = cpu->empty({R, s.d}, dt, workspace_tag());
+        Tensor rstd = cpu->empty({R}, DType::f32, workspace_tag());
+        cpu->upload_f32(xc, L.out0);
+        cpu->rmsnorm_forward(xc, nc, 1e-5f, xn, rstd);
+        Layer Ln = L;
+        Ln.x = cpu->download_f32(xn);
+        upload_layer(*gpu, *cpu, L);
+        for (int si = -1; si < 4; ++si) {
+          const MocSelect* sel = si < 0 ? nullptr : &sels[si];
+          if (sel && !sel->grouped() && sel->k > s.F) continue;
+          const std::string what = "norm " + sel_str(sel) + " rows " + std::to_string(R) + " d " +
+                                   std::to_string(s.d) + " d_ffn " + std::to_string(s.F) + " " + std::string(dtype_name(dt));
+          SCOPED_TRACE(what);
+          DecodeFfnWeights gw = L.gw(), cw = L.cw();
+          gw.norm = &ng;
+          cw.norm = &nc;
+          gw.norm_eps = cw.norm_eps = 1e-5f;
+          // The residual stream h = out0, normalized and fed to the FFN, the result added to h in place.
+          Tensor hg = gpu->empty({R, s.d}, dt, workspace_tag()), hc = cpu->empty({R, s.d}, dt, workspace_tag());
+          gpu->upload_f32(hg, L.out0);
+          cpu->upload_f32(hc, L.out0);
+          if (!sel) {
+            gpu->ffn_decode(hg, gw, nullptr, hg);
+            cpu->ffn_decode(hc, cw, nullptr, hc);
+            expect_same_out(what, gpu->download_f32(hg), cpu->download_f32(hc), L.out0, dt);
+            continue;
+          }
+          const int kept = sel->kept(s.F);
+          Tensor ig = poisoned_idx(*gpu, R, kept);
+          gpu->ffn_decode(hg, gw, sel, hg, nullptr, &ig);
+          const std::vector<std::int32_t> gidx = gpu->download_i32(ig);
+          Tensor ic = cpu->empty({R, kept}, DType::i16, workspace_tag());
+          Tensor scratch = cpu->empty({R, s.d}, dt, workspace_tag());
+          cpu->upload_f32(scratch, L.out0);
+          cpu->ffn_decode(scratch, cw, sel, scratch, nullptr, &ic, kFfnGate | kFfnSelect);
+          expect_same_selection(what, gidx, cpu->download_i32(ic), host_gate(Ln), R, s.F, *sel);
+          bool in_range = true;
+          for (std::int32_t j : gidx) in_range = in_range && j >= 0 && j < s.F;
+          if (!in_range) continue;  // reported above
+          Tensor fc = idx_tensor(*cpu, gidx, R, kept);
+          cpu->ffn_decode(hc, cw, sel, hc, &fc);
+          expect_same_out(what, gpu->download_f32(hg), cpu->download_f32(hc), L.out0, dt);
+        }
+      }
 }
 
 // (c) The parts of a call: gate only leaves out and idx_out alone; gate + select writes idx_out only;

@@ -9,6 +9,15 @@ namespace moc::cpu {
 
 void CpuOps::ffn_decode(const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
                         const Tensor* force_idx, Tensor* idx_out, unsigned parts) {
+  if (w.norm) {  // the FFN's RMSNorm first: the composed ops (x may be out itself)
+    Tensor xn = empty({x.rows(), x.cols()}, x.dtype(), workspace_tag());
+    Tensor rstd = empty({x.rows()}, DType::f32, workspace_tag());
+    rmsnorm_forward(x, *w.norm, w.norm_eps, xn, rstd);
+    DecodeFfnWeights plain = w;
+    plain.norm = nullptr;
+    ffn_decode(xn, plain, sel, out, force_idx, idx_out, parts);
+    return;
+  }
   const std::int64_t n = x.rows(), d = x.cols();
   require(w.w_gate_t && w.w_up_t && w.w_down, "ffn_decode", "all three weights are needed");
   const std::int64_t F = w.w_gate_t->rows();

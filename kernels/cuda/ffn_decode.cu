@@ -455,6 +455,8 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
   RingArgs a{};
   a.stamps = step::stamp_buffer_if_made();
   a.x = static_cast<const bf16*>(p.x);
+  a.norm = static_cast<const bf16*>(p.norm);
+  a.eps = p.norm_eps;
   a.wg = static_cast<const bf16*>(p.w_gate_t);
   a.wu = static_cast<const bf16*>(p.w_up_t);
   a.wd = static_cast<const bf16*>(p.w_down);
@@ -477,7 +479,7 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
       auto plan = [&]() {
         a.nmax = (p.d_ffn + nb - 1) / nb;
         const std::size_t fixed = ring_smem_bytes(0, p.d, RP, a.nmax);
-        a.S = static_cast<int>(std::min<std::size_t>(kRingMaxSlots, (lim.smem_optin - fixed) / kRingSlotBytes));
+        a.S = static_cast<int>(std::min<std::size_t>(kRingSlots, (lim.smem_optin - fixed) / kRingSlotBytes));
         return ring_smem_bytes(a.S, p.d, RP, a.nmax);
       };
       if (C == 2) {
@@ -616,7 +618,7 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
   if (updown) launch_updown(p, L, B, false, masks ? kMaskChannels : kListChannels, ch, opt, spare);
 }
 
-void validate(const Problem& p, const void* ws, std::size_t ws_size) {
+void validate(const Problem& p, const void* ws, std::size_t ws_size, const Options& opt) {
   const char* op = "ffn_decode";
   require(p.rows >= 0 && p.d > 0 && p.d_ffn > 0, op, "rows, d and d_ffn must be positive");
   require(p.d_ffn <= 65536, op, "d_ffn above 65536 does not fit i16 channel indices");
@@ -630,6 +632,7 @@ void validate(const Problem& p, const void* ws, std::size_t ws_size) {
   if (moc && (p.parts & kFfnUpDown) && !(p.parts & kFfnSelect))
     require(p.force_idx != nullptr, op, "up/down without selection needs force_idx");
   require(ws != nullptr && ws_size >= workspace_bytes(p), op, "workspace too small");
+  require(!p.norm || norm_inside(p, opt), op, "the norm runs inside only the dense ring kernel's calls (norm_inside)");
 }
 
 }  // namespace
@@ -653,9 +656,14 @@ bool fast_path(const Problem& p, const Options& opt) {
   return fast_chunk(c, opt);
 }
 
+bool norm_inside(const Problem& p, const Options& opt) {
+  return p.kind == SelKind::dense && (p.parts & kFfnUpDown) && p.rows >= 1 && fast_path(p, opt) && ring_ok(p, opt) &&
+         (!p.norm || aligned16(p.norm));
+}
+
 void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaStream_t stream, const Options& opt,
             void* zeroed) {
-  validate(p, workspace, workspace_size);
+  validate(p, workspace, workspace_size, opt);
   const std::size_t es = dtype_bytes(p.dtype);
   const int kept = p.kept();
   for (int r0 = 0; r0 < p.rows; r0 += kMaxRows) {
@@ -747,6 +755,20 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   p.force_idx = force_idx ? force_idx->data<std::uint16_t>() : nullptr;
   p.idx_out = idx_out ? idx_out->data<std::uint16_t>() : nullptr;
   p.parts = parts;
+  Tensor xn, rstd;
+  if (w.norm) {
+    require(w.norm->dtype() == dt && w.norm->numel() == d && w.norm->device() == DeviceKind::cuda, op,
+            "norm must be [d] of x's dtype on the GPU");
+    p.norm = w.norm->raw();
+    p.norm_eps = w.norm_eps;
+    if (!ffn::norm_inside(p)) {  // elsewhere the norm is its own kernel first (the composed ops)
+      xn = ops.empty({n, d}, dt, workspace_tag());
+      rstd = ops.empty({n}, DType::f32, workspace_tag());
+      ops.rmsnorm_forward(x, *w.norm, w.norm_eps, xn, rstd);
+      p.x = xn.raw();
+      p.norm = nullptr;
+    }
+  }
   const std::size_t bytes = ffn::workspace_bytes(p);
   Tensor ws = ops.empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
   // The dense FFN keeps its accumulator and counters in the ops' zeroed scratch (no prep kernel per call).

@@ -47,6 +47,10 @@ struct Problem {
   const std::uint16_t* force_idx = nullptr;  // [rows, kept] or null
   std::uint16_t* idx_out = nullptr;          // [rows, kept] or null
   unsigned parts = kFfnAll;
+  // The FFN's RMSNorm weight [d] (or null): x is then the residual stream, normalized inside the dense ring
+  // kernel (norm_inside); out may be x.
+  const void* norm = nullptr;
+  float norm_eps = 0.0f;
   int kept() const;  // channels kept per row (d_ffn when dense)
 };
 
@@ -94,6 +98,8 @@ void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaS
             const Options& opt = {}, void* zeroed = nullptr);
 // True when launch() takes the fast path for this problem (bf16, aligned, d % 8 == 0, fits shared memory).
 bool fast_path(const Problem& p, const Options& opt = {});
+// True when the problem runs as the dense ring kernel, which can take the FFN's RMSNorm (Problem::norm) inside.
+bool norm_inside(const Problem& p, const Options& opt = {});
 
 // Benchmark helper (fast path, MoC top-K or a:b, rows <= 8): re-issues only the up/down kernel on a workspace
 // left by a previous full launch of the same problem (gate values and selection still there, accumulator and

@@ -25,10 +25,15 @@ constexpr int kRingConsumers = kThreads;             // 8 consumer warps
 constexpr int kRingThreads = kThreads + 32;          // + the producer warp
 constexpr unsigned kRingSlotBytes = 32u * 1024u;     // one slot: 4 gate+up channels or 8 W_down rows at d 2048
 constexpr int kRingMaxSlots = 8;
+// Slots the launch uses (fewer where shared memory is short): on the H100's decode step 4 (128 KB) measured faster
+// than 6 (the most that fit), 3 or 2 (1.281 vs 1.302 / 1.307 / 1.312 ms per token, dense batch 1, bench/RESULTS.md).
+constexpr int kRingSlots = 4;
 constexpr int kRingMaxRows = 4;
 
 struct RingArgs {
-  const bf16* x;
+  const bf16* x;     // [R, d]: the FFN's input, or with norm the residual stream it normalizes (out may be x)
+  const bf16* norm;  // [d] RMSNorm weight, or null
+  float eps;
   const bf16* wg;
   const bf16* wu;
   const bf16* wd;
@@ -48,7 +53,8 @@ __host__ __device__ inline std::size_t ring_smem_bytes(int S, int d, int rp, int
   b += align16(static_cast<std::size_t>(rp) * d * 2);
   b += align16(static_cast<std::size_t>(nmax) * rp * 3 * 4);
   b += static_cast<std::size_t>(2 * kRingMaxSlots) * 8;
-  b += 64;
+  b += 64;                                          // misc
+  b += static_cast<std::size_t>(kRingConsumers / 32) * kRingMaxRows * 4;  // the norm's per-warp sums
   return b;
 }
 
@@ -111,6 +117,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   auto* full = reinterpret_cast<unsigned long long*>(p);
   unsigned long long* empty = full + kRingMaxSlots;
   int* misc = reinterpret_cast<int*>(empty + kRingMaxSlots);
+  float* red = reinterpret_cast<float*>(misc + 16);  // [8 warps][RP]
 
   const long long nb = gridDim.x, b = blockIdx.x;
   const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb), n = c1 - c0;
@@ -155,10 +162,51 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
     // Consumers. x (the previous kernel's output) after the wait.
     griddep_wait();
     stamp.start(step::StampKernel::k_updown, step::StageId::down);
-    for (int i = tid; i < RP * d / 8; i += kRingConsumers) {
-      const int r = i / (d / 8);
+    const int nv = d / 8;
+    float ss[RP];
+#pragma unroll
+    for (int r = 0; r < RP; ++r) ss[r] = 0.f;
+    for (int i = tid; i < RP * nv; i += kRingConsumers) {
+      const int r = i / nv;
       const uint4 v = r < a.R ? ld_x(a.x + static_cast<std::size_t>(i) * 8) : make_uint4(0, 0, 0, 0);
       reinterpret_cast<uint4*>(xs)[i] = v;
+      const float sq = dot8(v, v);
+#pragma unroll
+      for (int k = 0; k < RP; ++k) ss[k] += k == r ? sq : 0.f;
+    }
+    if (a.norm) {
+      // The FFN's RMSNorm, as rmsnorm_forward computes it (rounded to bf16), each block for itself: x is 4 KB a row.
+#pragma unroll
+      for (int r = 0; r < RP; ++r) {
+        ss[r] = warp_sum(ss[r]);
+        if (lane == 0) red[warp * RP + r] = ss[r];
+      }
+      consumers_sync();
+      float rs[RP];
+#pragma unroll
+      for (int r = 0; r < RP; ++r) {
+        float t = 0.f;
+#pragma unroll
+        for (int w = 0; w < kRingConsumers / 32; ++w) t += red[w * RP + r];
+        rs[r] = static_cast<float>(1.0 / sqrt(static_cast<double>(t) / static_cast<double>(d) + a.eps));
+      }
+      for (int i = tid; i < a.R * nv; i += kRingConsumers) {  // the words this thread staged
+        const int r = i / nv;
+        float rr = rs[0];
+#pragma unroll
+        for (int k = 1; k < RP; ++k) rr = k == r ? rs[k] : rr;
+        uint4 v = reinterpret_cast<const uint4*>(xs)[i];
+        const uint4 w = __ldg(reinterpret_cast<const uint4*>(a.norm) + (i - r * nv));
+        unsigned* vw = reinterpret_cast<unsigned*>(&v);
+        const unsigned ww[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const __nv_bfloat162 h2 =
+              __floats2bfloat162_rn(bf_lo(vw[e]) * rr * bf_lo(ww[e]), bf_hi(vw[e]) * rr * bf_hi(ww[e]));
+          vw[e] = *reinterpret_cast<const unsigned*>(&h2);
+        }
+        reinterpret_cast<uint4*>(xs)[i] = v;
+      }
     }
     consumers_sync();
     // Gate/up items.
