@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -493,7 +494,11 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
         }
       }
       a.C = C;
-      const std::size_t smem = plan();
+      std::size_t smem = plan();
+      if (const char* e = std::getenv("MOCBENCH_RING_S")) {
+        a.S = std::max(2, std::min(kRingMaxSlots, std::atoi(e)));
+        smem = ring_smem_bytes(a.S, p.d, RP, a.nmax);
+      }
       launch_ex(kernel, static_cast<unsigned>(nb), kRingThreads, smem, ch.st, C, pdl, a);
     }
   });
