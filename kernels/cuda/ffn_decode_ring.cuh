@@ -1,5 +1,6 @@
 // The dense decode FFN as one weight stream (ffn_decode.cu launches it; measurements in bench/micro/NOTES.md).
 #pragma once
+#include "kernels/cuda/bulk_ring.cuh"
 #include "kernels/cuda/ffn_decode_updown.cuh"
 
 namespace moc::cuda {
@@ -57,40 +58,6 @@ __host__ __device__ inline std::size_t ring_smem_bytes(int S, int d, int rp, int
   b += static_cast<std::size_t>(kRingConsumers / 32) * kRingMaxRows * 4;  // the norm's per-warp sums
   return b;
 }
-
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-// Waits until the phase of parity `parity` has completed.
-__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAIT_%=;\n"
-      "}\n" ::"r"(smem_u32(bar)),
-      "r"(parity)
-      : "memory");
-}
-// bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), completing on bar.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
-      "l"(src), "r"(bytes), "r"(smem_u32(bar))
-      : "memory");
-}
-// A barrier of the consumer warps only (the producer may be waiting for a slot meanwhile).
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kRingConsumers) : "memory"); }
 
 __device__ __forceinline__ float dot8(const uint4 w, const uint4 x) {
   float s = bf_lo(w.x) * bf_lo(x.x);
@@ -181,7 +148,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
         ss[r] = warp_sum(ss[r]);
         if (lane == 0) red[warp * RP + r] = ss[r];
       }
-      consumers_sync();
+      consumers_sync<kRingConsumers>();
       float rs[RP];
 #pragma unroll
       for (int r = 0; r < RP; ++r) {
@@ -208,7 +175,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
         reinterpret_cast<uint4*>(xs)[i] = v;
       }
     }
-    consumers_sync();
+    consumers_sync<kRingConsumers>();
     // Gate/up items.
     for (int i = 0; i < ngu; ++i) {
       const int s = i % S, j0 = i * a.cps, cnt = min(a.cps, n - j0);
@@ -237,13 +204,13 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
       __syncwarp();
       if (lane == 0) mbar_arrive(empty + s);
     }
-    consumers_sync();
+    consumers_sync<kRingConsumers>();
     stamp.claim();
     for (int i = tid; i < n * RP; i += kRingConsumers) {
       const int j = i / RP, r = i - j * RP;
       zs[i] = r < a.R ? silu_f(gu[(j * 2) * RP + r]) * gu[(j * 2 + 1) * RP + r] : 0.f;
     }
-    consumers_sync();
+    consumers_sync<kRingConsumers>();
     stamp.mark_synced(step::StageId::gate_up);
     // Down items: thread t owns columns [8t, 8t + 8) (d <= kDownCols).
     float acc[RP][8];
@@ -272,7 +239,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
       __syncwarp();
       if (lane == 0) mbar_arrive(empty + s);
     }
-    consumers_sync();  // every item consumed: the ring is free (no copy is in flight) and holds the partials
+    consumers_sync<kRingConsumers>();  // every item consumed: the ring is free (no copy is in flight) and holds the partials
     float* part = reinterpret_cast<float*>(smem);
     if (c < d) {
 #pragma unroll
