@@ -21,7 +21,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
 #include <cstdint>
 
@@ -275,16 +274,6 @@ __device__ __forceinline__ void row_body(const Args& a) {
   }
 }
 
-}  // namespace
-}  // namespace gemv
-}  // namespace moc::cuda
-
-#include "kernels/cuda/decode_qkv_ring.cuh"  // k_qkv_ring: the batch-1 QKV through a ring of bulk copies
-
-namespace moc::cuda {
-namespace gemv {
-namespace {
-
 // Block b takes a balanced range of tiles; in a tile, lane (g, q) streams 8 columns of rows g and g + 8 per
 // 32-column step, the 8 warps split d, and the partial 16 x 8 blocks of dot products meet in shared memory.
 template <int EPI>
@@ -388,15 +377,6 @@ int sm_count() {
 template <int EPI>
 void launch(cudaStream_t st, const Args& a) {
   const std::size_t smem = EPI == kQkv || a.R == 1 ? static_cast<std::size_t>(a.R) * a.d * sizeof(bf16) : 0;
-  if (EPI == kQkv && a.R == 1 && a.d <= 4096 && !(std::getenv("MOCBENCH_QKV_RING") && std::atoi(std::getenv("MOCBENCH_QKV_RING")) == 0)) {  // the ring kernel (decode_qkv_ring.cuh)
-    const int blocks = std::max(1, std::min(sm_count(), a.units));
-    const qring::Plan pl = qring::plan(a.d, a.units, blocks);
-    const std::size_t bytes = qring::smem_bytes(a.d, pl.umax, pl.split);
-    allow_smem(k_qkv_ring, bytes);
-    launch_pdl("k_qkv_ring", k_qkv_ring, dim3(static_cast<unsigned>(blocks)), dim3(qring::kThreadsAll), bytes, st, a,
-               pl);
-    return;
-  }
   if (a.R == 1) {
     const dim3 grid(static_cast<unsigned>(ceil_div(a.units, EPI == kQkv ? kWarps / 2 : kWarps)));
     auto kernel = EPI == kQkv ? k_qkv_row : k_gemv_row;
