@@ -1,4 +1,3 @@
-#include <cstdlib>
 #include "model/transformer.h"
 
 #include <algorithm>
@@ -559,12 +558,9 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
     }
     {
       ScopedRange sr(ranges_, "ffn");
-      if (decode_layout_ && !(std::getenv("MOCBENCH_FFN_NORM") && std::atoi(std::getenv("MOCBENCH_FFN_NORM")) == 0)) {  // the FFN's RMSNorm inside the op (on the GPU: inside the dense FFN's ring kernel)
+      if (decode_layout_) {  // the FFN's RMSNorm inside the op (on the GPU: inside the dense FFN's ring kernel)
         ffns_[static_cast<std::size_t>(l)].decode(x, ffn_weights(l), x, nullptr, ranges_, &lp.ffn_norm->value,
                                                   cfg_.norm_eps);
-      } else if (decode_layout_) {
-        o.rmsnorm_forward(x, lp.ffn_norm->value, cfg_.norm_eps, xn, rstd);
-        ffns_[static_cast<std::size_t>(l)].decode(xn, ffn_weights(l), x, nullptr, ranges_);
       } else {
         o.rmsnorm_forward(x, lp.ffn_norm->value, cfg_.norm_eps, xn, rstd);
         ffns_[static_cast<std::size_t>(l)].forward(xn, ffn_weights(l), x, 1.0f, false, ranges_);

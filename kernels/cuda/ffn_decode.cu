@@ -8,7 +8,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -494,11 +493,7 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
         }
       }
       a.C = C;
-      std::size_t smem = plan();
-      if (const char* e = std::getenv("MOCBENCH_RING_S")) {
-        a.S = std::max(2, std::min(kRingMaxSlots, std::atoi(e)));
-        smem = ring_smem_bytes(a.S, p.d, RP, a.nmax);
-      }
+      const std::size_t smem = plan();
       launch_ex(kernel, static_cast<unsigned>(nb), kRingThreads, smem, ch.st, C, pdl, a);
     }
   });
