@@ -696,6 +696,58 @@ TEST(GpuFfnDecode, TopKHandOffsAgree) {
 #endif
 }
 
+// The dense FFN through the ring kernel (Options::dense_ring, default: rows <= 4, d <= 2048; a producer warp's bulk
+// copies through shared memory, clusters of 2 where d % 16 == 0, else 1) against the up/down kernel with the gate
+// fused (the earlier design), on the same inputs: the same output up to the order of the fp32 sums. Rows 1-4 at the
+// 1b layer (d_ffn 5461: 41-42 channels a block), d 64 / d_ffn 37 (one channel a block, clusters of 2), d 136 /
+// d_ffn 301 (clusters of 1); norm_inside says which problems take the ring (not 5 rows, not d 2560).
+TEST(GpuFfnDecode, DenseRingAgreesWithTheUpDownKernel) {
+  MOC_GPU_OR_SKIP(gpu);
+#ifdef MOCBENCH_HAVE_CUDA
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto st = static_cast<cudaStream_t>(gpu->stream());
+  struct Case {
+    Size s;
+    int R;
+    bool ring;  // norm_inside (the ring path) expected
+  };
+  const Case cases[] = {{kPaper, 1, true},    {kPaper, 2, true},      {kPaper, 3, true},  {kPaper, 4, true},
+                        {{64, 37}, 1, true},  {{64, 37}, 4, true},    {{136, 301}, 1, true}, {{136, 301}, 3, true},
+                        {kPaper, 5, false},   {{2560, 301}, 1, false}};
+  for (const Case& c : cases) {
+    Layer L = make_layer(rng, c.R, c.s.d, c.s.F, DType::bf16);
+    upload_layer(*gpu, *cpu, L);
+    SCOPED_TRACE("rows " + std::to_string(c.R) + " d " + std::to_string(c.s.d) + " d_ffn " + std::to_string(c.s.F));
+    cuda::ffn::Problem p;
+    p.rows = c.R;
+    p.d = c.s.d;
+    p.d_ffn = c.s.F;
+    p.x = L.xg.raw();
+    p.w_gate_t = L.wgg.raw();
+    p.w_up_t = L.wug.raw();
+    p.w_down = L.wdg.raw();
+    EXPECT_EQ(cuda::ffn::norm_inside(p), c.ring);
+    const std::size_t bytes = cuda::ffn::workspace_bytes(p);
+    Tensor ws = gpu->empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
+    std::vector<float> outs[2];
+    for (int ring = 0; ring < 2; ++ring) {
+      cuda::ffn::Options opt;
+      opt.dense_ring = ring == 1;
+      ASSERT_TRUE(cuda::ffn::fast_path(p, opt));
+      Tensor o = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
+      gpu->upload_f32(o, L.out0);
+      p.out = o.raw();
+      cuda::ffn::launch(p, ws.raw(), bytes, st, opt);
+      outs[ring] = gpu->download_f32(o);
+    }
+    expect_same_out("ring against the up/down kernel", outs[1], outs[0], L.out0, L.dt);
+  }
+#endif
+}
+
 TEST(GpuFfnDecode, RejectsBadArguments) {
   MOC_GPU_OR_SKIP(gpu);
   auto cpu = make_cpu_ops();

@@ -1,5 +1,6 @@
 // A ring of shared-memory slots filled by bulk copies (cp.async.bulk, completing on one mbarrier per slot): the
-// helpers of the decode kernels that stream their weights this way (ffn_decode_ring.cuh, decode_qkv_ring.cuh).
+// helpers of the decode kernels that stream their weights this way (ffn_decode_ring.cuh; a batch-1 QKV ring was
+// tried and measured slower, bench/micro/NOTES.md).
 // Protocol: slot s of item i = i % S; the producer (one thread) waits for empty[s]'s phase i / S - 1 (i >= S),
 // arms full[s] with the item's bytes and issues its copies; each consumer warp waits for full[s]'s phase i / S,
 // reads the slot and arrives on empty[s] (initialized with the number of consumer warps).
