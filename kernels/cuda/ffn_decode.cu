@@ -467,7 +467,7 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
   a.d = p.d;
   a.F = p.d_ffn;
   const unsigned row = static_cast<unsigned>(p.d) * 2u;
-  a.cps = static_cast<int>(std::min(16u, kRingSlotBytes / (2u * row)));
+  a.cps = static_cast<int>(std::min(16u, kRingSlotBytes / row));
   a.cpd = static_cast<int>(std::min(32u, kRingSlotBytes / row));
   const bool pdl = ch.next();
   with_rows(p.rows, [&](auto rp) {

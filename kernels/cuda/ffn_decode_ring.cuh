@@ -12,13 +12,15 @@ namespace {
 // does, but every weight byte it reads -- its channels' W_gate and W_up rows, then their W_down rows -- arrives
 // through one ring of shared-memory slots that a producer warp fills with bulk copies (cp.async.bulk, completing
 // on an mbarrier per slot) in the order the consumers use them. The producer starts before the PDL wait and
-// never waits for anything but a free slot, so the SM keeps up to the whole ring (~190 KB) of requests in
+// never waits for anything but a free slot, so the SM keeps up to the whole ring (kRingSlots x 32 KB) of requests in
 // flight across the kernel's two phases and its one block barrier; the up/down kernel instead issues its loads
 // in dependent batches from registers (the gate/up stream measured ~73% of the copy rate).
-// Item i of a block's stream: i < ngu: channels [i cps, +cps) of the range, their W_gate rows then their W_up
-// rows (two copies); else channels [(i - ngu) cpd, +cpd), their W_down rows (one copy). Slot i % S, phase i / S.
-// Consumers (8 warps): a gate/up item's (channel, matrix) dot products against x in shared memory, one warp each,
-// into gu; after every gate/up item, z = SiLU(g) u; a down item's rows times z into per-thread accumulators
+// Item i of a block's stream (one bulk copy each): i < ngu: channels [(i / 2) cps, +cps) of the range, their W_gate
+// rows (i even) or their W_up rows (i odd); else channels [(i - ngu) cpd, +cpd), their W_down rows. Slot i % S, phase
+// i / S. (The first version's items held gate and up rows together -- two copies on one mbarrier -- and
+// compute-sanitizer's racecheck reported hazards between the copies and the reads of those items only; one copy per
+// item since, bench/micro/NOTES.md.)
+// Consumers (8 warps): a gate or up item's dot products against x in shared memory, a row per warp, into gu; after every gate/up item, z = SiLU(g) u; a down item's rows times z into per-thread accumulators
 // (thread t: columns [8t, 8t + 8)). The partial [R, d] outputs then take the up/down kernel's way out: the
 // cluster's reduction in distributed shared memory, fp32 atomics, the last block of a column slice adds into out.
 
@@ -43,7 +45,7 @@ struct RingArgs {
   unsigned* ctrl;  // column-slice counters kLine apart, zero on entry and on exit
   step::StampBuf* stamps;
   int R, d, F, C;
-  int cps, cpd;    // channels per gate/up item, per down item
+  int cps, cpd;    // channels per gate (or up) item, per down item (rows of one slot: the same at one slot size)
   int S;           // ring slots
   int nmax;        // most channels of one block
 };
@@ -88,7 +90,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
 
   const long long nb = gridDim.x, b = blockIdx.x;
   const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb), n = c1 - c0;
-  const int ngu = (n + a.cps - 1) / a.cps, ndn = (n + a.cpd - 1) / a.cpd, T = ngu + ndn;
+  const int ngu = 2 * ((n + a.cps - 1) / a.cps), ndn = (n + a.cpd - 1) / a.cpd, T = ngu + ndn;
   const std::size_t slot_elems = kRingSlotBytes / 2;
   step::StampScope stamp(a.stamps);
 
@@ -110,12 +112,10 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
         if (i >= S) mbar_wait(empty + s, static_cast<unsigned>((i / S) - 1) & 1u);
         bf16* dst = ring + s * slot_elems;
         if (i < ngu) {
-          const int j0 = i * a.cps, cnt = min(a.cps, n - j0);
+          const int j0 = (i >> 1) * a.cps, cnt = min(a.cps, n - j0);
           const unsigned bytes = static_cast<unsigned>(cnt) * d * 2u;
-          const std::size_t off = static_cast<std::size_t>(c0 + j0) * d;
-          mbar_expect_tx(full + s, 2u * bytes);
-          bulk_copy(dst, a.wg + off, bytes, full + s);
-          bulk_copy(dst + static_cast<std::size_t>(cnt) * d, a.wu + off, bytes, full + s);
+          mbar_expect_tx(full + s, bytes);
+          bulk_copy(dst, ((i & 1) ? a.wu : a.wg) + static_cast<std::size_t>(c0 + j0) * d, bytes, full + s);
         } else {
           const int j0 = (i - ngu) * a.cpd, cnt = min(a.cpd, n - j0);
           const unsigned bytes = static_cast<unsigned>(cnt) * d * 2u;
@@ -178,10 +178,10 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
     consumers_sync<kRingConsumers>();
     // Gate/up items.
     for (int i = 0; i < ngu; ++i) {
-      const int s = i % S, j0 = i * a.cps, cnt = min(a.cps, n - j0);
+      const int s = i % S, j0 = (i >> 1) * a.cps, cnt = min(a.cps, n - j0), m = i & 1;
       mbar_wait(full + s, static_cast<unsigned>(i / S) & 1u);
       const bf16* slot = ring + s * slot_elems;
-      for (int u = warp; u < 2 * cnt; u += kRingConsumers / 32) {
+      for (int u = warp; u < cnt; u += kRingConsumers / 32) {
         const bf16* row = slot + static_cast<std::size_t>(u) * d;
         float acc[RP];
 #pragma unroll
@@ -196,9 +196,8 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
 #pragma unroll
         for (int r = 0; r < RP; ++r) acc[r] = warp_sum(acc[r]);
         if (lane == 0) {
-          const int j = j0 + (u < cnt ? u : u - cnt), m = u < cnt ? 0 : 1;
 #pragma unroll
-          for (int r = 0; r < RP; ++r) gu[(j * 2 + m) * RP + r] = acc[r];
+          for (int r = 0; r < RP; ++r) gu[((j0 + u) * 2 + m) * RP + r] = acc[r];
         }
       }
       __syncwarp();
