@@ -440,7 +440,7 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   MOC_CUDA_LAUNCHED("k_updown");
 }
 
-// The dense FFN through the ring kernel (ffn_decode_ring.cuh): rows <= 4 and d <= kDownCols (one pass of the
+// The dense FFN through the ring kernel (ffn_decode_ring.cuh): rows <= kRingMaxRows (2) and d <= kDownCols (one pass of the
 // down projection in registers), at least two slots beside x and the block's gate values.
 // (launch_ring falls back to clusters of 1 on the grid of every SM, which this checks.)
 bool ring_ok(const Problem& p, const Options& opt) {

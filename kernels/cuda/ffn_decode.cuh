@@ -81,7 +81,7 @@ struct Options {
   // kernels, MoC's up/down kernel at clusters of 1 and 2), so that each holds only the code it executes: the
   // selection is bound by instruction fetch (bench/micro/NOTES.md). false: the generic builds, for A/B.
   bool specialized = true;
-  // Dense, rows <= 4, d <= 2048: the FFN as one weight stream through a shared-memory ring that a producer warp
+  // Dense, rows <= 2, d <= 2048: the FFN as one weight stream through a shared-memory ring that a producer warp
   // fills with bulk copies (ffn_decode_ring.cuh). false: the up/down kernel with the gate fused, for A/B.
   bool dense_ring = true;
 };

@@ -8,7 +8,7 @@ namespace ffn {
 namespace {
 
 // ---------------------------------------------------------------------------------------------------------
-// Ring kernel (dense, rows <= 4, d <= kDownCols): block b owns the channel range [c0, c1) as the up/down kernel
+// Ring kernel (dense, rows <= kRingMaxRows, d <= kDownCols): block b owns the channel range [c0, c1) as the up/down kernel
 // does, but every weight byte it reads -- its channels' W_gate and W_up rows, then their W_down rows -- arrives
 // through one ring of shared-memory slots that a producer warp fills with bulk copies (cp.async.bulk, completing
 // on an mbarrier per slot) in the order the consumers use them. The producer starts before the PDL wait and
@@ -31,7 +31,10 @@ constexpr int kRingMaxSlots = 8;
 // Slots the launch uses (fewer where shared memory is short): on the H100's decode step 4 (128 KB) measured faster
 // than 6 (the most that fit), 3 or 2 (1.281 vs 1.302 / 1.307 / 1.312 ms per token, dense batch 1, bench/RESULTS.md).
 constexpr int kRingSlots = 4;
-constexpr int kRingMaxRows = 4;
+// Rows 1-2: in the H100 decode study the ring at 3-4 rows made the dense step 5-7% slower than the up/down kernel
+// with its norm kernel (1.62 / 1.63 vs 1.515 / 1.556 ms per token; one layer alone: the same 34.1 / 34.8 us), while at
+// 1-2 rows it is faster (1.25 / 1.41 vs 1.334 / 1.451): bench/RESULTS.md part 11.
+constexpr int kRingMaxRows = 2;
 
 struct RingArgs {
   const bf16* x;     // [R, d]: the FFN's input, or with norm the residual stream it normalizes (out may be x)
