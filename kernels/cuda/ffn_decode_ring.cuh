@@ -17,9 +17,9 @@ namespace {
 // in dependent batches from registers (the gate/up stream measured ~73% of the copy rate).
 // Item i of a block's stream (one bulk copy each): i < ngu: channels [(i / 2) cps, +cps) of the range, their W_gate
 // rows (i even) or their W_up rows (i odd); else channels [(i - ngu) cpd, +cpd), their W_down rows. Slot i % S, phase
-// i / S. (The first version's items held gate and up rows together -- two copies on one mbarrier -- and
-// compute-sanitizer's racecheck reported hazards between the copies and the reads of those items only; one copy per
-// item since, bench/micro/NOTES.md.)
+// i / S. compute-sanitizer's racecheck reports hazards between the bulk copies and the gate/up items' reads (not the
+// down items'), with the results right in every test; not explained yet (bench/micro/NOTES.md). (They were there too
+// when an item held gate and up rows together, two copies on one mbarrier.)
 // Consumers (8 warps): a gate or up item's dot products against x in shared memory, a row per warp, into gu; after every gate/up item, z = SiLU(g) u; a down item's rows times z into per-thread accumulators
 // (thread t: columns [8t, 8t + 8)). The partial [R, d] outputs then take the up/down kernel's way out: the
 // cluster's reduction in distributed shared memory, fp32 atomics, the last block of a column slice adds into out.
