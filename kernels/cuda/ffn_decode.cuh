@@ -5,7 +5,10 @@
 // launched with programmatic dependent launch (PDL): it is scheduled while its predecessor runs, streams
 // weights that do not depend on it, and waits (griddepcontrol.wait) before it reads or writes anything else.
 //   dense: the up/down kernel's accumulator and counters live in a region the caller keeps zero (launch's
-//          `zeroed`: CudaOps' zeroed scratch), else a tiny prep kernel zeroes the workspace head first. The
+//          `zeroed`: CudaOps' zeroed scratch), else a tiny prep kernel zeroes the workspace head first. At 1-2
+//          rows and d <= 2048 the ring kernel (ffn_decode_ring.cuh) runs the whole FFN: a producer warp streams
+//          each block's W_gate, W_up and W_down rows into shared-memory slots with bulk copies, the other warps
+//          consume them; it can normalize x itself (Problem::norm). Otherwise the
 //          up/down kernel (one block per SM, a balanced range of ~d_ffn/#SMs channels each) stages its W_down
 //          rows in shared memory with cp.async (issued before the wait) while it streams W_gate and W_up
 //          (mma.sync m16n8k16, fp32), forms z = SiLU(g) * u, multiplies the staged rows, reduces the [rows, d] partials over a cluster of C
