@@ -614,6 +614,21 @@ TEST(GpuFfnDecode, DenseKeepsItsCountersInTheZeroedScratch) {
 #endif
 }
 
+#ifdef MOCBENCH_HAVE_CUDA
+// The layer's GPU tensors as a dense problem of cuda::ffn::launch (out set per launch).
+cuda::ffn::Problem launch_problem(const Layer& L) {
+  cuda::ffn::Problem p;
+  p.rows = L.R;
+  p.d = L.d;
+  p.d_ffn = L.F;
+  p.x = L.xg.raw();
+  p.w_gate_t = L.wgg.raw();
+  p.w_up_t = L.wug.raw();
+  p.w_down = L.wdg.raw();
+  return p;
+}
+#endif
+
 // Row top-K hands its selection to the up/down kernel as per-row mask bytes (default) or as the union list
 // (Options::topk_list, the earlier design), on grids of every SM or one fewer (Options::spare_sm): the four
 // launches, with idx_out asked for or not (the decode engine asks for none), keep the same channels (idx_out
@@ -645,14 +660,7 @@ TEST(GpuFfnDecode, TopKHandOffsAgree) {
     upload_layer(*gpu, *cpu, L);
     SCOPED_TRACE("rows " + std::to_string(c.R) + " d_ffn " + std::to_string(c.s.F) + " k " + std::to_string(c.k) +
                  (c.tied ? " tied" : ""));
-    cuda::ffn::Problem p;
-    p.rows = c.R;
-    p.d = c.s.d;
-    p.d_ffn = c.s.F;
-    p.x = L.xg.raw();
-    p.w_gate_t = L.wgg.raw();
-    p.w_up_t = L.wug.raw();
-    p.w_down = L.wdg.raw();
+    cuda::ffn::Problem p = launch_problem(L);
     p.kind = cuda::ffn::SelKind::topk;
     p.k = c.k;
     const std::size_t bytes = cuda::ffn::workspace_bytes(p);
@@ -720,14 +728,7 @@ TEST(GpuFfnDecode, DenseRingAgreesWithTheUpDownKernel) {
     Layer L = make_layer(rng, c.R, c.s.d, c.s.F, DType::bf16);
     upload_layer(*gpu, *cpu, L);
     SCOPED_TRACE("rows " + std::to_string(c.R) + " d " + std::to_string(c.s.d) + " d_ffn " + std::to_string(c.s.F));
-    cuda::ffn::Problem p;
-    p.rows = c.R;
-    p.d = c.s.d;
-    p.d_ffn = c.s.F;
-    p.x = L.xg.raw();
-    p.w_gate_t = L.wgg.raw();
-    p.w_up_t = L.wug.raw();
-    p.w_down = L.wdg.raw();
+    cuda::ffn::Problem p = launch_problem(L);
     EXPECT_EQ(cuda::ffn::norm_inside(p), c.ring);
     const std::size_t bytes = cuda::ffn::workspace_bytes(p);
     Tensor ws = gpu->empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
