@@ -92,6 +92,85 @@ __device__ __forceinline__ void zero_part(uint4* p, unsigned n16, unsigned part,
 }
 
 
+__device__ __forceinline__ float dot8(const uint4 w, const uint4 x) {
+  float s = bf_lo(w.x) * bf_lo(x.x);
+  s = fmaf(bf_hi(w.x), bf_hi(x.x), s);
+  s = fmaf(bf_lo(w.y), bf_lo(x.y), s);
+  s = fmaf(bf_hi(w.y), bf_hi(x.y), s);
+  s = fmaf(bf_lo(w.z), bf_lo(x.z), s);
+  s = fmaf(bf_hi(w.z), bf_hi(x.z), s);
+  s = fmaf(bf_lo(w.w), bf_lo(x.w), s);
+  return fmaf(bf_hi(w.w), bf_hi(x.w), s);
+}
+
+// Shared memory stage_x_rows needs beside xs: the norm's weight [d] bf16 and each row's 1 / rms.
+__host__ __device__ inline std::size_t stage_x_scratch_bytes(int d) {
+  return align16(static_cast<std::size_t>(d) * 2) + static_cast<std::size_t>(kMaxRows) * 4;
+}
+
+// x's rows [0, R) ([R, d] bf16, rows d apart, R <= kMaxRows) into xs (rows ld apart) and rows [R, rz) of xs zeroed, by
+// the NT threads tid < NT; with w (an RMSNorm weight [d]) each row normalized as rmsnorm_forward computes it (fp32 sum
+// of squares, 1 / sqrt in double, the product rounded to bf16), every block for itself (x is d * 2 bytes a row).
+// scratch: stage_x_scratch_bytes(d) of shared memory (16-byte aligned). out (or null): the staged rows also written
+// there, [R, d]. sync(): the NT threads' barrier; xs is ready when this returns. x and w arrive by cp.async (no
+// registers held: callers keep their weight loads in flight); a warp sums a row's squares in a fixed order.
+template <int NT, class Sync>
+__device__ __forceinline__ void stage_x_rows(const bf16* x, const bf16* w, float eps, int R, int rz, int d, int ld,
+                                             bf16* xs, unsigned char* scratch, int tid, Sync sync, bf16* out) {
+  const int nv = d / 8, n = R * nv, lane = tid & 31, warp = tid >> 5;
+  bf16* ws = reinterpret_cast<bf16*>(scratch);
+  float* rs = reinterpret_cast<float*>(scratch + align16(static_cast<std::size_t>(d) * 2));
+  auto word = [&](int r, int c) { return reinterpret_cast<uint4*>(xs + static_cast<std::size_t>(r) * ld) + c; };
+  for (int i = tid; i < n; i += NT) {
+    const int r = i / nv;
+    cp_async16(word(r, i - r * nv), x + static_cast<std::size_t>(i) * 8);
+  }
+  if (w)
+    for (int c = tid; c < nv; c += NT) cp_async16(reinterpret_cast<uint4*>(ws) + c, w + static_cast<std::size_t>(c) * 8);
+  cp_async_commit();
+  for (int i = n + tid; i < rz * nv; i += NT) {
+    const int r = i / nv;
+    *word(r, i - r * nv) = make_uint4(0, 0, 0, 0);
+  }
+  cp_async_wait_all();
+  sync();
+  if (!w) {
+    if (out)
+      for (int i = tid; i < n; i += NT) {
+        const int r = i / nv;
+        reinterpret_cast<uint4*>(out)[i] = *word(r, i - r * nv);
+      }
+    return;
+  }
+  for (int r = warp; r < R; r += NT / 32) {  // a warp per row
+    float t = 0.f;
+    for (int c = lane; c < nv; c += 32) {
+      const uint4 v = *word(r, c);
+      t += dot8(v, v);
+    }
+    t = warp_sum(t);
+    if (lane == 0) rs[r] = static_cast<float>(1.0 / sqrt(static_cast<double>(t) / static_cast<double>(d) + eps));
+  }
+  sync();
+  for (int i = tid; i < n; i += NT) {
+    const int r = i / nv, c = i - r * nv;
+    const float rr = rs[r];
+    uint4 v = *word(r, c);
+    const uint4 wv = reinterpret_cast<const uint4*>(ws)[c];
+    unsigned* vw = reinterpret_cast<unsigned*>(&v);
+    const unsigned ww[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const __nv_bfloat162 h2 =
+          __floats2bfloat162_rn(bf_lo(vw[e]) * rr * bf_lo(ww[e]), bf_hi(vw[e]) * rr * bf_hi(ww[e]));
+      vw[e] = *reinterpret_cast<const unsigned*>(&h2);
+    }
+    *word(r, c) = v;
+    if (out) reinterpret_cast<uint4*>(out)[i] = v;
+  }
+  sync();
+}
+
 // Best `take` of len keys (larger key first, ties to the lower channel): returns the take-th best as
 // (key, channel); a channel is kept iff (key > bk) || (key == bk && j <= bj).
 template <class KeyAt>
