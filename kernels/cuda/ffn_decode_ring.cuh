@@ -51,7 +51,6 @@ struct RingArgs {
   int cps, cpd;    // channels per gate (or up) item, per down item (rows of one slot: the same at one slot size)
   int S;           // ring slots
   int nmax;        // most channels of one block
-  int fence;       // EXPERIMENT: 1 = fence.proxy.async before a consumer warp frees a gate/up slot, 2 = every slot
 };
 
 // Shared memory: the ring, then x [RP, d] bf16, gu [nmax, 2, RP] and z [nmax, RP] fp32, the 2 S mbarriers, misc.
@@ -149,7 +148,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
           for (int r = 0; r < RP; ++r) gu[((j0 + u) * 2 + m) * RP + r] = acc[r];
         }
       }
-      if (a.fence) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       __syncwarp();
       if (lane == 0) mbar_arrive(empty + s);
     }
@@ -185,7 +183,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
           }
         }
       }
-      if (a.fence == 2) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       __syncwarp();
       if (lane == 0) mbar_arrive(empty + s);
     }
