@@ -18,15 +18,12 @@ __global__ void __launch_bounds__(kThreads) k_prep(uint4* p, unsigned n16) {
 
 // ---------------------------------------------------------------------------------------------------------
 // Gate GEMV: block b owns a balanced range of channels (whole a:b groups in kGateGroupLocal), 16 channels per
-// mma tile, its 8 warps split d. The first loads are issued before the wait for the previous kernel. With norm
-// (the FFN's RMSNorm, Problem::norm) every block normalizes x itself into shared memory after the wait (x is d * 2
-// bytes a row) and block 0 also writes it to xn, which the up/down kernel reads. Every block has channels and every
-// warp tiles (d >= 8 * kTile), so all threads reach that first wait together.
+// mma tile, its 8 warps split d. The first loads are issued before the wait for the previous kernel.
 // Epilogue: G [R, Fp] fp32; in kGateGroupLocal (b | 16) also the a:b selection: idx_out and a row mask per
 // channel for the up/down kernel.
 
 struct GateArgs {
-  const bf16* x;        // [R, d]: the FFN's input, or with norm the residual stream the kernel normalizes
+  const bf16* x;
   const bf16* wg;
   float* G;             // [R, Fp]
   unsigned char* mask;  // [F] row masks (kGateGroupLocal)
@@ -38,20 +35,12 @@ struct GateArgs {
   step::StampBuf* stamps;  // device-side stamps while profiling (stage_stamps.cuh)
   int R, d, F, Fp, kept, mode, ga, gb, rule, unit, nunits;
 };
-// The FFN's RMSNorm inside the gate kernel (a parameter of its own: GateArgs grown by these fields made ptxas spill
-// registers in the builds without the norm too).
-struct GateNorm {
-  const bf16* w;  // [d] the FFN's RMSNorm weight, or null (with it: d >= 8 * kTile, so that every warp has tiles)
-  bf16* xn;       // where block 0 writes the normalized x [R, d] for the up/down kernel
-  float eps;
-};
 
 // GM: the gate mode fixed at compile time (-1: a.mode), so that the top-K gate kernel has no a:b epilogue.
 // RULE: the a:b epilogue's ranking rule fixed at compile time (-1: a.rule), so that the gate rule's kernel
 // holds no exact-SiLU code (select_key.cuh's double-precision exp: 3% on the 2:8 gate kernel, measured).
-// NORM: nm.w is set (a build of its own: the kernel without it is at its register bound).
-template <int U, int GM = -1, int RULE = -1, bool NORM = false>
-__global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a, GateNorm nm) {
+template <int U, int GM = -1, int RULE = -1>
+__global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a) {
   const int gmode = GM >= 0 ? GM : a.mode;
   const int rule = RULE >= 0 ? RULE : a.rule;
   __shared__ float4 red[kWarps * 32];
@@ -63,15 +52,7 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a,
   const int c0 = min(a.F, static_cast<int>(b * a.nunits / nb) * a.unit);
   const int c1 = min(a.F, static_cast<int>((b + 1) * a.nunits / nb) * a.unit);
   const bool xrow = g < a.R;
-  // x: from global memory (L1), or with norm normalized into shared memory (rows d + 8 apart: no bank conflicts).
-  const int xld = NORM ? a.d + 8 : a.d;
-  unsigned char* dyn = nullptr;  // with norm: x [R, d + 8], then stage_x_rows' scratch
   const bf16* px = a.x + static_cast<std::size_t>(xrow ? g : 0) * a.d;
-  if constexpr (NORM) {
-    extern __shared__ __align__(16) unsigned char gate_dyn[];
-    dyn = gate_dyn;
-    px = reinterpret_cast<const bf16*>(dyn) + static_cast<std::size_t>(xrow ? g : 0) * xld;
-  }
   const int nt = (a.d + kTile - 1) / kTile;
   const int t_beg = warp * nt / kWarps, t_end = (warp + 1) * nt / kWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -97,16 +78,12 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a,
         griddep_wait();
         waited = true;
         stamp.start(step::StampKernel::k_gate, step::StageId::gate);
-        if constexpr (NORM)  // every thread is here (first tile of the block's first group)
-          stage_x_rows<kThreads>(a.x, nm.w, nm.eps, a.R, a.R, a.d, xld, reinterpret_cast<bf16*>(dyn),
-                                 dyn + align16(static_cast<std::size_t>(a.R) * xld * 2), tid,
-                                 [] { __syncthreads(); }, b == 0 ? nm.xn : nullptr);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int col = (t0 + u) * kTile + q * 8;
         const bool ok = t0 + u < t_end && col < a.d;
-        const uint4 X = ok && xrow ? (NORM ? *reinterpret_cast<const uint4*>(px + col) : ld_x(px + col)) : zero;
+        const uint4 X = ok && xrow ? ld_x(px + col) : zero;
         mma_tile(c, A[u], B[u], X);
       }
     }

@@ -60,8 +60,19 @@ __host__ __device__ inline std::size_t ring_smem_bytes(int S, int d, int rp, int
   b += align16(static_cast<std::size_t>(nmax) * rp * 3 * 4);
   b += static_cast<std::size_t>(2 * kRingMaxSlots) * 8;
   b += 64;                                          // misc
-  b += stage_x_scratch_bytes(d);                // the norm's weight and sums
+  b += static_cast<std::size_t>(kRingConsumers / 32) * kRingMaxRows * 4;  // the norm's per-warp sums
   return b;
+}
+
+__device__ __forceinline__ float dot8(const uint4 w, const uint4 x) {
+  float s = bf_lo(w.x) * bf_lo(x.x);
+  s = fmaf(bf_hi(w.x), bf_hi(x.x), s);
+  s = fmaf(bf_lo(w.y), bf_lo(x.y), s);
+  s = fmaf(bf_hi(w.y), bf_hi(x.y), s);
+  s = fmaf(bf_lo(w.z), bf_lo(x.z), s);
+  s = fmaf(bf_hi(w.z), bf_hi(x.z), s);
+  s = fmaf(bf_lo(w.w), bf_lo(x.w), s);
+  return fmaf(bf_hi(w.w), bf_hi(x.w), s);
 }
 
 template <int RP>
@@ -78,7 +89,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   auto* full = reinterpret_cast<unsigned long long*>(p);
   unsigned long long* empty = full + kRingMaxSlots;
   int* misc = reinterpret_cast<int*>(empty + kRingMaxSlots);
-  unsigned char* xscratch = reinterpret_cast<unsigned char*>(misc + 16);  // stage_x_rows' (16-byte aligned)
+  float* red = reinterpret_cast<float*>(misc + 16);  // [8 warps][RP]
 
   const long long nb = gridDim.x, b = blockIdx.x;
   const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb), n = c1 - c0;
@@ -121,9 +132,53 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
     // Consumers. x (the previous kernel's output) after the wait.
     griddep_wait();
     stamp.start(step::StampKernel::k_updown, step::StageId::down);
-    // x staged (the FFN's RMSNorm applied, as rmsnorm_forward computes it, when a.norm is set).
-    stage_x_rows<kRingConsumers>(a.x, a.norm, a.eps, a.R, RP, d, d, xs, xscratch, tid,
-                                 [] { consumers_sync<kRingConsumers>(); }, nullptr);
+    const int nv = d / 8;
+    float ss[RP];
+#pragma unroll
+    for (int r = 0; r < RP; ++r) ss[r] = 0.f;
+    for (int i = tid; i < RP * nv; i += kRingConsumers) {
+      const int r = i / nv;
+      const uint4 v = r < a.R ? ld_x(a.x + static_cast<std::size_t>(i) * 8) : make_uint4(0, 0, 0, 0);
+      reinterpret_cast<uint4*>(xs)[i] = v;
+      const float sq = dot8(v, v);
+#pragma unroll
+      for (int k = 0; k < RP; ++k) ss[k] += k == r ? sq : 0.f;
+    }
+    if (a.norm) {
+      // The FFN's RMSNorm, as rmsnorm_forward computes it (rounded to bf16), each block for itself: x is 4 KB a row.
+#pragma unroll
+      for (int r = 0; r < RP; ++r) {
+        ss[r] = warp_sum(ss[r]);
+        if (lane == 0) red[warp * RP + r] = ss[r];
+      }
+      consumers_sync<kRingConsumers>();
+      float rs[RP];
+#pragma unroll
+      for (int r = 0; r < RP; ++r) {
+        float t = 0.f;
+#pragma unroll
+        for (int w = 0; w < kRingConsumers / 32; ++w) t += red[w * RP + r];
+        rs[r] = static_cast<float>(1.0 / sqrt(static_cast<double>(t) / static_cast<double>(d) + a.eps));
+      }
+      for (int i = tid; i < a.R * nv; i += kRingConsumers) {  // the words this thread staged
+        const int r = i / nv;
+        float rr = rs[0];
+#pragma unroll
+        for (int k = 1; k < RP; ++k) rr = k == r ? rs[k] : rr;
+        uint4 v = reinterpret_cast<const uint4*>(xs)[i];
+        const uint4 w = __ldg(reinterpret_cast<const uint4*>(a.norm) + (i - r * nv));
+        unsigned* vw = reinterpret_cast<unsigned*>(&v);
+        const unsigned ww[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const __nv_bfloat162 h2 =
+              __floats2bfloat162_rn(bf_lo(vw[e]) * rr * bf_lo(ww[e]), bf_hi(vw[e]) * rr * bf_hi(ww[e]));
+          vw[e] = *reinterpret_cast<const unsigned*>(&h2);
+        }
+        reinterpret_cast<uint4*>(xs)[i] = v;
+      }
+    }
+    consumers_sync<kRingConsumers>();
     // Gate/up items.
     for (int i = 0; i < ngu; ++i) {
       const int s = i % S, j0 = (i >> 1) * a.cps, cnt = min(a.cps, n - j0), m = i & 1;
