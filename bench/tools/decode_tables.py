@@ -9,7 +9,10 @@ import sys
 
 
 def main():
-    db = sqlite3.connect(sys.argv[1])
+    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
+        sys.exit(__doc__)
+    # Read-only: a mistyped path is an error, not a new empty database file.
+    db = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
     run = int(sys.argv[2]) if len(sys.argv) > 2 else db.execute("SELECT max(id) FROM runs").fetchone()[0]
     pts = {}
     for pid, status in db.execute("SELECT id, status FROM points WHERE run_id=? ORDER BY sweep_index", (run,)):
