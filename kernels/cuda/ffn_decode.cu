@@ -8,7 +8,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -712,13 +711,6 @@ void launch_updown_only(const Problem& p, void* workspace, cudaStream_t stream, 
 
 // ---- Ops entry point
 
-// EXPERIMENT (reverted after the A/B): MOCBENCH_MOC_NORM=0 runs MoC's norm as its own kernel.
-static ffn::Options xp_opt() {
-  ffn::Options o;
-  if (const char* e = std::getenv("MOCBENCH_MOC_NORM")) o.moc_norm = std::atoi(e) != 0;
-  return o;
-}
-
 void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
                 const Tensor* force_idx, Tensor* idx_out, unsigned parts) {
   const char* op = "ffn_decode";
@@ -780,7 +772,7 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
             "norm must be [d] of x's dtype on the GPU");
     p.norm = w.norm->raw();
     p.norm_eps = w.norm_eps;
-    if (!ffn::norm_inside(p, xp_opt())) {  // elsewhere the norm is its own kernel first (the composed ops)
+    if (!ffn::norm_inside(p)) {  // elsewhere the norm is its own kernel first (the composed ops)
       xn = ops.empty({n, d}, dt, workspace_tag());
       rstd = ops.empty({n}, DType::f32, workspace_tag());
       ops.rmsnorm_forward(x, *w.norm, w.norm_eps, xn, rstd);
@@ -792,7 +784,7 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   Tensor ws = ops.empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
   // The dense FFN keeps its accumulator and counters in the ops' zeroed scratch (no prep kernel per call).
   void* zeroed = !sel && (parts & kFfnUpDown) ? zeroed_scratch(ops, ffn::zeroed_bytes(p)) : nullptr;
-  ffn::launch(p, ws.raw(), bytes, stream_of(ops), xp_opt(), zeroed);
+  ffn::launch(p, ws.raw(), bytes, stream_of(ops), ffn::Options{}, zeroed);
 }
 
 }  // namespace moc::cuda
