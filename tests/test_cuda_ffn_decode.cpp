@@ -315,10 +315,8 @@ TEST(GpuFfnDecode, GroupedMatchesCpu) {
 
 // The FFN's RMSNorm inside the op (DecodeFfnWeights::norm; the decode step's call): x is the residual stream,
 // out is x itself (the residual add in place). On the GPU the norm runs inside the dense ring kernel (bf16,
-// rows <= 2) and inside MoC's gate kernel (bf16, rows <= 2; d 64: most of its warps without tiles), and as its own
-// kernel before the FFN's elsewhere (f32, 3+ rows). Against the CPU's composed ops:
-// rmsnorm_forward, then the FFN on the GPU's selection; the selection against the CPU's own on its normalized x; a
-// poisoned idx_out.
+// rows <= 2) and as its own kernel before the FFN's elsewhere (MoC, f32, more rows). Against the CPU's composed ops: rmsnorm_forward, then the FFN on the GPU's
+// selection; the selection against the CPU's own on its normalized x; a poisoned idx_out.
 TEST(GpuFfnDecode, NormInsideTheOpMatchesTheComposedOps) {
   MOC_GPU_OR_SKIP(gpu);
   auto cpu = make_cpu_ops();
@@ -327,8 +325,7 @@ TEST(GpuFfnDecode, NormInsideTheOpMatchesTheComposedOps) {
   std::mt19937 rng(seed);
   const MocSelect sels[] = {{17, 0, 0, SelectRule::gate}, {0, 2, 8, SelectRule::gate}, {0, 3, 7, SelectRule::silu},
                             {1024, 0, 0, SelectRule::gate}};
-  // (d 136 and 264: clusters of 1 in the ring kernel; 64: of 2)
-  const Size sizes[] = {{64, 37}, {136, 301}, {264, 301}, kPaper};
+  const Size sizes[] = {{64, 37}, {136, 301}, kPaper};  // (d 136: clusters of 1 in the ring kernel; 64: of 2)
   for (DType dt : kTypes)
     for (const Size& s : sizes)
       for (int R : {1, 2, 3, 4, 9}) {
@@ -631,43 +628,6 @@ cuda::ffn::Problem launch_problem(const Layer& L) {
   return p;
 }
 #endif
-
-// Which calls take the FFN's RMSNorm inside their kernels (norm_inside): the dense ring's (rows <= 2) and MoC's gate
-// kernel (bf16 on the fast path, rows <= 2, not with force_idx, only when the call runs the gate; Options::moc_norm).
-TEST(GpuFfnDecode, NormInsideWhereAKernelTakesIt) {
-  MOC_GPU_OR_SKIP(gpu);
-#ifdef MOCBENCH_HAVE_CUDA
-  auto cpu = make_cpu_ops();
-  std::mt19937 rng(fresh_seed());
-  for (const Size& s : {kPaper, Size{264, 301}, Size{64, 37}}) {
-    Layer L = make_layer(rng, 1, s.d, s.F, DType::bf16);
-    upload_layer(*gpu, *cpu, L);
-    for (int R : {1, 2, 3, 9}) {
-      SCOPED_TRACE("d " + std::to_string(s.d) + " rows " + std::to_string(R));
-      cuda::ffn::Problem p = launch_problem(L);
-      p.rows = R;
-      EXPECT_EQ(cuda::ffn::norm_inside(p), R <= 2) << "dense: the ring kernel";
-      p.kind = cuda::ffn::SelKind::topk;
-      p.k = 17;
-      const bool moc = R <= 2;
-      EXPECT_EQ(cuda::ffn::norm_inside(p), moc) << "MoC top-K: the gate kernel";
-      p.kind = cuda::ffn::SelKind::grouped;
-      p.group_a = 2;
-      p.group_b = 8;
-      EXPECT_EQ(cuda::ffn::norm_inside(p), moc) << "MoC 2:8: the gate kernel";
-      cuda::ffn::Options off;
-      off.moc_norm = false;
-      EXPECT_FALSE(cuda::ffn::norm_inside(p, off)) << "Options::moc_norm off: the norm kernel";
-      p.parts = kFfnSelect | kFfnUpDown;
-      EXPECT_FALSE(cuda::ffn::norm_inside(p)) << "no gate kernel in the call";
-      p.parts = kFfnAll;
-      std::uint16_t dummy = 0;
-      p.force_idx = &dummy;
-      EXPECT_FALSE(cuda::ffn::norm_inside(p)) << "force_idx: no gate kernel";
-    }
-  }
-#endif
-}
 
 // Row top-K hands its selection to the up/down kernel as per-row mask bytes (default) or as the union list
 // (Options::topk_list, the earlier design), on grids of every SM or one fewer (Options::spare_sm): the four

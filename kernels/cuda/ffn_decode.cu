@@ -39,7 +39,7 @@ namespace {
 
 struct Layout {
   int R = 1, Fp = 128, Wp = 4, umax = 1;
-  std::size_t ctrl = 0, acc = 0, zero = 0, g = 0, mask = 0, list = 0, info = 0, z = 0, xn = 0, total = 0;
+  std::size_t ctrl = 0, acc = 0, zero = 0, g = 0, mask = 0, list = 0, info = 0, z = 0, total = 0;
 };
 
 int rows_pad(int R) { return R <= 1 ? 1 : R <= 2 ? 2 : R <= 4 ? 4 : 8; }
@@ -68,8 +68,6 @@ Layout make_layout(const Problem& p) {
   off += 256;  // [0] union length
   L.z = off;
   off += align256(static_cast<std::size_t>(L.umax) * kMaxRows * 4);
-  L.xn = off;  // [R, d] bf16: x normalized by the gate kernel (the norm inside a MoC call)
-  off += align256(R * static_cast<std::size_t>(p.d) * 2);
   L.total = off;
   return L;
 }
@@ -184,7 +182,6 @@ struct Buffers {
   float* z;
   uint4* zero;
   unsigned zero_n16;
-  bf16* xn;
 };
 Buffers buffers(const Layout& L, void* ws) {
   auto* b = static_cast<unsigned char*>(ws);
@@ -192,7 +189,7 @@ Buffers buffers(const Layout& L, void* ws) {
           reinterpret_cast<float*>(b + L.g),       b + L.mask,
           reinterpret_cast<unsigned*>(b + L.list), reinterpret_cast<unsigned*>(b + L.info),
           reinterpret_cast<float*>(b + L.z),       reinterpret_cast<uint4*>(b),
-          static_cast<unsigned>(L.zero / 16),      reinterpret_cast<bf16*>(b + L.xn)};
+          static_cast<unsigned>(L.zero / 16)};
 }
 
 // Sequential launches of one call: the first may overlap the stream's previous kernel (entry_pdl), the
@@ -240,7 +237,6 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
   GateArgs a{};
   a.stamps = step::stamp_buffer_if_made();
   a.x = static_cast<const bf16*>(p.x);
-  const GateNorm nm{static_cast<const bf16*>(p.norm), B.xn, p.norm_eps};
   a.wg = static_cast<const bf16*>(p.w_gate_t);
   a.G = B.G;
   a.mask = B.mask;
@@ -262,16 +258,12 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
   a.unit = mode == kGateGroupLocal ? p.group_b : 1;
   a.nunits = (p.d_ffn + a.unit - 1) / a.unit;
   const auto grid = static_cast<unsigned>(std::max(1, std::min(kGateBlocksPerSm * grid_sms(spare), a.nunits)));
-  auto go = [&](auto plain, auto normed) {
-    if (p.norm) launch_ex(normed, grid, kThreads, 0, ch.st, 1, ch.next(), a, nm);
-    else launch_ex(plain, grid, kThreads, 0, ch.st, 1, ch.next(), a, nm);
-  };
-  constexpr int kRuleGate = static_cast<int>(SelectRule::gate);
-  if (opt.gate_unroll >= 8) go(k_gate<8>, k_gate<8, -1, -1, true>);
-  else if (opt.specialized && mode == kGateOnly) go(k_gate<4, kGateOnly>, k_gate<4, kGateOnly, -1, true>);
+  if (opt.gate_unroll >= 8) launch_ex(k_gate<8>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
+  else if (opt.specialized && mode == kGateOnly)
+    launch_ex(k_gate<4, kGateOnly>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
   else if (opt.specialized && mode == kGateGroupLocal && p.rule == SelectRule::gate)
-    go(k_gate<4, kGateGroupLocal, kRuleGate>, k_gate<4, kGateGroupLocal, kRuleGate, true>);
-  else go(k_gate<4>, k_gate<4, -1, -1, true>);
+    launch_ex(k_gate<4, kGateGroupLocal, static_cast<int>(SelectRule::gate)>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
+  else launch_ex(k_gate<4>, grid, kThreads, 0, ch.st, 1, ch.next(), a);
   MOC_CUDA_LAUNCHED("k_gate");
 }
 
@@ -401,7 +393,7 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
                           "ffn_decode.gate_up_down"));
   UpDownArgs a{};
   a.stamps = step::stamp_buffer_if_made();
-  a.x = p.norm ? B.xn : static_cast<const bf16*>(p.x);  // with the norm inside, the gate kernel's normalized x
+  a.x = static_cast<const bf16*>(p.x);
   a.wg = static_cast<const bf16*>(p.w_gate_t);
   a.wu = static_cast<const bf16*>(p.w_up_t);
   a.wd = static_cast<const bf16*>(p.w_down);
@@ -640,8 +632,7 @@ void validate(const Problem& p, const void* ws, std::size_t ws_size, const Optio
   if (moc && (p.parts & kFfnUpDown) && !(p.parts & kFfnSelect))
     require(p.force_idx != nullptr, op, "up/down without selection needs force_idx");
   require(ws != nullptr && ws_size >= workspace_bytes(p), op, "workspace too small");
-  require(!p.norm || norm_inside(p, opt), op,
-          "the norm runs inside only the dense ring kernel's and the MoC gate kernel's calls (norm_inside)");
+  require(!p.norm || norm_inside(p, opt), op, "the norm runs inside only the dense ring kernel's calls (norm_inside)");
 }
 
 }  // namespace
@@ -666,10 +657,8 @@ bool fast_path(const Problem& p, const Options& opt) {
 }
 
 bool norm_inside(const Problem& p, const Options& opt) {
-  if (p.rows < 1 || !fast_path(p, opt) || (p.norm && !aligned16(p.norm))) return false;
-  if (p.kind == SelKind::dense) return (p.parts & kFfnUpDown) && ring_ok(p, opt);
-  // MoC: the gate kernel normalizes x (and hands it to the up/down kernel) when it runs; not with force_idx.
-  return opt.moc_norm && !p.force_idx && (p.parts & kFfnGate) && p.rows <= kGateNormRows;
+  return p.kind == SelKind::dense && (p.parts & kFfnUpDown) && p.rows >= 1 && fast_path(p, opt) && ring_ok(p, opt) &&
+         (!p.norm || aligned16(p.norm));
 }
 
 void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaStream_t stream, const Options& opt,

@@ -15,10 +15,7 @@
 //          blocks in distributed shared memory and adds them with fp32 atomics into the workspace; the
 //          last block of each column slice adds that into out (one bf16 rounding) and zeroes it again.
 //   MoC:   gate GEMV kernel (balanced channel ranges, 3 blocks per SM) writing the fp32 gate values [rows,
-//          d_ffn]; given the FFN's RMSNorm (Problem::norm, 1-2 rows) every warp of it sums x's squares itself
-//          at its wait and normalizes its X words in registers, block 0 writing the normalized x to the
-//          workspace for the up/down kernel (no norm kernel);
-//          a:b with b | 16 is selected in its epilogue (idx_out, a row mask per channel). Row top-K
+//          d_ffn]; a:b with b | 16 is selected in its epilogue (idx_out, a row mask per channel). Row top-K
 //          (and other a:b, and force_idx) run in a selection kernel: one 512-thread block per row: a
 //          shared-memory histogram of the top 13 key bits gives the threshold bin, its few candidates are
 //          ranked exactly (ties to the lower index, NaN as -inf), and idx_out rows (when asked) are written
@@ -54,7 +51,7 @@ struct Problem {
   std::uint16_t* idx_out = nullptr;          // [rows, kept] or null
   unsigned parts = kFfnAll;
   // The FFN's RMSNorm weight [d] (or null): x is then the residual stream, normalized inside the dense ring
-  // kernel or the MoC gate kernel (norm_inside); out may be x.
+  // kernel (norm_inside); out may be x.
   const void* norm = nullptr;
   float norm_eps = 0.0f;
   int kept() const;  // channels kept per row (d_ffn when dense)
@@ -90,10 +87,6 @@ struct Options {
   // Dense, rows <= 2, d <= 2048: the FFN as one weight stream through a shared-memory ring that a producer warp
   // fills with bulk copies (ffn_decode_ring.cuh). false: the up/down kernel with the gate fused, for A/B.
   bool dense_ring = true;
-  // MoC (not force_idx, rows <= 2): the FFN's RMSNorm inside the gate kernel -- every warp of it normalizes its share
-  // of x itself, block 0 writes it for the up/down kernel -- instead of a norm kernel before it. false: the norm
-  // kernel, for A/B.
-  bool moc_norm = true;
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).
@@ -108,8 +101,7 @@ void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaS
             const Options& opt = {}, void* zeroed = nullptr);
 // True when launch() takes the fast path for this problem (bf16, aligned, d % 8 == 0, fits shared memory).
 bool fast_path(const Problem& p, const Options& opt = {});
-// True when the problem's kernels can take the FFN's RMSNorm (Problem::norm) inside: the dense ring kernel, the MoC
-// gate kernel (which then hands the normalized x to the up/down kernel).
+// True when the problem runs as the dense ring kernel, which can take the FFN's RMSNorm (Problem::norm) inside.
 bool norm_inside(const Problem& p, const Options& opt = {});
 
 // Benchmark helper (fast path, MoC top-K or a:b, rows <= 8): re-issues only the up/down kernel on a workspace

@@ -18,15 +18,12 @@ __global__ void __launch_bounds__(kThreads) k_prep(uint4* p, unsigned n16) {
 
 // ---------------------------------------------------------------------------------------------------------
 // Gate GEMV: block b owns a balanced range of channels (whole a:b groups in kGateGroupLocal), 16 channels per
-// mma tile, its 8 warps split d. The first loads are issued before the wait for the previous kernel. With norm
-// (the FFN's RMSNorm, Problem::norm; rows <= kGateNormRows) every warp sums the squares of x's rows itself at its
-// wait (x is d * 2 bytes a row, in L1 after the SM's first warp; no block barrier, no shared memory) and normalizes
-// its X words in registers beside the mma; block 0 also writes the normalized x to xn for the up/down kernel.
+// mma tile, its 8 warps split d. The first loads are issued before the wait for the previous kernel.
 // Epilogue: G [R, Fp] fp32; in kGateGroupLocal (b | 16) also the a:b selection: idx_out and a row mask per
 // channel for the up/down kernel.
 
 struct GateArgs {
-  const bf16* x;        // [R, d]: the FFN's input, or with norm the residual stream the kernel normalizes
+  const bf16* x;
   const bf16* wg;
   float* G;             // [R, Fp]
   unsigned char* mask;  // [F] row masks (kGateGroupLocal)
@@ -38,63 +35,12 @@ struct GateArgs {
   step::StampBuf* stamps;  // device-side stamps while profiling (stage_stamps.cuh)
   int R, d, F, Fp, kept, mode, ga, gb, rule, unit, nunits;
 };
-// The FFN's RMSNorm inside the gate kernel (a parameter of its own: GateArgs grown by these fields made ptxas spill
-// registers in the builds without the norm too).
-constexpr int kGateNormRows = 2;
-struct GateNorm {
-  const bf16* w;  // [d] the FFN's RMSNorm weight, or null (with it: rows <= kGateNormRows)
-  bf16* xn;       // where block 0 writes the normalized x [R, d] for the up/down kernel
-  float eps;
-};
-
-// 1 / rms of row g (< R <= kGateNormRows) of x [R, d] as rmsnorm_forward computes it (an fp32 sum of squares, 1 / sqrt
-// in double), by one warp for itself: every lane sums the squares of words lane, lane + 32, ... of each row (four
-// 16-byte loads in flight), then a fixed-order warp sum, so every warp of every block gets the same bits.
-__device__ __forceinline__ float warp_row_rstd(const bf16* x, int R, int d, float eps, int g, int lane) {
-  const int nv = d / 8;
-  float ss[kGateNormRows];
-#pragma unroll
-  for (int r = 0; r < kGateNormRows; ++r) {
-    float t = 0.f;
-    if (r < R) {
-      const uint4* row = reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(r) * d);
-      for (int c = lane; c < nv; c += 4 * 32) {
-        uint4 v[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = c + u * 32 < nv ? __ldg(row + c + u * 32) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const unsigned w[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) t = fmaf(bf_hi(w[e]), bf_hi(w[e]), fmaf(bf_lo(w[e]), bf_lo(w[e]), t));
-        }
-      }
-    }
-    ss[r] = warp_sum(t);
-  }
-  float s = ss[0];
-#pragma unroll
-  for (int r = 1; r < kGateNormRows; ++r) s = g == r ? ss[r] : s;
-  return static_cast<float>(1.0 / sqrt(static_cast<double>(s) / static_cast<double>(d) + eps));
-}
-// x's 8 values times rr times the norm weight's, rounded to bf16 (rmsnorm_forward's output).
-__device__ __forceinline__ uint4 norm_word(uint4 x, const uint4 w, float rr) {
-  unsigned* xw = reinterpret_cast<unsigned*>(&x);
-  const unsigned ww[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const __nv_bfloat162 h2 = __floats2bfloat162_rn(bf_lo(xw[e]) * rr * bf_lo(ww[e]), bf_hi(xw[e]) * rr * bf_hi(ww[e]));
-    xw[e] = *reinterpret_cast<const unsigned*>(&h2);
-  }
-  return x;
-}
 
 // GM: the gate mode fixed at compile time (-1: a.mode), so that the top-K gate kernel has no a:b epilogue.
 // RULE: the a:b epilogue's ranking rule fixed at compile time (-1: a.rule), so that the gate rule's kernel
 // holds no exact-SiLU code (select_key.cuh's double-precision exp: 3% on the 2:8 gate kernel, measured).
-// NORM: nm.w is set (a build of its own: the kernel without it is at its register bound).
-template <int U, int GM = -1, int RULE = -1, bool NORM = false>
-__global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a, GateNorm nm) {
+template <int U, int GM = -1, int RULE = -1>
+__global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a) {
   const int gmode = GM >= 0 ? GM : a.mode;
   const int rule = RULE >= 0 ? RULE : a.rule;
   __shared__ float4 red[kWarps * 32];
@@ -107,7 +53,6 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a,
   const int c1 = min(a.F, static_cast<int>((b + 1) * a.nunits / nb) * a.unit);
   const bool xrow = g < a.R;
   const bf16* px = a.x + static_cast<std::size_t>(xrow ? g : 0) * a.d;
-  float rr = 0.f;  // with norm: 1 / rms of this lane's row g
   const int nt = (a.d + kTile - 1) / kTile;
   const int t_beg = warp * nt / kWarps, t_end = (warp + 1) * nt / kWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -133,20 +78,12 @@ __global__ void __launch_bounds__(kThreads, kGateBlocksPerSm) k_gate(GateArgs a,
         griddep_wait();
         waited = true;
         stamp.start(step::StampKernel::k_gate, step::StageId::gate);
-        if constexpr (NORM) rr = warp_row_rstd(a.x, a.R, a.d, nm.eps, g, lane);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int col = (t0 + u) * kTile + q * 8;
         const bool ok = t0 + u < t_end && col < a.d;
-        uint4 X = ok && xrow ? ld_x(px + col) : zero;
-        if constexpr (NORM) {
-          if (ok && xrow) {
-            X = norm_word(X, ld_x(nm.w + col), rr);
-            if (b == 0 && base == c0)
-              *reinterpret_cast<uint4*>(nm.xn + static_cast<std::size_t>(g) * a.d + col) = X;
-          }
-        }
+        const uint4 X = ok && xrow ? ld_x(px + col) : zero;
         mma_tile(c, A[u], B[u], X);
       }
     }
