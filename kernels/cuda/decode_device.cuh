@@ -32,6 +32,24 @@ __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
 __device__ __forceinline__ float bf_lo(unsigned u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
 
+// The dot product of 8 bf16 pairs (two 16-byte words) accumulated into acc in column order, one fmaf each
+// (the batch-1 GEMV, the dense FFN's ring kernel).
+__device__ __forceinline__ void fma8(float& acc, const uint4& w, const uint4& x) {
+  acc = fmaf(bf_lo(w.x), bf_lo(x.x), acc);
+  acc = fmaf(bf_hi(w.x), bf_hi(x.x), acc);
+  acc = fmaf(bf_lo(w.y), bf_lo(x.y), acc);
+  acc = fmaf(bf_hi(w.y), bf_hi(x.y), acc);
+  acc = fmaf(bf_lo(w.z), bf_lo(x.z), acc);
+  acc = fmaf(bf_hi(w.z), bf_hi(x.z), acc);
+  acc = fmaf(bf_lo(w.w), bf_lo(x.w), acc);
+  acc = fmaf(bf_hi(w.w), bf_hi(x.w), acc);
+}
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
+  float s = 0.f;
+  fma8(s, w, x);
+  return s;
+}
+
 // SiLU for values (the decode FFN's z = SiLU(g) * u): the fast expf, within a few ulp of the CPU twin's, whose
 // outputs the tests compare with a tolerance. Ranking uses select_key.cuh's silu_cpu, the CPU's rounding exactly.
 __device__ __forceinline__ float silu_f(float g) { return g * (1.0f / (1.0f + expf(-g))); }

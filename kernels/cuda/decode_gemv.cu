@@ -196,17 +196,6 @@ __device__ __forceinline__ void qkv_store(const Args& a, int r, int head, int i,
   }
 }
 
-__device__ __forceinline__ void fma8(float& acc, const uint4& w, const uint4& x) {
-  acc = fmaf(bf_lo(w.x), bf_lo(x.x), acc);
-  acc = fmaf(bf_hi(w.x), bf_hi(x.x), acc);
-  acc = fmaf(bf_lo(w.y), bf_lo(x.y), acc);
-  acc = fmaf(bf_hi(w.y), bf_hi(x.y), acc);
-  acc = fmaf(bf_lo(w.z), bf_lo(x.z), acc);
-  acc = fmaf(bf_hi(w.z), bf_hi(x.z), acc);
-  acc = fmaf(bf_lo(w.w), bf_lo(x.w), acc);
-  acc = fmaf(bf_hi(w.w), bf_hi(x.w), acc);
-}
-
 // One row of x (batch 1): one output row per warp, kWU words per lane in flight, FMAs on the CUDA cores -- at
 // one row this reaches the floor sooner than the mma tiles, whose 16-row tiles leave too few warps (H100).
 // kQkv: warps 2w and 2w + 1 own rows i and i + hd/2 of one head and meet in shared memory.

@@ -64,17 +64,6 @@ __host__ __device__ inline std::size_t ring_smem_bytes(int S, int d, int rp, int
   return b;
 }
 
-__device__ __forceinline__ float dot8(const uint4 w, const uint4 x) {
-  float s = bf_lo(w.x) * bf_lo(x.x);
-  s = fmaf(bf_hi(w.x), bf_hi(x.x), s);
-  s = fmaf(bf_lo(w.y), bf_lo(x.y), s);
-  s = fmaf(bf_hi(w.y), bf_hi(x.y), s);
-  s = fmaf(bf_lo(w.z), bf_lo(x.z), s);
-  s = fmaf(bf_hi(w.z), bf_hi(x.z), s);
-  s = fmaf(bf_lo(w.w), bf_lo(x.w), s);
-  return fmaf(bf_hi(w.w), bf_hi(x.w), s);
-}
-
 template <int RP>
 __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
