@@ -3,7 +3,10 @@
 // tried and measured slower, bench/micro/NOTES.md).
 // Protocol: slot s of item i = i % S; the producer (one thread) waits for empty[s]'s phase i / S - 1 (i >= S),
 // arms full[s] with the item's bytes and issues its copies; each consumer warp waits for full[s]'s phase i / S,
-// reads the slot and arrives on empty[s] (initialized with the number of consumer warps).
+// reads the slot and arrives on empty[s] -- every consumer thread after its own last read of the slot (empty[s] is
+// initialized with the number of consumer threads), so that each thread's arrive releases its own reads (one lane
+// arriving for its warp after __syncwarp orders them too, but compute-sanitizer racecheck does not credit the warp
+// barrier and reported every refill of a slot as a hazard).
 #pragma once
 #include <cuda_runtime.h>
 

@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
       mbar_init(full + s, 1);
-      mbar_init(empty + s, kRingConsumers / 32);
+      mbar_init(empty + s, kRingConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -192,8 +192,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
           for (int r = 0; r < RP; ++r) gu[((j0 + u) * 2 + m) * RP + r] = acc[r];
         }
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty + s);
+      mbar_arrive(empty + s);  // every consumer thread, after its own reads of the slot
     }
     consumers_sync<kRingConsumers>();
     stamp.claim();
@@ -227,8 +226,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
           }
         }
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty + s);
+      mbar_arrive(empty + s);  // every consumer thread, after its own reads of the slot
     }
     consumers_sync<kRingConsumers>();  // every item consumed: the ring is free (no copy is in flight) and holds the partials
     float* part = reinterpret_cast<float*>(smem);

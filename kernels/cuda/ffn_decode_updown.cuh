@@ -64,7 +64,7 @@ struct UdSmem {
   float* zs;        // [smax, 8] gate values, then z
   int* sch;         // [smax] channels of this block's slots
   unsigned* smask;  // [smax] their row masks
-  int* misc;        // warp counts, the last-block flag
+  int* misc;        // warp counts
   bool alias;
 };
 
@@ -364,10 +364,10 @@ __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, c
   const long long nb = gridDim.x;
   __threadfence();
   __syncthreads();
-  if (tid == 0)
-    s.misc[8] = atomicAdd(a.ctrl + sl.slice * kLine, 1u) == static_cast<unsigned>(nb / C - 1) ? 1 : 0;
-  __syncthreads();
-  if (!s.misc[8] || tid >= kThreads) return;  // (a wider block's extra warp: see ud_cluster_reduce)
+  // The ticket's answer reaches every thread through the barrier itself (no shared flag to write and read).
+  int last = 0;
+  if (tid == 0) last = atomicAdd(a.ctrl + sl.slice * kLine, 1u) == static_cast<unsigned>(nb / C - 1) ? 1 : 0;
+  if (!__syncthreads_or(last) || tid >= kThreads) return;  // (a wider block's extra warp: see ud_cluster_reduce)
   __threadfence();
   if (cs % 8 == 0) {
     const int n8 = cs / 8;
