@@ -8,7 +8,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -468,7 +467,6 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
   const DeviceLimits lim = device_limits();
   RingArgs a{};
   a.stamps = step::stamp_buffer_if_made();
-  if (const char* e = std::getenv("MOCBENCH_XP")) a.lane0 = (std::atoi(e) & 2) ? 1 : 0;  // EXPERIMENT
   a.x = static_cast<const bf16*>(p.x);
   a.norm = static_cast<const bf16*>(p.norm);
   a.eps = p.norm_eps;
@@ -710,13 +708,6 @@ void launch_updown_only(const Problem& p, void* workspace, cudaStream_t stream, 
 
 // ---- Ops entry point
 
-// EXPERIMENT (reverted after the A/B): MOCBENCH_XP bit 0 turns the selection's rehearsal off.
-static ffn::Options xp_opt() {
-  ffn::Options o;
-  if (const char* e = std::getenv("MOCBENCH_XP")) o.select_warm = (std::atoi(e) & 1) == 0;
-  return o;
-}
-
 void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
                 const Tensor* force_idx, Tensor* idx_out, unsigned parts) {
   const char* op = "ffn_decode";
@@ -790,7 +781,7 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   Tensor ws = ops.empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
   // The dense FFN keeps its accumulator and counters in the ops' zeroed scratch (no prep kernel per call).
   void* zeroed = !sel && (parts & kFfnUpDown) ? zeroed_scratch(ops, ffn::zeroed_bytes(p)) : nullptr;
-  ffn::launch(p, ws.raw(), bytes, stream_of(ops), xp_opt(), zeroed);
+  ffn::launch(p, ws.raw(), bytes, stream_of(ops), ffn::Options{}, zeroed);
 }
 
 }  // namespace moc::cuda

@@ -51,7 +51,6 @@ struct RingArgs {
   int cps, cpd;    // channels per gate (or up) item, per down item (rows of one slot: the same at one slot size)
   int S;           // ring slots
   int nmax;        // most channels of one block
-  int lane0;       // EXPERIMENT: 1 = lane 0 of each consumer warp arrives after __syncwarp (the earlier protocol)
 };
 
 // Shared memory: the ring, then x [RP, d] bf16, gu [nmax, 2, RP] and z [nmax, RP] fp32, the 2 S mbarriers, misc.
@@ -90,7 +89,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
       mbar_init(full + s, 1);
-      mbar_init(empty + s, a.lane0 ? kRingConsumers / 32 : kRingConsumers);
+      mbar_init(empty + s, kRingConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -193,12 +192,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
           for (int r = 0; r < RP; ++r) gu[((j0 + u) * 2 + m) * RP + r] = acc[r];
         }
       }
-      if (a.lane0) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty + s);
-      } else {
-        mbar_arrive(empty + s);  // every consumer thread, after its own reads of the slot
-      }
+      mbar_arrive(empty + s);  // every consumer thread, after its own reads of the slot
     }
     consumers_sync<kRingConsumers>();
     stamp.claim();
@@ -232,12 +226,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
           }
         }
       }
-      if (a.lane0) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty + s);
-      } else {
-        mbar_arrive(empty + s);  // every consumer thread, after its own reads of the slot
-      }
+      mbar_arrive(empty + s);  // every consumer thread, after its own reads of the slot
     }
     consumers_sync<kRingConsumers>();  // every item consumed: the ring is free (no copy is in flight) and holds the partials
     float* part = reinterpret_cast<float*>(smem);
