@@ -267,11 +267,6 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
   MOC_CUDA_LAUNCHED("k_gate");
 }
 
-// Row top-K on the fast path: the selection handed over as mask bytes (else the union list), and one SM left to the
-// selection kernel (Options::topk_list, Options::spare_sm).
-bool topk_masks(const Problem& p, const Options& opt) { return p.kind == SelKind::topk && !opt.topk_list; }
-bool topk_spare(const Problem& p, const Options& opt) { return p.kind == SelKind::topk && opt.spare_sm; }
-
 // prefetch: top-K followed by the up/down kernel on the fast path (16-byte aligned bf16 rows).
 int sel_threads(const Options& opt) { return opt.select_threads == 1024 ? 1024 : kSelThreads; }
 
@@ -314,15 +309,7 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
   const int cl = a.list ? a.C : 1;  // the union list is merged in the cluster's shared memory
   const bool pdl = ch.next();
   if (opt.specialized && a.cache && a.mask && !a.idx_out && a.H == 1 && sel_threads(opt) == kSelThreads) {
-    // The rehearsal (k_select<MasksOnly> says why) where the block has an SM of its own while the gate runs.
-    const std::size_t smem_warm = sel_masks_smem_bytes(L.Fp, L.Wp, true);
-    const bool warm = opt.select_warm && pdl && topk_spare(p, opt) && p.w_gate_t &&
-                      reinterpret_cast<std::uintptr_t>(p.w_gate_t) % 16 == 0 &&
-                      static_cast<std::size_t>(p.d) * p.d_ffn * 2 >= static_cast<std::size_t>(L.Fp) * 4 &&
-                      smem_warm <= device_limits().smem_optin;
-    a.warm = warm ? static_cast<const float*>(p.w_gate_t) : nullptr;
-    const std::size_t smem_m = sel_masks_smem_bytes(L.Fp, L.Wp, warm);
-    auto go = [&](auto kernel) { launch_ex(kernel, grid, kSelThreads, smem_m, ch.st, 1, pdl, a); };
+    auto go = [&](auto kernel) { launch_ex(kernel, grid, kSelThreads, smem, ch.st, 1, pdl, a); };
     switch (p.rule) {  // the decode engine's MoC selection: nothing but the mask path
       case SelectRule::gate: go(k_select<MasksOnly, kSelThreads, 0>); break;
       case SelectRule::silu: go(k_select<MasksOnly, kSelThreads, 1>); break;
@@ -562,6 +549,11 @@ void run_generic(const Problem& p, const Layout& L, const Buffers& B, cudaStream
   launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, false, ch, Options{});
   if (updown) z_and_down(2);
 }
+
+// Row top-K on the fast path: the selection handed over as mask bytes (else the union list), and one SM left to the
+// selection kernel (Options::topk_list, Options::spare_sm).
+bool topk_masks(const Problem& p, const Options& opt) { return p.kind == SelKind::topk && !opt.topk_list; }
+bool topk_spare(const Problem& p, const Options& opt) { return p.kind == SelKind::topk && opt.spare_sm; }
 
 bool fast_chunk(const Problem& p, const Options& opt) {
   if (!opt.allow_fast || p.dtype != DType::bf16 || p.d % 8 != 0) return false;

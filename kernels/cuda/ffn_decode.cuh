@@ -87,9 +87,6 @@ struct Options {
   // Dense, rows <= 2, d <= 2048: the FFN as one weight stream through a shared-memory ring that a producer warp
   // fills with bulk copies (ffn_decode_ring.cuh). false: the up/down kernel with the gate fused, for A/B.
   bool dense_ring = true;
-  // Row top-K with mask bytes and a spare SM: the selection block rehearses its selection on other keys before its
-  // PDL wait, so that its code is in the SM's caches when the gate values arrive (k_select<MasksOnly>). false: A/B.
-  bool select_warm = true;
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).

@@ -29,7 +29,6 @@ struct SelArgs {
   const void* pf_up;    // top-K: W_up and W_down rows of the channels at or above the threshold bin are
   const void* pf_down;  // prefetched into L2 (null: no prefetch), by H clusters, each a share of them
   unsigned row_bytes;
-  const float* warm;  // mask-only kernel: keys of a rehearsal before the PDL wait (null: none)
   step::StampBuf* stamps;
   int R, C, H, F, Fp, Wp, kept, mode, k, ga, gb, rule, cache;
 };
@@ -296,21 +295,12 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
 // evicted by the weight streams in between): the general build's extra code cost 1.3% of the batch-1 MoC decode
 // step (H100, bench/micro/NOTES.md, ninth session). An overload of k_select (first template argument MasksOnly),
 // so that the profiler's kernel name -- k_select, the top-K part -- is the same whichever one runs.
-//
-// a.warm (not null): the block first rehearses its whole selection before its PDL wait, on keys read from
-// a.warm (any F floats that nothing writes meanwhile -- the caller passes the gate weights' bytes), writing the
-// rehearsal's mask bytes into its own shared memory, so that the instructions of the real pass are already in
-// the SM's caches when the gate values arrive. One loop runs both passes: the same instructions. It pays only
-// where the block is resident while the gate kernel runs (Options::spare_sm leaves it an SM).
 struct MasksOnly {};
-__host__ __device__ inline std::size_t sel_masks_smem_bytes(int Fp, int Wp, bool warm) {
-  return sel_smem_bytes(kSelTopK, Fp, Wp, true) + (warm ? static_cast<std::size_t>(32) * Wp : 0);
-}
 template <class Tag, int NT, int RULE>
 __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   static_assert(std::is_same_v<Tag, MasksOnly>);
   extern __shared__ __align__(16) unsigned char smem[];
-  // k_select's layout (sel_smem_bytes), keys cached, then the rehearsal's mask row (sel_masks_smem_bytes).
+  // k_select's layout (sel_smem_bytes), keys cached.
   unsigned* scratch = reinterpret_cast<unsigned*>(smem);
   unsigned* info = scratch + 32;
   auto* cand = reinterpret_cast<unsigned long long*>(info + 32);
@@ -318,33 +308,24 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   unsigned* keys_ = hist + kHBins;
   unsigned* sel = keys_ + a.Fp;
   unsigned* aux = sel + a.Wp;
-  unsigned char* warm_mask = reinterpret_cast<unsigned char*>(aux + a.Wp);
   const SelSmem s{hist, keys_, sel, aux, cand, scratch, info};
   const int tid = threadIdx.x;
   const int r = static_cast<int>(blockIdx.x);  // row
+  for (int i = tid; i < kHBins / 4; i += NT) reinterpret_cast<uint4*>(hist)[i] = make_uint4(0, 0, 0, 0);
   step::StampScope stamp(a.stamps);
   griddep_launch();
-#pragma unroll 1
-  for (int pass = a.warm ? 0 : 1; pass < 2; ++pass) {
-    const bool real = pass == 1;
-    for (int i = tid; i < kHBins / 4; i += NT) reinterpret_cast<uint4*>(hist)[i] = make_uint4(0, 0, 0, 0);
-    if (real) {
-      griddep_wait();
-      stamp.start(step::StampKernel::k_select, step::StageId::topk);
-    }
-    __syncthreads();  // the histogram is zeroed before any thread counts into it (k_select says why)
-    if (real && a.zero) zero_part(a.zero, a.zero_n16, r, a.R, NT);
-    sel_keys<NT, true, RULE>(s, real ? a.G + static_cast<std::size_t>(r) * a.Fp : a.warm, a.F, a.Fp, RULE, true);
-    __syncthreads();
-    if (real) stamp.claim();
-    const topk::Smem tm{hist, sel, aux, cand, scratch, info};
-    unsigned tb, need, cnt;
-    topk::threshold_bin<NT>(tm, static_cast<unsigned>(a.k), tb, need, cnt);
-    topk::keep_bits<NT, true>(tm, [&](int j) -> unsigned { return keys_[j]; }, a.F, a.Wp, tb, need, cnt,
-                              real ? a.mask + static_cast<std::size_t>(r) * a.Fp : warm_mask,
-                              static_cast<unsigned char>(1u << r));
-    __syncthreads();  // the rehearsal's last reads of the histogram and kept bits before the real pass zeroes them
-  }
+  griddep_wait();
+  stamp.start(step::StampKernel::k_select, step::StageId::topk);
+  __syncthreads();  // the histogram is zeroed before any thread counts into it (k_select says why)
+  if (a.zero) zero_part(a.zero, a.zero_n16, r, a.R, NT);
+  sel_keys<NT, true, RULE>(s, a.G + static_cast<std::size_t>(r) * a.Fp, a.F, a.Fp, RULE, true);
+  __syncthreads();
+  stamp.claim();
+  const topk::Smem tm{hist, sel, aux, cand, scratch, info};
+  unsigned tb, need, cnt;
+  topk::threshold_bin<NT>(tm, static_cast<unsigned>(a.k), tb, need, cnt);
+  topk::keep_bits<NT, true>(tm, [&](int j) -> unsigned { return keys_[j]; }, a.F, a.Wp, tb, need, cnt,
+                            a.mask + static_cast<std::size_t>(r) * a.Fp, static_cast<unsigned char>(1u << r));
 }
 
 }  // namespace
