@@ -310,13 +310,11 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
   const int cl = a.list ? a.C : 1;  // the union list is merged in the cluster's shared memory
   const bool pdl = ch.next();
   if (opt.specialized && a.cache && a.mask && !a.idx_out && a.H == 1 && sel_threads(opt) == kSelThreads) {
+    const bool diag = std::getenv("MOCBENCH_XP") && std::atoi(std::getenv("MOCBENCH_XP")) == 1;  // EXPERIMENT
     auto go = [&](auto kernel) {
       launch_ex(kernel, grid, kSelThreads, smem, ch.st, 1, pdl, a);
     };
-    const int xp = std::getenv("MOCBENCH_XP") ? std::atoi(std::getenv("MOCBENCH_XP")) : 0;  // EXPERIMENT
-    if (p.rule == SelectRule::gate && xp == 1) go(k_select<MasksOnly, kSelThreads, 0, true, 4>);
-    else if (p.rule == SelectRule::gate && xp == 2) go(k_select<MasksOnly, kSelThreads, 0, false, 1>);
-    else if (p.rule == SelectRule::gate && xp == 3) go(k_select<MasksOnly, kSelThreads, 0, true, 1>);
+    if (diag && p.rule == SelectRule::gate) go(k_select<MasksOnly, kSelThreads, 0, true>);
     else switch (p.rule) {  // the decode engine's MoC selection: nothing but the mask path
       case SelectRule::gate: go(k_select<MasksOnly, kSelThreads, 0>); break;
       case SelectRule::silu: go(k_select<MasksOnly, kSelThreads, 1>); break;

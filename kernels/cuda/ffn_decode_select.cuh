@@ -296,9 +296,9 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
 // step (H100, bench/micro/NOTES.md, ninth session). An overload of k_select (first template argument MasksOnly),
 // so that the profiler's kernel name -- k_select, the top-K part -- is the same whichever one runs.
 struct MasksOnly {};
-// EXPERIMENT (DIAG): marks "gate" = wait .. keys and histogram; "gate & up" = threshold bin; "up" = keep_bits'
-// classification; tail "top-K" = the ranking and the end. CHUNK: keep_bits' words per shared atomic.
-template <class Tag, int NT, int RULE, bool DIAG = false, int CHUNK = 4>
+// EXPERIMENT (DIAG): marks "gate" = wait .. keys, histogram and threshold bin; "gate & up" = keep_bits' classification;
+// tail "top-K" = the ranking and the end.
+template <class Tag, int NT, int RULE, bool DIAG = false>
 __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   static_assert(std::is_same_v<Tag, MasksOnly>);
   extern __shared__ __align__(16) unsigned char smem[];
@@ -323,15 +323,13 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   sel_keys<NT, true, RULE>(s, a.G + static_cast<std::size_t>(r) * a.Fp, a.F, a.Fp, RULE, true);
   __syncthreads();
   stamp.claim();
-  if constexpr (DIAG) stamp.mark_synced(step::StageId::gate);
   const topk::Smem tm{hist, sel, aux, cand, scratch, info};
   unsigned tb, need, cnt;
   topk::threshold_bin<NT>(tm, static_cast<unsigned>(a.k), tb, need, cnt);
-  if constexpr (DIAG) stamp.mark_synced(step::StageId::gate_up);
-  auto hook = [&]() { if constexpr (DIAG) stamp.mark_synced(step::StageId::up); };
-  auto key_at = [&](int j) -> unsigned { return keys_[j]; };
-  topk::keep_bits<NT, true, decltype(key_at), decltype(hook), CHUNK>(tm, key_at, a.F, a.Wp, tb, need, cnt,
-                            a.mask + static_cast<std::size_t>(r) * a.Fp, static_cast<unsigned char>(1u << r), hook);
+  if constexpr (DIAG) stamp.mark_synced(step::StageId::gate);
+  topk::keep_bits<NT, true>(tm, [&](int j) -> unsigned { return keys_[j]; }, a.F, a.Wp, tb, need, cnt,
+                            a.mask + static_cast<std::size_t>(r) * a.Fp, static_cast<unsigned char>(1u << r),
+                            [&]() { if constexpr (DIAG) stamp.mark_synced(step::StageId::gate_up); });
 }
 
 }  // namespace

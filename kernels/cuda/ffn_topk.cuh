@@ -91,7 +91,7 @@ __device__ __forceinline__ unsigned long long cand_word(unsigned key, int j) {
 struct NoHook {
   __device__ void operator()() const {}
 };
-template <int NT, bool MASK, class KeyAt, class Hook = NoHook, int CHUNK = 4>
+template <int NT, bool MASK, class KeyAt, class Hook = NoHook>
 __device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned tb, unsigned need, unsigned cnt,
                           unsigned char* mask, unsigned char v, Hook hook = Hook{}) {
   constexpr int NW = NT / 32;
@@ -100,44 +100,26 @@ __device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned t
   unsigned* sel = m.sel;
   unsigned* aux = m.aux;
   const bool all = need == cnt;
-  // Channels above the bin are kept; those in it are candidates, appended to cand in any order (the ranking
-  // below breaks ties by channel, not by slot). Warp w classifies words w, w + NW, ..., CHUNK of them at a time:
-  // their keys loaded together, then one shared atomic per chunk for the chunk's candidates (one per word made
-  // each word wait for the previous word's atomic: ~2 us of the batch-1 selection, bench/micro/NOTES.md).
-  for (int w0 = warp; w0 < Wp; w0 += NW * CHUNK) {
-    unsigned key[CHUNK], cb[CHUNK], nc = 0;
-#pragma unroll
-    for (int u = 0; u < CHUNK; ++u) {
-      const int w = w0 + u * NW, j = 32 * w + lane;
-      key[u] = w < Wp && j < F ? key_at(j) : 0u;
+  // Channels above the bin are kept; those in it are candidates (one warp per 32-channel word), appended to
+  // cand in any order (the ranking below breaks ties by channel, not by slot).
+  for (int w = warp; w < Wp; w += NW) {
+    const int j = 32 * w + lane;
+    const unsigned key = j < F ? key_at(j) : 0u;
+    const unsigned bin = key >> kHShift;
+    const bool up = j < F && bin > tb, in = j < F && bin == tb;
+    const unsigned above = __ballot_sync(0xffffffffu, up);
+    const unsigned cb = __ballot_sync(0xffffffffu, in);
+    if (lane == 0) {
+      sel[w] = above | (all ? cb : 0u);
+      aux[w] = cb;
     }
-#pragma unroll
-    for (int u = 0; u < CHUNK; ++u) {
-      const int w = w0 + u * NW, j = 32 * w + lane;  // w < Wp: the same for the whole warp
-      const unsigned bin = key[u] >> kHShift;
-      const bool ok = w < Wp && j < F, up = ok && bin > tb, in = ok && bin == tb;
-      const unsigned above = __ballot_sync(0xffffffffu, up);
-      cb[u] = __ballot_sync(0xffffffffu, in);
-      nc += static_cast<unsigned>(__popc(cb[u]));
-      if (w < Wp) {
-        if (lane == 0) {
-          sel[w] = above | (all ? cb[u] : 0u);
-          aux[w] = cb[u];
-        }
-        if constexpr (MASK) mask[j] = up || (all && in) ? v : 0;
-      }
-    }
-    if (!all && nc) {
+    if constexpr (MASK) mask[j] = up || (all && in) ? v : 0;
+    if (!all && cb) {
       unsigned base = 0;
-      if (lane == 0) base = atomicAdd(&m.info[7], nc);
+      if (lane == 0) base = atomicAdd(&m.info[7], static_cast<unsigned>(__popc(cb)));
       base = __shfl_sync(0xffffffffu, base, 0);
-#pragma unroll
-      for (int u = 0; u < CHUNK; ++u) {
-        const unsigned pos = base + static_cast<unsigned>(__popc(cb[u] & ((1u << lane) - 1u)));
-        if (((cb[u] >> lane) & 1u) && pos < static_cast<unsigned>(kRank))
-          m.cand[pos] = cand_word(key[u], 32 * (w0 + u * NW) + lane);
-        base += static_cast<unsigned>(__popc(cb[u]));
-      }
+      const unsigned pos = base + static_cast<unsigned>(__popc(cb & ((1u << lane) - 1u)));
+      if (in && pos < static_cast<unsigned>(kRank)) m.cand[pos] = cand_word(key, j);
     }
   }
   __syncthreads();
