@@ -312,7 +312,7 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
   if (opt.specialized && a.cache && a.mask && !a.idx_out && a.H == 1 && sel_threads(opt) == kSelThreads) {
     const bool diag = std::getenv("MOCBENCH_XP") && std::atoi(std::getenv("MOCBENCH_XP")) == 1;  // EXPERIMENT
     auto go = [&](auto kernel) {
-      launch_ex(kernel, grid, kSelThreads, smem, ch.st, 1, pdl, a);
+      launch_ex(kernel, grid, kSelThreads, smem + (diag ? 32 * static_cast<std::size_t>(L.Wp) : 0), ch.st, 1, pdl, a);
     };
     if (diag && p.rule == SelectRule::gate) go(k_select<MasksOnly, kSelThreads, 0, true>);
     else switch (p.rule) {  // the decode engine's MoC selection: nothing but the mask path
@@ -397,6 +397,7 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
                   : named(cost::plus(cost::ffn_decode_gate(cost_shape(p)), cost::ffn_decode_up_down(cost_shape(p))),
                           "ffn_decode.gate_up_down"));
   UpDownArgs a{};
+  a.diag = std::getenv("MOCBENCH_XP") && std::atoi(std::getenv("MOCBENCH_XP")) == 1 ? 1 : 0;  // EXPERIMENT
   a.stamps = step::stamp_buffer_if_made();
   a.x = static_cast<const bf16*>(p.x);
   a.wg = static_cast<const bf16*>(p.w_gate_t);
