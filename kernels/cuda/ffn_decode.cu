@@ -8,7 +8,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -310,12 +309,8 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
   const int cl = a.list ? a.C : 1;  // the union list is merged in the cluster's shared memory
   const bool pdl = ch.next();
   if (opt.specialized && a.cache && a.mask && !a.idx_out && a.H == 1 && sel_threads(opt) == kSelThreads) {
-    const bool diag = std::getenv("MOCBENCH_XP") && std::atoi(std::getenv("MOCBENCH_XP")) == 1;  // EXPERIMENT
-    auto go = [&](auto kernel) {
-      launch_ex(kernel, grid, kSelThreads, smem + (diag ? 32 * static_cast<std::size_t>(L.Wp) : 0), ch.st, 1, pdl, a);
-    };
-    if (diag && p.rule == SelectRule::gate) go(k_select<MasksOnly, kSelThreads, 0, true>);
-    else switch (p.rule) {  // the decode engine's MoC selection: nothing but the mask path
+    auto go = [&](auto kernel) { launch_ex(kernel, grid, kSelThreads, smem, ch.st, 1, pdl, a); };
+    switch (p.rule) {  // the decode engine's MoC selection: nothing but the mask path
       case SelectRule::gate: go(k_select<MasksOnly, kSelThreads, 0>); break;
       case SelectRule::silu: go(k_select<MasksOnly, kSelThreads, 1>); break;
       default: go(k_select<MasksOnly, kSelThreads, 2>); break;
@@ -397,7 +392,6 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
                   : named(cost::plus(cost::ffn_decode_gate(cost_shape(p)), cost::ffn_decode_up_down(cost_shape(p))),
                           "ffn_decode.gate_up_down"));
   UpDownArgs a{};
-  a.diag = std::getenv("MOCBENCH_XP") && std::atoi(std::getenv("MOCBENCH_XP")) == 1 ? 1 : 0;  // EXPERIMENT
   a.stamps = step::stamp_buffer_if_made();
   a.x = static_cast<const bf16*>(p.x);
   a.wg = static_cast<const bf16*>(p.w_gate_t);

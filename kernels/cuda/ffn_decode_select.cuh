@@ -296,9 +296,7 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
 // step (H100, bench/micro/NOTES.md, ninth session). An overload of k_select (first template argument MasksOnly),
 // so that the profiler's kernel name -- k_select, the top-K part -- is the same whichever one runs.
 struct MasksOnly {};
-// EXPERIMENT (DIAG): stamps from the block's start; marks: "gate" = resident and waiting, "up" = a first full pass
-// of the selection (mask bytes into shared memory), tail "top-K" = the real pass.
-template <class Tag, int NT, int RULE, bool DIAG = false>
+template <class Tag, int NT, int RULE>
 __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   static_assert(std::is_same_v<Tag, MasksOnly>);
   extern __shared__ __align__(16) unsigned char smem[];
@@ -310,36 +308,24 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   unsigned* keys_ = hist + kHBins;
   unsigned* sel = keys_ + a.Fp;
   unsigned* aux = sel + a.Wp;
-  unsigned char* dmask = reinterpret_cast<unsigned char*>(aux + a.Wp);
   const SelSmem s{hist, keys_, sel, aux, cand, scratch, info};
   const int tid = threadIdx.x;
   const int r = static_cast<int>(blockIdx.x);  // row
+  for (int i = tid; i < kHBins / 4; i += NT) reinterpret_cast<uint4*>(hist)[i] = make_uint4(0, 0, 0, 0);
   step::StampScope stamp(a.stamps);
   griddep_launch();
-  if constexpr (DIAG) stamp.start(step::StampKernel::k_select, step::StageId::topk);
   griddep_wait();
-  if constexpr (DIAG) {
-    __syncthreads();
-    stamp.mark_synced(step::StageId::gate);
-  }
-#pragma unroll 1
-  for (int pass = DIAG ? 0 : 1; pass < 2; ++pass) {
-    const bool real = pass == 1;
-    for (int i = tid; i < kHBins / 4; i += NT) reinterpret_cast<uint4*>(hist)[i] = make_uint4(0, 0, 0, 0);
-    if (!DIAG) stamp.start(step::StampKernel::k_select, step::StageId::topk);
-    __syncthreads();  // the histogram is zeroed before any thread counts into it (k_select says why)
-    if (real && a.zero) zero_part(a.zero, a.zero_n16, r, a.R, NT);
-    sel_keys<NT, true, RULE>(s, a.G + static_cast<std::size_t>(r) * a.Fp, a.F, a.Fp, RULE, true);
-    __syncthreads();
-    if (!DIAG) stamp.claim();
-    const topk::Smem tm{hist, sel, aux, cand, scratch, info};
-    unsigned tb, need, cnt;
-    topk::threshold_bin<NT>(tm, static_cast<unsigned>(a.k), tb, need, cnt);
-    topk::keep_bits<NT, true>(tm, [&](int j) -> unsigned { return keys_[j]; }, a.F, a.Wp, tb, need, cnt,
-                              real ? a.mask + static_cast<std::size_t>(r) * a.Fp : dmask,
-                              static_cast<unsigned char>(1u << r));
-    if (DIAG && !real) stamp.mark(step::StageId::up);
-  }
+  stamp.start(step::StampKernel::k_select, step::StageId::topk);
+  __syncthreads();  // the histogram is zeroed before any thread counts into it (k_select says why)
+  if (a.zero) zero_part(a.zero, a.zero_n16, r, a.R, NT);
+  sel_keys<NT, true, RULE>(s, a.G + static_cast<std::size_t>(r) * a.Fp, a.F, a.Fp, RULE, true);
+  __syncthreads();
+  stamp.claim();
+  const topk::Smem tm{hist, sel, aux, cand, scratch, info};
+  unsigned tb, need, cnt;
+  topk::threshold_bin<NT>(tm, static_cast<unsigned>(a.k), tb, need, cnt);
+  topk::keep_bits<NT, true>(tm, [&](int j) -> unsigned { return keys_[j]; }, a.F, a.Wp, tb, need, cnt,
+                            a.mask + static_cast<std::size_t>(r) * a.Fp, static_cast<unsigned char>(1u << r));
 }
 
 }  // namespace

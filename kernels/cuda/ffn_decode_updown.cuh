@@ -32,7 +32,6 @@ struct UpDownArgs {
   int mrows;       // mask mode: 1 (2:8's gate kernel writes the row mask) or R (top-K: one row's bit per byte)
   int nslots;      // list mode: entries the list can hold
   int prefetch;    // all-channels mode: the first 16 channels' W_gate and W_up rows into L2 before the wait
-  int diag;        // EXPERIMENT
 };
 
 __host__ __device__ inline std::size_t updown_stage_bytes(int smax, int d) {
@@ -145,15 +144,8 @@ __device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, 
     ud_stage_rows(a, s, n);
   } else {  // kMaskChannels: the kept channels of this block's range, compacted in channel order
     griddep_launch();
-    if (a.diag) stamp.start(step::StampKernel::k_updown, step::StageId::down);  // EXPERIMENT
     griddep_wait();
-    if (a.diag) {
-      __syncthreads();
-      stamp.claim();
-      stamp.mark_synced(step::StageId::gate);
-    } else {
-      stamp.start(step::StampKernel::k_updown, step::StageId::down);
-    }
+    stamp.start(step::StampKernel::k_updown, step::StageId::down);
     const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb);
     int base = 0;
     for (int i0 = 0; i0 < c1 - c0; i0 += kThreads) {
