@@ -631,9 +631,10 @@ cuda::ffn::Problem launch_problem(const Layer& L) {
 
 // Row top-K hands its selection to the up/down kernel as per-row mask bytes (default) or as the union list
 // (Options::topk_list, the earlier design), on grids of every SM or one fewer (Options::spare_sm): the four
-// launches, with idx_out asked for or not (the decode engine asks for none), keep the same channels (idx_out
-// equal bit for bit) and give the same output up to the order of the fp32 atomics of the down projection. Rows 1-8
-// (one chunk: 8 is the widest mask byte), the 1b layer and an odd small one, K from 1 to d_ffn.
+// launches, with idx_out asked for or not (the decode engine asks for none: then, at one row, the up/down kernel
+// speculates on the selection's threshold bin, Options::topk_speculate), keep the same channels (idx_out equal bit
+// for bit) and give the same output up to the order of the fp32 atomics of the down projection. Rows 1-8 (one chunk:
+// 8 is the widest mask byte), the 1b layer and an odd small one, K from 1 to d_ffn.
 TEST(GpuFfnDecode, TopKHandOffsAgree) {
   MOC_GPU_OR_SKIP(gpu);
 #ifdef MOCBENCH_HAVE_CUDA
@@ -669,37 +670,43 @@ TEST(GpuFfnDecode, TopKHandOffsAgree) {
     std::vector<std::int32_t> first_idx;
     for (bool list : {false, true})
       for (bool spare : {true, false})
-        for (bool want_idx : {true, false}) {
-          SCOPED_TRACE(std::string(list ? "list" : "masks") + (spare ? ", spare SM" : ", all SMs") +
-                       (want_idx ? ", idx_out" : ""));
-          cuda::ffn::Options opt;
-          opt.topk_list = list;
-          opt.spare_sm = spare;
-          ASSERT_TRUE(cuda::ffn::fast_path(p, opt));
-          Tensor o = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
-          gpu->upload_f32(o, L.out0);
-          Tensor idx = poisoned_idx(*gpu, L.R, c.k);
-          p.out = o.raw();
-          p.idx_out = want_idx ? idx.data<std::uint16_t>() : nullptr;
-          cuda::ffn::launch(p, ws.raw(), bytes, st, opt);
-          const auto out = gpu->download_f32(o);
-          if (first_out.empty()) {
-            first_out = out;
-            first_idx = gpu->download_i32(idx);
-            for (std::int32_t j : first_idx) ASSERT_TRUE(j >= 0 && j < c.s.F) << "idx_out written: " << j;
-            if (c.tied) {
-              for (std::size_t i = 0; i < first_idx.size(); ++i) {
-                ASSERT_EQ(first_idx[i], static_cast<std::int32_t>(i % static_cast<std::size_t>(c.k)))
-                    << "ties go to the lower channels";
+        for (bool want_idx : {true, false})
+          for (int spec : {1, 0, 2, 3}) {
+            // The speculating up/down kernel (one row, masks, no idx_out: the masks-only selection) with its threshold
+            // bin right (1), off (0), a wrong bin published (2: the blocks holding a kept channel of the true bin
+            // redo their work) and none published (3: every block stops polling and does the work after its wait).
+            if (spec != 1 && (list || want_idx || c.R != 1)) continue;
+            SCOPED_TRACE(std::string(list ? "list" : "masks") + (spare ? ", spare SM" : ", all SMs") +
+                         (want_idx ? ", idx_out" : "") + ", speculate " + std::to_string(spec));
+            cuda::ffn::Options opt;
+            opt.topk_list = list;
+            opt.spare_sm = spare;
+            opt.topk_speculate = spec;
+            ASSERT_TRUE(cuda::ffn::fast_path(p, opt));
+            Tensor o = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
+            gpu->upload_f32(o, L.out0);
+            Tensor idx = poisoned_idx(*gpu, L.R, c.k);
+            p.out = o.raw();
+            p.idx_out = want_idx ? idx.data<std::uint16_t>() : nullptr;
+            cuda::ffn::launch(p, ws.raw(), bytes, st, opt);
+            const auto out = gpu->download_f32(o);
+            if (first_out.empty()) {
+              first_out = out;
+              first_idx = gpu->download_i32(idx);
+              for (std::int32_t j : first_idx) ASSERT_TRUE(j >= 0 && j < c.s.F) << "idx_out written: " << j;
+              if (c.tied) {
+                for (std::size_t i = 0; i < first_idx.size(); ++i) {
+                  ASSERT_EQ(first_idx[i], static_cast<std::int32_t>(i % static_cast<std::size_t>(c.k)))
+                      << "ties go to the lower channels";
+                }
               }
+              continue;
             }
-            continue;
+            expect_same_out("against masks, spare SM, idx_out", out, first_out, L.out0, L.dt);
+            if (want_idx) {
+              EXPECT_EQ(gpu->download_i32(idx), first_idx);
+            }
           }
-          expect_same_out("against masks, spare SM, idx_out", out, first_out, L.out0, L.dt);
-          if (want_idx) {
-            EXPECT_EQ(gpu->download_i32(idx), first_idx);
-          }
-        }
   }
 #endif
 }

@@ -65,7 +65,7 @@ Layout make_layout(const Problem& p) {
   L.list = off;
   off += align256(static_cast<std::size_t>(L.umax) * 4);
   L.info = off;
-  off += 256;  // [0] union length
+  off += 256;  // [0] union length, [32] the threshold-bin word (Buffers::spec)
   L.z = off;
   off += align256(static_cast<std::size_t>(L.umax) * kMaxRows * 4);
   L.total = off;
@@ -182,6 +182,7 @@ struct Buffers {
   float* z;
   uint4* zero;
   unsigned zero_n16;
+  unsigned* spec;  // the selection's threshold-bin word (Options::topk_speculate): its own line of the info area
 };
 Buffers buffers(const Layout& L, void* ws) {
   auto* b = static_cast<unsigned char*>(ws);
@@ -189,7 +190,7 @@ Buffers buffers(const Layout& L, void* ws) {
           reinterpret_cast<float*>(b + L.g),       b + L.mask,
           reinterpret_cast<unsigned*>(b + L.list), reinterpret_cast<unsigned*>(b + L.info),
           reinterpret_cast<float*>(b + L.z),       reinterpret_cast<uint4*>(b),
-          static_cast<unsigned>(L.zero / 16)};
+          static_cast<unsigned>(L.zero / 16),      reinterpret_cast<unsigned*>(b + L.info) + 32};
 }
 
 // Sequential launches of one call: the first may overlap the stream's previous kernel (entry_pdl), the
@@ -271,8 +272,17 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
 int sel_threads(const Options& opt) { return opt.select_threads == 1024 ? 1024 : kSelThreads; }
 
 // want_list: the union list for the up/down kernel; want_mask (top-K): the per-row mask bytes instead.
-void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode, bool want_list, bool zero_next,
-                   Chain& ch, const Options& opt, bool prefetch = false, bool want_mask = false) {
+// The threshold-bin word's tag of a call (ffn_decode_device.cuh ld_acquire_gpu): 16 bits of its W_up pointer, never 0.
+unsigned spec_tag(const Problem& p) {
+  const auto u = static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(p.w_up_t));
+  const unsigned t = static_cast<unsigned>((u >> 8) ^ (u >> 24) ^ (u >> 40)) & 0xffffu;
+  return t == 0 ? 1u : t;
+}
+
+// spec: publish the threshold bin for a speculating up/down kernel where the masks-only kernel runs at one row
+// (Options::topk_speculate); returns whether it does.
+bool launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode, bool want_list, bool zero_next,
+                   Chain& ch, const Options& opt, bool prefetch = false, bool want_mask = false, bool spec = false) {
   MOC_OP_COST(cost::ffn_decode_select(cost_shape(p)));
   SelArgs a{};
   a.stamps = step::stamp_buffer_if_made();
@@ -308,7 +318,14 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
   const unsigned grid = static_cast<unsigned>(a.C * a.H);
   const int cl = a.list ? a.C : 1;  // the union list is merged in the cluster's shared memory
   const bool pdl = ch.next();
+  bool published = false;
   if (opt.specialized && a.cache && a.mask && !a.idx_out && a.H == 1 && sel_threads(opt) == kSelThreads) {
+    if (spec && p.rows == 1 && p.rule == SelectRule::gate && pdl) {
+      published = true;
+      a.spec = B.spec;
+      a.spec_tag = spec_tag(p);
+      a.spec_shift = opt.topk_speculate == 2 ? 1 : opt.topk_speculate == 3 ? -1 : 0;
+    }
     auto go = [&](auto kernel) { launch_ex(kernel, grid, kSelThreads, smem, ch.st, 1, pdl, a); };
     switch (p.rule) {  // the decode engine's MoC selection: nothing but the mask path
       case SelectRule::gate: go(k_select<MasksOnly, kSelThreads, 0>); break;
@@ -337,6 +354,7 @@ void launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
     else launch_ex(k_select<kSelThreads, false>, grid, kSelThreads, smem, ch.st, cl, pdl, a);
   }
   MOC_CUDA_LAUNCHED("k_select");
+  return published;
 }
 
 // Grid, cluster and shared memory of one up/down launch.
@@ -411,6 +429,12 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   a.nslots = L.umax;
   a.mrows = cmode == kMaskChannels && p.kind == SelKind::topk ? p.rows : 1;
   a.prefetch = (opt.prefetch & 2) ? 1 : 0;
+  if (cmode == kMaskSpec) {
+    a.spec = B.spec;
+    a.spec_tag = spec_tag(p);
+    a.spec_wait_ns = 50000;
+    a.mrows = 1;
+  }
   const int slots = cmode == kListChannels ? L.umax : p.d_ffn;
   const bool pdl = ch.next();
   with_rows(p.rows, [&](auto rp) {
@@ -430,7 +454,10 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
       go(k_updown<RP, true, kAllChannels>, k_updown<RP, true, kAllChannels>, k_updown<RP, true, kAllChannels>);
     else if (fused_gate)
       go(k_updown<RP, true, kListChannels>, k_updown<RP, true, kListChannels>, k_updown<RP, true, kListChannels>);
-    else if (cmode == kMaskChannels)
+    else if (cmode == kMaskSpec) {
+      if constexpr (RP == 1)  // (launch decides kMaskSpec at one row only)
+        go(k_updown<1, false, kMaskSpec>, k_updown<1, false, kMaskSpec, 1>, k_updown<1, false, kMaskSpec, 2>);
+    } else if (cmode == kMaskChannels)
       go(k_updown<RP, false, kMaskChannels>, k_updown<RP, false, kMaskChannels, 1>,
          k_updown<RP, false, kMaskChannels, 2>);
     else
@@ -613,9 +640,9 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
   }
   const bool masks = topk_masks(p, opt), spare = topk_spare(p, opt);
   launch_gate(p, L, B, kGateOnly, false, ch, opt, spare);
-  launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch, opt,
-                updown && (opt.prefetch & 1), updown && masks);
-  if (updown) launch_updown(p, L, B, false, masks ? kMaskChannels : kListChannels, ch, opt, spare);
+  const bool spec = launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch, opt,
+                                  updown && (opt.prefetch & 1), updown && masks, opt.topk_speculate != 0);
+  if (updown) launch_updown(p, L, B, false, masks ? (spec ? kMaskSpec : kMaskChannels) : kListChannels, ch, opt, spare);
 }
 
 void validate(const Problem& p, const void* ws, std::size_t ws_size, const Options& opt) {

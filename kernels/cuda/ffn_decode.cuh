@@ -87,6 +87,12 @@ struct Options {
   // Dense, rows <= 2, d <= 2048: the FFN as one weight stream through a shared-memory ring that a producer warp
   // fills with bulk copies (ffn_decode_ring.cuh). false: the up/down kernel with the gate fused, for A/B.
   bool dense_ring = true;
+  // Row top-K at one row, the gate rule, masks: the selection publishes its threshold bin as soon as it knows it
+  // (before it classifies and ranks) and the up/down blocks start on the channels at or above it -- W_down rows
+  // staged, the up GEMV -- then settle them by the selection's masks after their wait, redoing the block's work
+  // where a kept channel was not among them (bench/micro/NOTES.md). 0: off (A/B); 2 and 3 are for the tests of
+  // that fallback: a wrong bin published, none published (the blocks stop polling after 50 us).
+  int topk_speculate = 1;
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).

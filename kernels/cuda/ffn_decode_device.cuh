@@ -51,11 +51,25 @@ constexpr int kLine = 32;  // u32 per line
 constexpr std::size_t kCtrlBytes = kMaxCluster * kLine * 4;
 
 enum GateMode : int { kGateOnly = 0, kGateGroupLocal = 1 };
-enum ChannelMode : int { kAllChannels = 0, kListChannels = 1, kMaskChannels = 2 };
+// kMaskSpec: kMaskChannels at one row, the block starting on the channels above the selection's published threshold
+// bin before the selection ends (Options::topk_speculate; ffn_decode_updown.cuh ud_spec_channels).
+enum ChannelMode : int { kAllChannels = 0, kListChannels = 1, kMaskChannels = 2, kMaskSpec = 3 };
 enum SelMode : int { kSelTopK = 0, kSelGroup = 1, kSelForce = 2 };
 
 __host__ __device__ constexpr std::size_t align16(std::size_t n) { return (n + 15) & ~std::size_t(15); }
 inline std::size_t align256(std::size_t n) { return (n + 255) & ~std::size_t(255); }
+
+// The selection's threshold-bin word (ffn_decode_select.cuh publishes, ffn_decode_updown.cuh polls): tag << 16 |
+// (bin + 1), 0 until published. The tag names the layer's call (a hash of its W_up pointer, never 0), so that a word
+// left by another call is not taken for this one's.
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_gpu(unsigned* p, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // Device helpers

@@ -29,6 +29,9 @@ struct SelArgs {
   const void* pf_up;    // top-K: W_up and W_down rows of the channels at or above the threshold bin are
   const void* pf_down;  // prefetched into L2 (null: no prefetch), by H clusters, each a share of them
   unsigned row_bytes;
+  unsigned* spec;     // masks-only kernel, one row: the threshold-bin word for a speculating up/down kernel (or null)
+  unsigned spec_tag;  // its tag (ffn_decode_device.cuh ld_acquire_gpu)
+  int spec_shift;     // added to the published bin (0; for the tests of the fallback: 1, a wrong bin; -1, none)
   step::StampBuf* stamps;
   int R, C, H, F, Fp, Wp, kept, mode, k, ga, gb, rule, cache;
 };
@@ -313,6 +316,13 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   const int r = static_cast<int>(blockIdx.x);  // row
   for (int i = tid; i < kHBins / 4; i += NT) reinterpret_cast<uint4*>(hist)[i] = make_uint4(0, 0, 0, 0);
   step::StampScope stamp(a.stamps);
+  if (a.spec) {  // the word is cleared before the up/down kernel (launched after our trigger) can poll it
+    if (tid == 0) {
+      *reinterpret_cast<volatile unsigned*>(a.spec) = 0u;
+      __threadfence();
+    }
+    __syncthreads();
+  }
   griddep_launch();
   griddep_wait();
   stamp.start(step::StampKernel::k_select, step::StageId::topk);
@@ -324,6 +334,10 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   const topk::Smem tm{hist, sel, aux, cand, scratch, info};
   unsigned tb, need, cnt;
   topk::threshold_bin<NT>(tm, static_cast<unsigned>(a.k), tb, need, cnt);
+  if (a.spec && a.spec_shift >= 0 && tid == 0) {  // channels above the bin are kept: the up/down blocks may start on them (and the bin's)
+    __threadfence();
+    st_release_gpu(a.spec, a.spec_tag << 16 | (tb + static_cast<unsigned>(a.spec_shift) + 1u));
+  }
   topk::keep_bits<NT, true>(tm, [&](int j) -> unsigned { return keys_[j]; }, a.F, a.Wp, tb, need, cnt,
                             a.mask + static_cast<std::size_t>(r) * a.Fp, static_cast<unsigned char>(1u << r));
 }

@@ -32,6 +32,9 @@ struct UpDownArgs {
   int mrows;       // mask mode: 1 (2:8's gate kernel writes the row mask) or R (top-K: one row's bit per byte)
   int nslots;      // list mode: entries the list can hold
   int prefetch;    // all-channels mode: the first 16 channels' W_gate and W_up rows into L2 before the wait
+  const unsigned* spec;  // kMaskSpec: the selection's threshold-bin word (ffn_decode_device.cuh ld_acquire_gpu)
+  unsigned spec_tag;
+  unsigned spec_wait_ns;  // how long a block polls it before it gives up speculating
 };
 
 __host__ __device__ inline std::size_t updown_stage_bytes(int smax, int d) {
@@ -102,12 +105,112 @@ __device__ __forceinline__ void ud_stage_rows(const UpDownArgs& a, const UdSmem 
   cp_async_commit();
 }
 
+// kMaskChannels' stage 1 after the wait: the kept channels of this block's range (a channel's row mask is the OR of
+// its mrows mask bytes) into s.sch / s.smask in channel order, their gate values (the gate kernel's G) into s.zs;
+// returns their number.
+__device__ __forceinline__ int ud_mask_compact(const UpDownArgs& a, const UdSmem s) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const long long nb = gridDim.x, b = blockIdx.x;
+  const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb);
+  int base = 0;
+  for (int i0 = 0; i0 < c1 - c0; i0 += kThreads) {
+    const int i = i0 + tid;
+    // The channel's gate values are loaded with its mask bytes (one round trip, not two).
+    unsigned m = 0;
+    float gv[kMaxRows];
+#pragma unroll
+    for (int rr = 0; rr < kMaxRows; ++rr)
+      gv[rr] = rr < a.R && i < c1 - c0 ? __ldcg(a.G + static_cast<std::size_t>(rr) * a.Fp + c0 + i) : 0.f;
+    if (i < c1 - c0)
+      for (int rr = 0; rr < a.mrows; ++rr)
+        m |= static_cast<unsigned>(__ldcg(a.mask + static_cast<std::size_t>(rr) * a.Fp + c0 + i));
+    const unsigned bal = __ballot_sync(0xffffffffu, m != 0);
+    if (lane == 0) s.misc[warp] = __popc(bal);
+    __syncthreads();
+    int off = base, tot = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      off += w < warp ? s.misc[w] : 0;
+      tot += s.misc[w];
+    }
+    if (m) {
+      const int pos = off + __popc(bal & ((1u << lane) - 1u));
+      s.sch[pos] = c0 + i;
+      s.smask[pos] = m;
+      float4* z = reinterpret_cast<float4*>(s.zs + pos * 8);
+      z[0] = make_float4(gv[0], gv[1], gv[2], gv[3]);
+      z[1] = make_float4(gv[4], gv[5], gv[6], gv[7]);
+    }
+    base += tot;
+    __syncthreads();
+  }
+  return base;
+}
+
+// kMaskSpec's stage 1 before the wait (one row, the gate rule): the block polls the selection's threshold-bin word
+// (published once the bin is known, while the selection still classifies and ranks; at most a.spec_wait_ns) and
+// compacts the channels of its range whose key's bin is at or above it -- a superset of the row's kept channels
+// by the bin's candidates -- as ud_mask_compact does, staging their W_down rows. Returns their number, 0 when the
+// word did not come (then nothing was staged) ; s.misc[9] holds the word taken (0: none).
+__device__ __forceinline__ int ud_spec_channels(const UpDownArgs& a, const UdSmem s) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const long long nb = gridDim.x, b = blockIdx.x;
+  if (tid == 0) {
+    unsigned v = 0;
+    const unsigned long long t0 = step::globaltimer();
+    for (;;) {
+      v = ld_acquire_gpu(a.spec);
+      if ((v >> 16) == a.spec_tag && (v & 0xffffu) != 0) break;
+      if (step::globaltimer() - t0 > a.spec_wait_ns) {
+        v = 0;
+        break;
+      }
+      __nanosleep(100);
+    }
+    s.misc[9] = static_cast<int>(v);
+    s.misc[10] = 0;  // ud_spec_settle's counts
+    s.misc[11] = 0;
+  }
+  __syncthreads();
+  const unsigned v = static_cast<unsigned>(s.misc[9]);
+  if (v == 0) return 0;
+  const unsigned tb = (v & 0xffffu) - 1u;
+  const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb);
+  int base = 0;
+  for (int i0 = 0; i0 < c1 - c0; i0 += kThreads) {
+    const int i = i0 + tid;
+    const float g = i < c1 - c0 ? __ldcg(a.G + c0 + i) : 0.f;
+    const bool m = i < c1 - c0 && (sel_key<0>(g, 0) >> kHShift) >= tb;
+    const unsigned bal = __ballot_sync(0xffffffffu, m);
+    if (lane == 0) s.misc[warp] = __popc(bal);
+    __syncthreads();
+    int off = base, tot = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      off += w < warp ? s.misc[w] : 0;
+      tot += s.misc[w];
+    }
+    if (m) {
+      const int pos = off + __popc(bal & ((1u << lane) - 1u));
+      s.sch[pos] = c0 + i;
+      s.smask[pos] = 1u;
+      float4* z = reinterpret_cast<float4*>(s.zs + pos * 8);
+      z[0] = make_float4(g, 0.f, 0.f, 0.f);
+      z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    base += tot;
+    __syncthreads();
+  }
+  ud_stage_rows(a, s, base);
+  return base;
+}
+
 // Stage 1: this block's channels into s.sch / s.smask and their W_down rows staged; returns their number.
 // Waits for the previous kernel (after staging in kAllChannels, whose channels are known in advance).
 // kMaskChannels also puts the kept channels' gate values (the gate kernel's G) into s.zs.
 template <int MODE>
 __device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, step::StampScope& stamp) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x;
   const long long nb = gridDim.x, b = blockIdx.x;
   int n = 0;
   if constexpr (MODE == kAllChannels) {
@@ -146,40 +249,7 @@ __device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, 
     griddep_launch();
     griddep_wait();
     stamp.start(step::StampKernel::k_updown, step::StageId::down);
-    const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb);
-    int base = 0;
-    for (int i0 = 0; i0 < c1 - c0; i0 += kThreads) {
-      const int i = i0 + tid;
-      // The channel's gate values are loaded with its mask bytes (one round trip, not two).
-      unsigned m = 0;
-      float gv[kMaxRows];
-#pragma unroll
-      for (int rr = 0; rr < kMaxRows; ++rr)
-        gv[rr] = rr < a.R && i < c1 - c0 ? __ldcg(a.G + static_cast<std::size_t>(rr) * a.Fp + c0 + i) : 0.f;
-      if (i < c1 - c0)
-        for (int rr = 0; rr < a.mrows; ++rr)
-          m |= static_cast<unsigned>(__ldcg(a.mask + static_cast<std::size_t>(rr) * a.Fp + c0 + i));
-      const unsigned bal = __ballot_sync(0xffffffffu, m != 0);
-      if (lane == 0) s.misc[warp] = __popc(bal);
-      __syncthreads();
-      int off = base, tot = 0;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        off += w < warp ? s.misc[w] : 0;
-        tot += s.misc[w];
-      }
-      if (m) {
-        const int pos = off + __popc(bal & ((1u << lane) - 1u));
-        s.sch[pos] = c0 + i;
-        s.smask[pos] = m;
-        float4* z = reinterpret_cast<float4*>(s.zs + pos * 8);
-        z[0] = make_float4(gv[0], gv[1], gv[2], gv[3]);
-        z[1] = make_float4(gv[4], gv[5], gv[6], gv[7]);
-      }
-      base += tot;
-      __syncthreads();
-    }
-    n = base;
+    n = ud_mask_compact(a, s);
     ud_stage_rows(a, s, n);
   }
   return n;
@@ -231,6 +301,37 @@ __device__ __forceinline__ void ud_up_gemv(const UpDownArgs& a, const UdSmem s, 
     rv[0] = make_float4(cu[0], cu[1], cu[2], cu[3]);
     if constexpr (FG) rv[1] = make_float4(cgt[0], cgt[1], cgt[2], cgt[3]);
   }
+}
+
+// kMaskSpec after the wait: the selection's mask bytes decide. The speculation holds when every kept channel of the
+// range is among the n speculated ones (equal counts: those are a subset of the range); then each speculated
+// channel's row mask (0: not kept, so its z is 0) and gate value are taken again from the selection's and the gate
+// kernel's outputs, read after the wait. Otherwise (or without the word) the block redoes stage 1 and the up GEMV as
+// kMaskChannels does. Returns the block's channel count.
+__device__ __forceinline__ int ud_spec_settle(const UpDownArgs& a, const UdSmem s, int n) {
+  const int tid = threadIdx.x;
+  const long long nb = gridDim.x, b = blockIdx.x;
+  const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb);
+  int kr = 0, ks = 0;  // kept channels of the range, of the speculated ones
+  for (int i = tid; i < c1 - c0; i += kThreads) kr += __ldcg(a.mask + c0 + i) != 0 ? 1 : 0;
+  for (int p = tid; p < n; p += kThreads) {
+    const int c = s.sch[p];
+    const unsigned m = __ldcg(a.mask + c);
+    const float g = __ldcg(a.G + c);
+    ks += m != 0 ? 1 : 0;
+    s.smask[p] = m;
+    s.zs[p * 8] = g;
+  }
+  if (kr) atomicAdd(&s.misc[10], kr);
+  if (ks) atomicAdd(&s.misc[11], ks);
+  __syncthreads();
+  if (s.misc[9] != 0 && s.misc[10] == s.misc[11]) return n;
+  cp_async_wait_all();  // the speculative staging has landed before the buffer is refilled
+  __syncthreads();
+  const int n2 = ud_mask_compact(a, s);
+  ud_stage_rows(a, s, n2);
+  ud_up_gemv<false>(a, s, n2);
+  return n2;
 }
 
 // Stage 3: z = SiLU(g) * u on the rows that kept the channel (g from the gate GEMV with FG, else from
@@ -412,17 +513,30 @@ __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
   // Stages: up (or gate & up) until every block has its z, then down; the last blocks' return is uniform.
   step::StampScope stamp(a.stamps);
 
-  // 1. This block's channels (weights of a fixed range are staged before the wait for the previous kernel).
-  const int n = ud_channels<MODE>(a, s, stamp);
-  if constexpr (!FG && MODE != kMaskChannels) {  // (mask mode loaded them with the masks)
-    // Gate values of the kept (channel, row) pairs, from the gate kernel.
-    for (int i = threadIdx.x; i < n * 8; i += kThreads) {
-      const int sl = i >> 3, r = i & 7;
-      s.zs[i] = r < a.R ? __ldcg(a.G + static_cast<std::size_t>(r) * a.Fp + s.sch[sl]) : 0.f;
+  int n = 0;
+  if constexpr (MODE == kMaskSpec) {
+    // 1-2 before the wait for the selection, on the channels its threshold bin names; then settled by its masks.
+    static_assert(RP == 1 && !FG, "speculation: one row, the gate values from the gate kernel");
+    griddep_launch();
+    n = ud_spec_channels(a, s);
+    ud_up_gemv<false>(a, s, n);
+    __syncthreads();
+    griddep_wait();
+    stamp.start(step::StampKernel::k_updown, step::StageId::down);
+    n = ud_spec_settle(a, s, n);
+  } else {
+    // 1. This block's channels (weights of a fixed range are staged before the wait for the previous kernel).
+    n = ud_channels<MODE>(a, s, stamp);
+    if constexpr (!FG && MODE != kMaskChannels) {  // (mask mode loaded them with the masks)
+      // Gate values of the kept (channel, row) pairs, from the gate kernel.
+      for (int i = threadIdx.x; i < n * 8; i += kThreads) {
+        const int sl = i >> 3, r = i & 7;
+        s.zs[i] = r < a.R ? __ldcg(a.G + static_cast<std::size_t>(r) * a.Fp + s.sch[sl]) : 0.f;
+      }
     }
+    // 2. Up (and gate) GEMV.
+    ud_up_gemv<FG>(a, s, n);
   }
-  // 2. Up (and gate) GEMV.
-  ud_up_gemv<FG>(a, s, n);
   __syncthreads();
   stamp.claim();  // the stamp flag's read has landed by now; the mark below resolves
   // 3. z = SiLU(g) * u.
