@@ -326,7 +326,6 @@ bool launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
       a.spec = B.spec;
       a.spec_tag = spec_tag(p);
       a.spec_shift = opt.topk_speculate == 2 ? 1 : opt.topk_speculate == 3 ? -1 : 0;
-      a.spec_late = opt.topk_speculate == 5 ? 1 : 0;  // EXPERIMENT
     }
     auto go = [&](auto kernel) { launch_ex(kernel, grid, kSelThreads, smem, ch.st, 1, pdl, a); };
     switch (p.rule) {  // the decode engine's MoC selection: nothing but the mask path
@@ -435,7 +434,6 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
     a.spec = B.spec;
     a.spec_tag = spec_tag(p);
     a.spec_wait_ns = 50000;
-    a.spec_sleep = opt.topk_speculate == 4 ? 400 : 0;  // EXPERIMENT
     a.mrows = 1;
   }
   const int slots = cmode == kListChannels ? L.umax : p.d_ffn;

@@ -31,7 +31,6 @@ struct SelArgs {
   unsigned row_bytes;
   unsigned* spec;     // masks-only kernel, one row: the threshold-bin word for a speculating up/down kernel (or null)
   unsigned spec_tag;  // its tag (ffn_decode_device.cuh ld_acquire_gpu)
-  int spec_late;  // EXPERIMENT
   int spec_shift;     // added to the published bin (0; for the tests of the fallback: 1, a wrong bin; -1, none)
   step::StampBuf* stamps;
   int R, C, H, F, Fp, Wp, kept, mode, k, ga, gb, rule, cache;
@@ -335,16 +334,12 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   const topk::Smem tm{hist, sel, aux, cand, scratch, info};
   unsigned tb, need, cnt;
   topk::threshold_bin<NT>(tm, static_cast<unsigned>(a.k), tb, need, cnt);
-  auto publish = [&]() {
-    if (a.spec && a.spec_shift >= 0 && tid == 0) {
-      __threadfence();
-      st_release_gpu(a.spec, a.spec_tag << 16 | (tb + static_cast<unsigned>(a.spec_shift) + 1u));
-    }
-  };
-  if (!a.spec_late) publish();
+  if (a.spec && a.spec_shift >= 0 && tid == 0) {  // channels above the bin are kept: the up/down blocks may start on them (and the bin's)
+    __threadfence();
+    st_release_gpu(a.spec, a.spec_tag << 16 | (tb + static_cast<unsigned>(a.spec_shift) + 1u));
+  }
   topk::keep_bits<NT, true>(tm, [&](int j) -> unsigned { return keys_[j]; }, a.F, a.Wp, tb, need, cnt,
-                            a.mask + static_cast<std::size_t>(r) * a.Fp, static_cast<unsigned char>(1u << r),
-                            [&]() { if (a.spec_late) publish(); });
+                            a.mask + static_cast<std::size_t>(r) * a.Fp, static_cast<unsigned char>(1u << r));
 }
 
 }  // namespace

@@ -34,7 +34,6 @@ struct UpDownArgs {
   int prefetch;    // all-channels mode: the first 16 channels' W_gate and W_up rows into L2 before the wait
   const unsigned* spec;  // kMaskSpec: the selection's threshold-bin word (ffn_decode_device.cuh ld_acquire_gpu)
   unsigned spec_tag;
-  unsigned spec_sleep;  // EXPERIMENT
   unsigned spec_wait_ns;  // how long a block polls it before it gives up speculating
 };
 
@@ -160,16 +159,13 @@ __device__ __forceinline__ int ud_spec_channels(const UpDownArgs& a, const UdSme
     unsigned v = 0;
     const unsigned long long t0 = step::globaltimer();
     for (;;) {
-      v = a.spec_sleep ? *reinterpret_cast<const volatile unsigned*>(a.spec) : ld_acquire_gpu(a.spec);
-      if ((v >> 16) == a.spec_tag && (v & 0xffffu) != 0) {
-        if (a.spec_sleep) v = ld_acquire_gpu(a.spec);
-        break;
-      }
+      v = ld_acquire_gpu(a.spec);
+      if ((v >> 16) == a.spec_tag && (v & 0xffffu) != 0) break;
       if (step::globaltimer() - t0 > a.spec_wait_ns) {
         v = 0;
         break;
       }
-      __nanosleep(a.spec_sleep ? a.spec_sleep : 100);
+      __nanosleep(100);
     }
     s.misc[9] = static_cast<int>(v);
     s.misc[10] = 0;  // ud_spec_settle's counts

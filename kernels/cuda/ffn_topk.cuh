@@ -88,12 +88,9 @@ __device__ __forceinline__ unsigned long long cand_word(unsigned key, int j) {
 // The kept bits of a row into m.sel[0, Wp) (every word written). key_at(j): the key of channel j < F.
 // MASK: also the row's mask bytes mask[0, 32 Wp), v where kept (mask not null); without it no mask code at all
 // (the selection is bound by instruction fetch, so a kernel carries only what it runs).
-struct NoHook {
-  __device__ void operator()() const {}
-};
-template <int NT, bool MASK, class KeyAt, class Hook = NoHook>
+template <int NT, bool MASK, class KeyAt>
 __device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned tb, unsigned need, unsigned cnt,
-                          unsigned char* mask, unsigned char v, Hook hook = Hook{}) {
+                          unsigned char* mask, unsigned char v) {
   constexpr int NW = NT / 32;
   constexpr int kRank = NT < kRankMax ? NT : kRankMax;  // candidates ranked pairwise (one per thread)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -123,7 +120,6 @@ __device__ void keep_bits(const Smem& m, KeyAt key_at, int F, int Wp, unsigned t
     }
   }
   __syncthreads();
-  hook();  // EXPERIMENT
   if (all) return;
   if (cnt <= static_cast<unsigned>(kRank)) {
     if (tid < static_cast<int>(cnt)) {
