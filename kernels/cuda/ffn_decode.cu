@@ -274,10 +274,7 @@ int sel_threads(const Options& opt) { return opt.select_threads == 1024 ? 1024 :
 
 // want_list: the union list for the up/down kernel; want_mask (top-K): the per-row mask bytes instead.
 // A speculating up/down kernel takes the selection's kept bits (k_select<MasksOnly, ..., true>), not its mask bytes.
-bool spec_bits() {  // EXPERIMENT: MOCBENCH_XP >= 10 -> bytes
-  const char* e = std::getenv("MOCBENCH_XP");
-  return !(e && std::atoi(e) >= 10);
-}
+bool spec_bits() { return true; }
 
 // The threshold-bin word's tag of a call (ffn_decode_device.cuh ld_acquire_gpu): 16 bits of its W_up pointer, never 0.
 unsigned spec_tag(const Problem& p) {
@@ -739,7 +736,7 @@ void launch_updown_only(const Problem& p, void* workspace, cudaStream_t stream, 
 // EXPERIMENT (reverted after the A/B): MOCBENCH_XP sets Options::topk_speculate.
 static ffn::Options xp_opt() {
   ffn::Options o;
-  if (const char* e = std::getenv("MOCBENCH_XP")) o.topk_speculate = std::atoi(e) % 10;
+  if (const char* e = std::getenv("MOCBENCH_XP")) o.topk_speculate = std::atoi(e);
   return o;
 }
 
