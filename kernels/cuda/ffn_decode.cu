@@ -273,9 +273,6 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
 int sel_threads(const Options& opt) { return opt.select_threads == 1024 ? 1024 : kSelThreads; }
 
 // want_list: the union list for the up/down kernel; want_mask (top-K): the per-row mask bytes instead.
-// A speculating up/down kernel takes the selection's kept bits (k_select<MasksOnly, ..., true>), not its mask bytes.
-bool spec_bits() { return true; }
-
 // The threshold-bin word's tag of a call (ffn_decode_device.cuh ld_acquire_gpu): 16 bits of its W_up pointer, never 0.
 unsigned spec_tag(const Problem& p) {
   const auto u = static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(p.w_up_t));
@@ -331,8 +328,7 @@ bool launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
       a.spec_shift = opt.topk_speculate == 2 ? 1 : opt.topk_speculate == 3 ? -1 : 0;
     }
     auto go = [&](auto kernel) { launch_ex(kernel, grid, kSelThreads, smem, ch.st, 1, pdl, a); };
-    if (published && spec_bits()) go(k_select<MasksOnly, kSelThreads, 0, true>);  // (the gate rule, one row)
-    else switch (p.rule) {  // the decode engine's MoC selection: nothing but the mask path
+    switch (p.rule) {  // the decode engine's MoC selection: nothing but the mask path
       case SelectRule::gate: go(k_select<MasksOnly, kSelThreads, 0>); break;
       case SelectRule::silu: go(k_select<MasksOnly, kSelThreads, 1>); break;
       default: go(k_select<MasksOnly, kSelThreads, 2>); break;
@@ -438,7 +434,6 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
     a.spec = B.spec;
     a.spec_tag = spec_tag(p);
     a.spec_wait_ns = 50000;
-    a.mask_bits = spec_bits() ? 1 : 0;
     a.mrows = 1;
   }
   const int slots = cmode == kListChannels ? L.umax : p.d_ffn;

@@ -299,9 +299,7 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
 // step (H100, bench/micro/NOTES.md, ninth session). An overload of k_select (first template argument MasksOnly),
 // so that the profiler's kernel name -- k_select, the top-K part -- is the same whichever one runs.
 struct MasksOnly {};
-// BITS (one row, for a speculating up/down kernel): the kept bits themselves ([Wp] u32 words at a.mask) instead of
-// the mask bytes -- a 32nd of the stores, written after the ranking rather than beside the classification.
-template <class Tag, int NT, int RULE, bool BITS = false>
+template <class Tag, int NT, int RULE>
 __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
   static_assert(std::is_same_v<Tag, MasksOnly>);
   extern __shared__ __align__(16) unsigned char smem[];
@@ -340,13 +338,8 @@ __global__ void __launch_bounds__(NT, 1) k_select(SelArgs a) {
     __threadfence();
     st_release_gpu(a.spec, a.spec_tag << 16 | (tb + static_cast<unsigned>(a.spec_shift) + 1u));
   }
-  if constexpr (BITS) {
-    topk::keep_bits<NT, false>(tm, [&](int j) -> unsigned { return keys_[j]; }, a.F, a.Wp, tb, need, cnt, nullptr, 0);
-    for (int w = tid; w < a.Wp; w += NT) __stcg(reinterpret_cast<unsigned*>(a.mask) + w, sel[w]);
-  } else {
-    topk::keep_bits<NT, true>(tm, [&](int j) -> unsigned { return keys_[j]; }, a.F, a.Wp, tb, need, cnt,
-                              a.mask + static_cast<std::size_t>(r) * a.Fp, static_cast<unsigned char>(1u << r));
-  }
+  topk::keep_bits<NT, true>(tm, [&](int j) -> unsigned { return keys_[j]; }, a.F, a.Wp, tb, need, cnt,
+                            a.mask + static_cast<std::size_t>(r) * a.Fp, static_cast<unsigned char>(1u << r));
 }
 
 }  // namespace

@@ -34,7 +34,6 @@ struct UpDownArgs {
   int prefetch;    // all-channels mode: the first 16 channels' W_gate and W_up rows into L2 before the wait
   const unsigned* spec;  // kMaskSpec: the selection's threshold-bin word (ffn_decode_device.cuh ld_acquire_gpu)
   unsigned spec_tag;
-  int mask_bits;  // kMaskSpec: a.mask holds the selection's kept bits ([Wp] u32), not bytes
   unsigned spec_wait_ns;  // how long a block polls it before it gives up speculating
 };
 
@@ -106,16 +105,9 @@ __device__ __forceinline__ void ud_stage_rows(const UpDownArgs& a, const UdSmem 
   cp_async_commit();
 }
 
-// kMaskSpec: channel c's row mask (1: kept, 0: not) from the selection's kept bits (a.mask as [Wp] u32 words, one row).
-__device__ __forceinline__ unsigned ud_kept(const UpDownArgs& a, int c) {
-  return (__ldcg(reinterpret_cast<const unsigned*>(a.mask) + (c >> 5)) >> (c & 31)) & 1u;
-}
-
 // kMaskChannels' stage 1 after the wait: the kept channels of this block's range (a channel's row mask is the OR of
 // its mrows mask bytes) into s.sch / s.smask in channel order, their gate values (the gate kernel's G) into s.zs;
 // returns their number.
-// BITS: the selection's kept bits instead (one row; kMaskSpec: ud_kept).
-template <bool BITS = false>
 __device__ __forceinline__ int ud_mask_compact(const UpDownArgs& a, const UdSmem s) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const long long nb = gridDim.x, b = blockIdx.x;
@@ -129,12 +121,9 @@ __device__ __forceinline__ int ud_mask_compact(const UpDownArgs& a, const UdSmem
 #pragma unroll
     for (int rr = 0; rr < kMaxRows; ++rr)
       gv[rr] = rr < a.R && i < c1 - c0 ? __ldcg(a.G + static_cast<std::size_t>(rr) * a.Fp + c0 + i) : 0.f;
-    if (BITS) {
-      if (i < c1 - c0) m = ud_kept(a, c0 + i);
-    } else if (i < c1 - c0) {
+    if (i < c1 - c0)
       for (int rr = 0; rr < a.mrows; ++rr)
         m |= static_cast<unsigned>(__ldcg(a.mask + static_cast<std::size_t>(rr) * a.Fp + c0 + i));
-    }
     const unsigned bal = __ballot_sync(0xffffffffu, m != 0);
     if (lane == 0) s.misc[warp] = __popc(bal);
     __syncthreads();
@@ -319,16 +308,15 @@ __device__ __forceinline__ void ud_up_gemv(const UpDownArgs& a, const UdSmem s, 
 // channel's row mask (0: not kept, so its z is 0) and gate value are taken again from the selection's and the gate
 // kernel's outputs, read after the wait. Otherwise (or without the word) the block redoes stage 1 and the up GEMV as
 // kMaskChannels does. Returns the block's channel count.
-template <bool BITS>
 __device__ __forceinline__ int ud_spec_settle(const UpDownArgs& a, const UdSmem s, int n) {
   const int tid = threadIdx.x;
   const long long nb = gridDim.x, b = blockIdx.x;
   const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb);
   int kr = 0, ks = 0;  // kept channels of the range, of the speculated ones
-  for (int i = tid; i < c1 - c0; i += kThreads) kr += (BITS ? ud_kept(a, c0 + i) : __ldcg(a.mask + c0 + i)) != 0 ? 1 : 0;
+  for (int i = tid; i < c1 - c0; i += kThreads) kr += __ldcg(a.mask + c0 + i) != 0 ? 1 : 0;
   for (int p = tid; p < n; p += kThreads) {
     const int c = s.sch[p];
-    const unsigned m = BITS ? ud_kept(a, c) : __ldcg(a.mask + c);
+    const unsigned m = __ldcg(a.mask + c);
     const float g = __ldcg(a.G + c);
     ks += m != 0 ? 1 : 0;
     s.smask[p] = m;
@@ -340,7 +328,7 @@ __device__ __forceinline__ int ud_spec_settle(const UpDownArgs& a, const UdSmem 
   if (s.misc[9] != 0 && s.misc[10] == s.misc[11]) return n;
   cp_async_wait_all();  // the speculative staging has landed before the buffer is refilled
   __syncthreads();
-  const int n2 = ud_mask_compact<BITS>(a, s);
+  const int n2 = ud_mask_compact(a, s);
   ud_stage_rows(a, s, n2);
   ud_up_gemv<false>(a, s, n2);
   return n2;
@@ -535,7 +523,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
     __syncthreads();
     griddep_wait();
     stamp.start(step::StampKernel::k_updown, step::StageId::down);
-    n = a.mask_bits ? ud_spec_settle<true>(a, s, n) : ud_spec_settle<false>(a, s, n);
+    n = ud_spec_settle(a, s, n);
   } else {
     // 1. This block's channels (weights of a fixed range are staged before the wait for the previous kernel).
     n = ud_channels<MODE>(a, s, stamp);
