@@ -8,7 +8,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -728,13 +727,6 @@ void launch_updown_only(const Problem& p, void* workspace, cudaStream_t stream, 
 
 // ---- Ops entry point
 
-// EXPERIMENT (reverted after the A/B): MOCBENCH_XP sets Options::topk_speculate.
-static ffn::Options xp_opt() {
-  ffn::Options o;
-  if (const char* e = std::getenv("MOCBENCH_XP")) o.topk_speculate = std::atoi(e);
-  return o;
-}
-
 void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocSelect* sel, Tensor& out,
                 const Tensor* force_idx, Tensor* idx_out, unsigned parts) {
   const char* op = "ffn_decode";
@@ -808,7 +800,7 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   Tensor ws = ops.empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
   // The dense FFN keeps its accumulator and counters in the ops' zeroed scratch (no prep kernel per call).
   void* zeroed = !sel && (parts & kFfnUpDown) ? zeroed_scratch(ops, ffn::zeroed_bytes(p)) : nullptr;
-  ffn::launch(p, ws.raw(), bytes, stream_of(ops), xp_opt(), zeroed);
+  ffn::launch(p, ws.raw(), bytes, stream_of(ops), ffn::Options{}, zeroed);
 }
 
 }  // namespace moc::cuda
