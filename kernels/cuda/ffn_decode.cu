@@ -271,7 +271,6 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
 // prefetch: top-K followed by the up/down kernel on the fast path (16-byte aligned bf16 rows).
 int sel_threads(const Options& opt) { return opt.select_threads == 1024 ? 1024 : kSelThreads; }
 
-// want_list: the union list for the up/down kernel; want_mask (top-K): the per-row mask bytes instead.
 // The threshold-bin word's tag of a call (ffn_decode_device.cuh ld_acquire_gpu): 16 bits of its W_up pointer, never 0.
 unsigned spec_tag(const Problem& p) {
   const auto u = static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(p.w_up_t));
@@ -279,6 +278,7 @@ unsigned spec_tag(const Problem& p) {
   return t == 0 ? 1u : t;
 }
 
+// want_list: the union list for the up/down kernel; want_mask (top-K): the per-row mask bytes instead.
 // spec: publish the threshold bin for a speculating up/down kernel where the masks-only kernel runs at one row
 // (Options::topk_speculate); returns whether it does.
 bool launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode, bool want_list, bool zero_next,

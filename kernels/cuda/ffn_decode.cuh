@@ -23,7 +23,10 @@
 //          kernel's blocks each read the bytes of their own channel range (as 2:8's mask); other a:b and
 //          force_idx build the union list (channel | row mask << 16, merged over a cluster of row blocks) whose
 //          slots the blocks take in turn. The up/down kernel reads only the W_up and W_down rows of kept
-//          channels, once per call.
+//          channels, once per call. At one row (the gate rule) it speculates: the selection publishes its
+//          threshold bin in a workspace word as soon as it knows it, the up/down blocks (resident early) poll it
+//          and stage / multiply the channels at or above it before their wait, then settle them by the mask
+//          bytes -- redoing a block's work where a kept channel is missing (Options::topk_speculate).
 // Graph-capturable: no host synchronization, no memset node; the kernel before the up/down kernel zeroes its
 // accumulator and counters (dense with `zeroed`: nobody needs to), and the up/down kernel leaves them zero.
 #pragma once
