@@ -151,7 +151,7 @@ __device__ __forceinline__ int ud_mask_compact(const UpDownArgs& a, const UdSmem
 // (published once the bin is known, while the selection still classifies and ranks; at most a.spec_wait_ns) and
 // compacts the channels of its range whose key's bin is at or above it -- a superset of the row's kept channels
 // by the bin's candidates -- as ud_mask_compact does, staging their W_down rows. Returns their number, 0 when the
-// word did not come (then nothing was staged) ; s.misc[9] holds the word taken (0: none).
+// word did not come (then nothing was staged); s.misc[9] holds the word taken (0: none).
 __device__ __forceinline__ int ud_spec_channels(const UpDownArgs& a, const UdSmem s) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const long long nb = gridDim.x, b = blockIdx.x;
