@@ -279,10 +279,10 @@ unsigned spec_tag(const Problem& p) {
 }
 
 // want_list: the union list for the up/down kernel; want_mask (top-K): the per-row mask bytes instead.
-// spec: publish the threshold bin for a speculating up/down kernel where the masks-only kernel runs at one row
-// (Options::topk_speculate); returns whether it does.
+// Returns whether it publishes the threshold bin for a speculating up/down kernel (Options::topk_speculate: where the
+// masks-only kernel runs at one row).
 bool launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode, bool want_list, bool zero_next,
-                   Chain& ch, const Options& opt, bool prefetch = false, bool want_mask = false, bool spec = false) {
+                   Chain& ch, const Options& opt, bool prefetch = false, bool want_mask = false) {
   MOC_OP_COST(cost::ffn_decode_select(cost_shape(p)));
   SelArgs a{};
   a.stamps = step::stamp_buffer_if_made();
@@ -320,7 +320,7 @@ bool launch_select(const Problem& p, const Layout& L, const Buffers& B, int mode
   const bool pdl = ch.next();
   bool published = false;
   if (opt.specialized && a.cache && a.mask && !a.idx_out && a.H == 1 && sel_threads(opt) == kSelThreads) {
-    if (spec && p.rows == 1 && p.rule == SelectRule::gate && pdl) {
+    if (opt.topk_speculate != 0 && p.rows == 1 && p.rule == SelectRule::gate && pdl) {
       published = true;
       a.spec = B.spec;
       a.spec_tag = spec_tag(p);
@@ -641,7 +641,7 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
   const bool masks = topk_masks(p, opt), spare = topk_spare(p, opt);
   launch_gate(p, L, B, kGateOnly, false, ch, opt, spare);
   const bool spec = launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch, opt,
-                                  updown && (opt.prefetch & 1), updown && masks, opt.topk_speculate != 0);
+                                  updown && (opt.prefetch & 1), updown && masks);
   if (updown) launch_updown(p, L, B, false, masks ? (spec ? kMaskSpec : kMaskChannels) : kListChannels, ch, opt, spare);
 }
 
