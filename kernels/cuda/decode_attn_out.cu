@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops_impl.cuh"
@@ -44,7 +45,14 @@ constexpr int kRounds = 4;     // load steps per warp tile (K and V words in fli
 constexpr int kMaxC = 8;       // portable cluster size
 constexpr int kMaxB = 4;       // rows of x
 constexpr int kLine = 32;      // one counter per 128-byte line
-constexpr std::size_t kMaxSlice = 64 * 1024;  // a rank's Wo slice in shared memory
+std::size_t max_slice() {  // EXPERIMENT (reverted): MOCBENCH_AO_SLICE=KB
+  static const std::size_t v = [] {
+    const char* e = std::getenv("MOCBENCH_AO_SLICE");
+    return static_cast<std::size_t>(e ? std::atoi(e) : 64) * 1024;
+  }();
+  return v;
+}
+#define kMaxSlice max_slice()
 constexpr std::size_t kAccOffset = kMaxC * kLine * sizeof(unsigned);  // the accumulator after the counters
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr std::size_t kStaticSmem = 24 * 1024;  // bounds k_attn_out's static shared memory (~20 KB at hd 128)
