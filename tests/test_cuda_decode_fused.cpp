@@ -5,6 +5,8 @@
 // Fresh random inputs, poisoned outputs, odd sizes, GQA, head_dim 64 and 128, positions at both cache ends.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <sstream>
 #include <string>
@@ -125,6 +127,7 @@ void check_attn_out(Ops& gpu, Ops& cpu, std::mt19937& rng, const QkvShape& s, in
   cpu.upload_i32(pc, pos);
   for (int call = 0; call < 2; ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
+    if (std::getenv("AO_DEBUG")) std::fprintf(stderr, "%s call %d\n", os.str().c_str(), call);  // EXPERIMENT
     gpu.decode_attn_out(q.g, kc.g, vc.g, pg, wo.g, x.g);
     cpu.decode_attn_out(q.c, kc.c, vc.c, pc, wo.c, x.c);
     gpu.synchronize();
