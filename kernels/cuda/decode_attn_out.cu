@@ -68,6 +68,7 @@ struct Args {
   float* acc;               // [b, d], zero
   int b, h, kvh, T, d, R;   // R: output rows per rank
   int early;                // Wo may be copied before the wait (a weights tensor)
+  int hint;                 // EXPERIMENT: MOCBENCH_AO_HINT
   float scale_log2;
 };
 
@@ -103,7 +104,11 @@ __global__ void __launch_bounds__(kThreads) k_attn_out(const Args a) {
     const bf16* src = a.wo + static_cast<std::size_t>(r0) * qdim + head * HD;
     for (int i = tid; i < nr * WPR; i += kThreads) {
       const int rr = i / WPR, w = i - rr * WPR;
-      cp_async16(ws + rr * HD + w * 8, src + static_cast<std::size_t>(rr) * qdim + w * 8);
+      if (a.hint) cp_async16(ws + rr * HD + w * 8, src + static_cast<std::size_t>(rr) * qdim + w * 8);
+      else {
+        const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(ws + rr * HD + w * 8));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src + static_cast<std::size_t>(rr) * qdim + w * 8) : "memory");
+      }
     }
     cp_async_commit();
   };
@@ -323,6 +328,7 @@ bool decode_attn_out_fused(cudaStream_t st, void* zeroed, const Tensor& q, const
   const int C = ranks_for(a.d, hd);
   a.R = (a.d + C - 1) / C;
   a.early = wo_t.tag().category == MemCategory::weights ? 1 : 0;
+  a.hint = std::getenv("MOCBENCH_AO_HINT") ? std::atoi(std::getenv("MOCBENCH_AO_HINT")) : 0;
   a.scale_log2 = kLog2e / std::sqrt(static_cast<float>(hd));
   const std::size_t smem = static_cast<std::size_t>(a.R) * hd * sizeof(bf16);
   const dim3 grid(static_cast<unsigned>(C), static_cast<unsigned>(a.h), 1);
