@@ -69,6 +69,7 @@ struct Args {
   int b, h, kvh, T, d, R;   // R: output rows per rank
   int early;                // Wo may be copied before the wait (a weights tensor)
   int hint;                 // EXPERIMENT: MOCBENCH_AO_HINT
+  int skip;                 // EXPERIMENT: MOCBENCH_AO_SKIP bits (1: no Wo staging, 2: no atomics; wrong results)
   float scale_log2;
 };
 
@@ -115,9 +116,9 @@ __global__ void __launch_bounds__(kThreads) k_attn_out(const Args a) {
   pdl_trigger();
   const bool clustered = C > 1;
   if (clustered) cluster_arrive_relaxed();  // "started": waited for before the first remote store
-  if (a.early) stage_w();
+  if (a.early && !(a.skip & 1)) stage_w();
   pdl_wait();
-  if (!a.early) stage_w();
+  if (!a.early && !(a.skip & 1)) stage_w();
 
   cgr::cluster_group cluster = cgr::this_cluster();
   const int sub = lane % TPK, ks = lane / TPK;
@@ -236,16 +237,18 @@ __global__ void __launch_bounds__(kThreads) k_attn_out(const Args a) {
   cp_async_wait_all();
   __syncthreads();
 
-  // The slice times the head's output: TPK lanes per Wo row (8 columns each), 32 / TPK rows per warp step.
+  // The slice times the head's output: TPK lanes per Wo row (8 columns each), 32 / TPK rows per warp step. The
+  // loop runs warp-uniformly (its shuffles take the whole warp); lanes past the slice's rows multiply zeros.
   {
     float o[kMaxB][8];
 #pragma unroll
     for (int bi = 0; bi < kMaxB; ++bi)
 #pragma unroll
       for (int e = 0; e < 8; ++e) o[bi][e] = bi < a.b ? ov[bi][sub * 8 + e] : 0.0f;
-    for (int rr = warp * KPS + ks; rr < nr; rr += kWarps * KPS) {
+    for (int rb = warp * KPS; rb < nr; rb += kWarps * KPS) {
+      const int rr = rb + ks;
       float wf[8];
-      unpack8(*reinterpret_cast<const uint4*>(ws + rr * HD + sub * 8), wf);
+      unpack8(rr < nr && !(a.skip & 1) ? *reinterpret_cast<const uint4*>(ws + rr * HD + sub * 8) : make_uint4(0u, 0u, 0u, 0u), wf);
 #pragma unroll
       for (int bi = 0; bi < kMaxB; ++bi) {
         if (bi >= a.b) break;
@@ -253,7 +256,7 @@ __global__ void __launch_bounds__(kThreads) k_attn_out(const Args a) {
 #pragma unroll
         for (int e = 0; e < 8; ++e) s = fmaf(wf[e], o[bi][e], s);
         if constexpr (TPK > 1) s = lane_group_sum<1, TPK>(s);
-        if (sub == 0) atomicAdd(a.acc + static_cast<std::size_t>(bi) * a.d + r0 + rr, s);
+        if (sub == 0 && rr < nr && !(a.skip & 2)) atomicAdd(a.acc + static_cast<std::size_t>(bi) * a.d + r0 + rr, s);
       }
     }
   }
@@ -328,6 +331,7 @@ bool decode_attn_out_fused(cudaStream_t st, void* zeroed, const Tensor& q, const
   const int C = ranks_for(a.d, hd);
   a.R = (a.d + C - 1) / C;
   a.early = wo_t.tag().category == MemCategory::weights ? 1 : 0;
+  a.skip = std::getenv("MOCBENCH_AO_SKIP") ? std::atoi(std::getenv("MOCBENCH_AO_SKIP")) : 0;
   a.hint = std::getenv("MOCBENCH_AO_HINT") ? std::atoi(std::getenv("MOCBENCH_AO_HINT")) : 0;
   a.scale_log2 = kLog2e / std::sqrt(static_cast<float>(hd));
   const std::size_t smem = static_cast<std::size_t>(a.R) * hd * sizeof(bf16);
