@@ -74,14 +74,6 @@ OpCost decode_qkv(const Tensor& x, const Tensor& norm_w, const Tensor& wq_t, con
                             2 * b * kvh * hd * es(k_cache),
           2 * b * rows * d + 4 * b * d + 6 * (q.numel() + b * kvh * hd)};
 }
-OpCost decode_attn_out(const Tensor& q, const Tensor& k_cache, const Tensor& pos, const Tensor& wo_t,
-                       const Tensor& x) {
-  const std::int64_t b = q.dim(0), h = q.dim(1), hd = q.dim(2), kvh = k_cache.dim(1);
-  OpCost c{"decode_attn_out", nb(q) + nb(pos) + nb(wo_t) + 2 * nb(x), 2 * b * wo_t.numel() + b * x.dim(1)};
-  c.bytes_per_pos = 2 * b * kvh * hd * es(k_cache);
-  c.flops_per_pos = 4 * b * h * hd;
-  return c;
-}
 OpCost swiglu_forward(const Tensor& g, const Tensor& u, const Tensor* s, const Tensor& z) {
   return {"swiglu_forward", nb(g) + nb(u) + nb(s) + nb(z), 6 * g.numel()};
 }

@@ -84,10 +84,6 @@ OpCost attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& po
 // V row per sequence written to the caches.
 OpCost decode_qkv(const Tensor& x, const Tensor& norm_w, const Tensor& wq_t, const Tensor& wk_t, const Tensor& wv_t,
                   const Tensor& pos, const Tensor& q, const Tensor& k_cache);
-// Ops::decode_attn_out: attention_decode's per-position K and V rows plus q and pos, Wo streamed, x read and
-// written (the residual add); the projection's FLOPs and the attention's per position.
-OpCost decode_attn_out(const Tensor& q, const Tensor& k_cache, const Tensor& pos, const Tensor& wo_t,
-                       const Tensor& x);
 OpCost swiglu_forward(const Tensor& g, const Tensor& u, const Tensor* s, const Tensor& z);
 OpCost swiglu_backward(const Tensor& dz, const Tensor& g, const Tensor& u, const Tensor* s);
 OpCost moc_select(const Tensor& g, const Tensor& idx);

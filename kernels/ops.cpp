@@ -105,18 +105,6 @@ void Ops::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Ten
   kv_cache_write(k, v, pos, k_cache, v_cache);
 }
 
-void Ops::decode_attn_out(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
-                          const Tensor& wo_t, Tensor& x) {
-  if (q.rank() != 3 || x.rank() != 2 || wo_t.rank() != 2 || q.dim(0) != x.dim(0) || wo_t.dim(0) != x.dim(1) ||
-      wo_t.dim(1) != q.dim(1) * q.dim(2))
-    throw std::invalid_argument("decode_attn_out: q [b, h, hd], wo_t [d, h*hd] and x [b, d] expected");
-  const std::int64_t b = q.dim(0), h = q.dim(1), hd = q.dim(2);
-  Tensor attn = empty({b, h, hd}, q.dtype(), workspace_tag());
-  attention_decode(q, k_cache, v_cache, pos, attn);
-  Tensor a2 = attn.reshape({b, h * hd});
-  gemm(a2, false, wo_t, true, x, 1.0f, 1.0f);
-}
-
 std::unique_ptr<Ops> make_cpu_ops(std::size_t memory_limit_bytes) {
   return std::make_unique<cpu::CpuOps>(memory_limit_bytes);
 }

@@ -212,13 +212,6 @@ class Ops {
   virtual void decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t,
                           const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache,
                           Tensor& v_cache);
-  // The second half of a decode layer's attention as one op (the kernel path's decode step): attn =
-  // attention_decode(q, caches, pos) rounded to q's dtype, then x += attn Wo^T in place (the residual add),
-  // with wo_t stored [out, in] ([d, h*hd]) and x [b, d]. The default composes attention_decode and gemm
-  // (beta 1: the CPU twin); the CUDA backend runs one kernel (the attention split over the cached positions
-  // across a cluster, the output projection from the block's Wo slice, the rows summed over the heads).
-  virtual void decode_attn_out(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
-                               const Tensor& wo_t, Tensor& x);
   // SwiGLU element-wise part: s = SiLU(g) (skipped when s is null), z = s * u.
   virtual void swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor& z) = 0;
   // dg = dz * u * SiLU'(g), du = dz * SiLU(g) (paper eq. 7); s, when given, is the stored SiLU(g).

@@ -553,13 +553,8 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
         o.rope(k3, pos, cfg_.rope_theta, false);
         o.kv_cache_write(k, v, pos, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)]);
       }
-      if (proj_transposed_) {  // attention, o projection and the residual add as one op (one kernel on the GPU)
-        o.decode_attn_out(q, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)], pos,
-                          lp.wo->value, x);
-      } else {
-        o.attention_decode(q, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)], pos, attn);
-        proj(attn2, *lp.wo, x, 1.0f);  // residual add in place
-      }
+      o.attention_decode(q, cache.k[static_cast<std::size_t>(l)], cache.v[static_cast<std::size_t>(l)], pos, attn);
+      proj(attn2, *lp.wo, x, 1.0f);  // residual add in place
     }
     {
       ScopedRange sr(ranges_, "ffn");

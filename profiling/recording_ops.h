@@ -80,11 +80,6 @@ class RecordingOps final : public Ops {
   void attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos, Tensor& out) override {
     run("attention_decode", [&] { return cost::attention_decode(q, k_cache, pos, out); }, [&] { inner_.attention_decode(q, k_cache, v_cache, pos, out); });
   }
-  void decode_attn_out(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
-                       const Tensor& wo_t, Tensor& x) override {
-    run("decode_attn_out", [&] { return cost::decode_attn_out(q, k_cache, pos, wo_t, x); },
-        [&] { inner_.decode_attn_out(q, k_cache, v_cache, pos, wo_t, x); });
-  }
   void swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor& z) override {
     run("swiglu_forward", [&] { return cost::swiglu_forward(g, u, s, z); }, [&] { inner_.swiglu_forward(g, u, s, z); });
   }

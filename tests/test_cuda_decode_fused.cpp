@@ -1,12 +1,9 @@
 // The kernel path's fused decode ops on the GPU against their CPU twins composed from the existing ops
-// (issue #26): Ops::decode_qkv (RMSNorm + q/k/v GEMV + RoPE + cache write in one kernel), Ops::decode_attn_out
-// (attention + o projection + residual add in one kernel) and the decode GEMV
+// (issue #26): Ops::decode_qkv (RMSNorm + q/k/v GEMV + RoPE + cache write in one kernel) and the decode GEMV
 // behind CudaOps::gemm for 1-4 rows of [out, in] weights (the o projection with its residual, the LM head).
 // Fresh random inputs, poisoned outputs, odd sizes, GQA, head_dim 64 and 128, positions at both cache ends.
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <sstream>
 #include <string>
@@ -95,73 +92,6 @@ TEST(GpuDecodeFused, QkvMatchesTheComposedOps) {
         pos[0] = T - 1;
         if (b > 1) pos[1] = 0;
         check_qkv(*gpu, *cpu, rng, s, b, T, pos, b % 2 == 1);
-      }
-}
-
-// decode_attn_out on both backends: x += round(attention(q, caches, pos)) Wo^T. Applied twice in a row to the
-// same x (the kernel leaves its counters and accumulator zero for the next call; the GPU's first call ever
-// allocates them and composes), and with a cache whose rows past pos are NaN (never attended).
-void check_attn_out(Ops& gpu, Ops& cpu, std::mt19937& rng, const QkvShape& s, int b, int T,
-                    const std::vector<std::int32_t>& pos, bool weights) {
-  std::ostringstream os;
-  os << "d " << s.d << " h " << s.h << "/" << s.kvh << " hd " << s.hd << " b " << b << " T " << T << " pos";
-  for (auto p : pos) os << " " << p;
-  SCOPED_TRACE(os.str());
-  const MemTag wt = weights ? weights_tag() : workspace_tag();
-  auto q = twin_rand(gpu, cpu, rng, {b, s.h, s.hd}, DType::bf16, 1.0f);
-  std::vector<float> kh = randn(rng, static_cast<std::size_t>(b) * s.kvh * T * s.hd, 1.0f);
-  std::vector<float> vh = randn(rng, kh.size(), 1.0f);
-  for (int r = 0; r < b; ++r)  // rows past pos[r] are never read: NaN there would spread into every output
-    for (int k = 0; k < s.kvh; ++k)
-      for (int t = pos[static_cast<std::size_t>(r)] + 1; t < T; ++t)
-        for (int e = 0; e < s.hd; ++e) {
-          const std::size_t i = ((static_cast<std::size_t>(r) * s.kvh + k) * T + t) * s.hd + e;
-          kh[i] = vh[i] = std::nanf("");
-        }
-  auto kc = twin(gpu, cpu, {b, s.kvh, T, s.hd}, DType::bf16, kh);
-  auto vc = twin(gpu, cpu, {b, s.kvh, T, s.hd}, DType::bf16, vh);
-  auto wo = twin_rand(gpu, cpu, rng, {s.d, s.h * s.hd}, DType::bf16, 1.0f / std::sqrt(static_cast<float>(s.h * s.hd)), wt);
-  auto x = twin_rand(gpu, cpu, rng, {b, s.d}, DType::bf16, 1.0f);
-  Tensor pg = gpu.empty({b}, DType::i32, workspace_tag()), pc = cpu.empty({b}, DType::i32, workspace_tag());
-  gpu.upload_i32(pg, pos);
-  cpu.upload_i32(pc, pos);
-  for (int call = 0; call < 2; ++call) {
-    SCOPED_TRACE("call " + std::to_string(call));
-    if (std::getenv("AO_DEBUG")) std::fprintf(stderr, "%s call %d\n", os.str().c_str(), call);  // EXPERIMENT
-    gpu.decode_attn_out(q.g, kc.g, vc.g, pg, wo.g, x.g);
-    if (std::getenv("AO_DEBUG")) {  // EXPERIMENT
-      gpu.synchronize();
-      std::fprintf(stderr, "  gpu done\n");
-    }
-    cpu.decode_attn_out(q.c, kc.c, vc.c, pc, wo.c, x.c);
-    gpu.synchronize();
-    expect_close("x", gpu.download_f32(x.g), cpu.download_f32(x.c), 2e-2);
-  }
-}
-
-TEST(GpuDecodeFused, AttentionOutputMatchesTheComposedOps) {
-  MOC_GPU_OR_SKIP(gpu);
-  auto cpu = make_cpu_ops();
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
-  // MHA 32/32 and GQA 32/8 at the 1b width (a cluster of 4 per head), 9/3 (odd heads, d 576), head_dim 128 (4
-  // heads over 2; d 1000 by 3/1 heads: 4 ranks of 250 rows), d 37 (one rank, odd rows), head_dim 8 and a
-  // d 5461 whose Wo slice would not fit (both composed), d 2560 over 4 heads (q_dim 256 != d).
-  const QkvShape shapes[] = {{2048, 32, 32, 64}, {2048, 32, 8, 64}, {576, 9, 3, 64}, {1024, 8, 2, 128},
-                             {1000, 3, 1, 128},  {37, 1, 1, 64},     {8, 1, 1, 8},    {5461, 2, 2, 64},
-                             {2560, 4, 4, 64}};
-  for (const auto& s : shapes)
-    for (int b = 1; b <= 5; ++b)
-      for (int T : {37, 300}) {
-        if (std::getenv("AO_ONLY") && s.d != std::atoi(std::getenv("AO_ONLY"))) continue;  // EXPERIMENT
-        std::vector<std::int32_t> pos(static_cast<std::size_t>(b));
-        std::uniform_int_distribution<int> pick(0, T - 1);
-        for (auto& p : pos) p = pick(rng);
-        pos[0] = T - 1;             // the whole cache, split over the ranks
-        if (b > 1) pos[1] = 0;      // one position: the other ranks attend nothing
-        if (b > 2) pos[2] = 64;     // across the 1b shape's split boundary (65 positions over 4 ranks)
-        check_attn_out(*gpu, *cpu, rng, s, b, T, pos, b % 2 == 1);
       }
 }
 

@@ -65,22 +65,6 @@ TEST(OpCost, FusedQkvMovesTheProjectionsOnceAndOneCacheRowPerSequence) {
   EXPECT_EQ(c.bytes_per_pos, 0);
 }
 
-// Ops::decode_attn_out (attention, o projection and residual add as one kernel): q, positions and Wo once,
-// x read and written, and attention_decode's K and V rows per attended position -- the two composed ops less
-// their intermediate (the attention output's round trip).
-TEST(OpCost, FusedAttentionOutputMovesWoOnceAndTheCacheRowsPerPosition) {
-  DecodeShapes s;
-  const std::int64_t b = 2, d = 2048, h = 32, kvh = 8, hd = 64, max_seq = 256;
-  Tensor q = s.empty({b, h, hd}, DType::bf16), kc = s.empty({b, kvh, max_seq, hd}, DType::bf16);
-  Tensor pos = s.empty({b}, DType::i32), wo = s.empty({d, h * hd}, DType::bf16), x = s.empty({b, d}, DType::bf16);
-  const OpCost c = cost::decode_attn_out(q, kc, pos, wo, x);
-  EXPECT_STREQ(c.op, "decode_attn_out");
-  EXPECT_EQ(c.bytes, 2 * b * h * hd + 4 * b + 2 * d * h * hd + 2 * (2 * b * d));
-  EXPECT_EQ(c.flops, 2 * b * d * h * hd + b * d);
-  EXPECT_EQ(c.bytes_per_pos, 2 * b * kvh * hd * 2);
-  EXPECT_EQ(c.flops_per_pos, 4 * b * h * hd);
-}
-
 TEST(OpCost, SmallDecodeOpsMoveTheirTensorsOnce) {
   DecodeShapes s;
   const std::int64_t b = 3, d = 2048, h = 32, kvh = 8, hd = 64, max_seq = 256;
@@ -338,7 +322,7 @@ TEST(ProfiledPoint, CpuDecodeOpsCarryTheirDeclaredCostsWithAttendedPositions) {
     EXPECT_GE(k.op_bytes, 0) << k.name << ": every op of a decode step declares its cost";
     EXPECT_EQ(k.op, k.name) << "a CPU op is its own declaration";
     EXPECT_TRUE(calls.insert({k.step, k.op_call}).second) << "one declaration per op on the CPU";
-    if (k.name == "decode_attn_out") attn_bytes[k.step] += k.op_bytes;  // attention + o projection, one op
+    if (k.name == "attention_decode") attn_bytes[k.step] += k.op_bytes;
     if (k.name == "gemm") {
       EXPECT_GT(k.op_flops, 0);
     }

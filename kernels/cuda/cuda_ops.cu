@@ -531,18 +531,6 @@ void CudaOps::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const
   Ops::decode_qkv(x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache);
 }
 
-void CudaOps::decode_attn_out(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
-                              const Tensor& wo_t, Tensor& x) {
-  MOC_OP_COST(cost::decode_attn_out(q, k_cache, pos, wo_t, x));
-  static const bool ao_off = [] {  // EXPERIMENT (reverted): MOCBENCH_ATTN_OUT=0 composes
-    const char* e = std::getenv("MOCBENCH_ATTN_OUT");
-    return e && std::atoi(e) == 0;
-  }();
-  const std::size_t zb = ao_off ? 0 : attn_out_zero_bytes(q, k_cache, wo_t, x);
-  void* z = zb > 0 ? zeroed_scratch(zb) : nullptr;  // null the first time (allocated for the next call)
-  if (z && decode_attn_out_fused(cur(), z, q, k_cache, v_cache, pos, wo_t, x)) return;
-  Ops::decode_attn_out(q, k_cache, v_cache, pos, wo_t, x);
-}
 void CudaOps::attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
                                Tensor& out) {
   MOC_OP_COST(cost::attention_decode(q, k_cache, pos, out));

@@ -134,8 +134,6 @@ class CudaOps final : public Ops {
   void decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t,
                   const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache,
                   Tensor& v_cache) override;
-  void decode_attn_out(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
-                       const Tensor& wo_t, Tensor& x) override;
   void swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor& z) override;
   void swiglu_backward(const Tensor& dz, const Tensor& g, const Tensor& u, const Tensor* s, Tensor& dg,
                        Tensor& du) override;
@@ -267,13 +265,6 @@ void gemv_rows(cudaStream_t stream, const Tensor& a, const Tensor& b, Tensor& c,
 bool decode_qkv_fused(cudaStream_t stream, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t,
                       const Tensor& wk_t, const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q,
                       Tensor& k_cache, Tensor& v_cache);
-
-// ---- Ops::decode_attn_out as one kernel (decode_attn_out.cu). attn_out_zero_bytes: the zeroed scratch it
-// needs (0: a shape, dtype or alignment it does not take); decode_attn_out_fused then runs it with `zeroed`
-// (counters and an fp32 accumulator that it leaves zero again), false where it does not apply.
-std::size_t attn_out_zero_bytes(const Tensor& q, const Tensor& k_cache, const Tensor& wo_t, const Tensor& x);
-bool decode_attn_out_fused(cudaStream_t stream, void* zeroed, const Tensor& q, const Tensor& k_cache,
-                           const Tensor& v_cache, const Tensor& pos, const Tensor& wo_t, Tensor& x);
 
 // ---- device helpers
 

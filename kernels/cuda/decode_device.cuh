@@ -1,6 +1,6 @@
-// Device helpers shared by the decode kernels (ffn_decode.cu, decode_gemv.cu, decode_attn_out.cu): streaming
-// weight loads, L2 prefetch hints, asynchronous copies to shared memory, bf16 unpacking, SiLU with the CPU
-// twin's rounding, and the order-preserving keys the MoC selections rank channels by.
+// Device helpers shared by the decode kernels (ffn_decode.cu, decode_gemv.cu): streaming weight loads,
+// L2 prefetch hints, bf16 unpacking, SiLU with the CPU twin's rounding, and the order-preserving keys the
+// MoC selections rank channels by.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -28,15 +28,6 @@ __device__ __forceinline__ uint4 ld_stream(const bf16* p) {
 __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
-
-// 16 bytes global -> shared, bypassing L1 (cp.async.cg), with a 256-byte L2 prefetch; committed as one group
-// per call site, waited for with cp_async_wait_all (this thread's copies have landed; a barrier then shares them).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 __device__ __forceinline__ float bf_lo(unsigned u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }

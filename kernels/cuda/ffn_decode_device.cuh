@@ -77,7 +77,12 @@ __device__ __forceinline__ void st_release_gpu(unsigned* p, unsigned v) {
 // x is small and read by every block: cached.
 __device__ __forceinline__ uint4 ld_x(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
-// cp_async16 / cp_async_commit / cp_async_wait_all: decode_device.cuh.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // Programmatic dependent launch: wait for the previous kernel's results (a no-op without PDL) / let the next
 // kernel be scheduled. Nothing a previous kernel writes is read, and nothing is written, before the wait.
