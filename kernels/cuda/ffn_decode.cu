@@ -429,7 +429,6 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   a.nslots = L.umax;
   a.mrows = cmode == kMaskChannels && p.kind == SelKind::topk ? p.rows : 1;
   a.prefetch = (opt.prefetch & 2) ? 1 : 0;
-  a.xp = std::getenv("MOCBENCH_UD_XP") ? std::atoi(std::getenv("MOCBENCH_UD_XP")) : 0;  // EXPERIMENT
   if (cmode == kMaskSpec) {
     a.spec = B.spec;
     a.spec_tag = spec_tag(p);
@@ -497,7 +496,6 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
   const unsigned row = static_cast<unsigned>(p.d) * 2u;
   a.cps = static_cast<int>(std::min(16u, kRingSlotBytes / row));
   a.cpd = static_cast<int>(std::min(32u, kRingSlotBytes / row));
-  a.xp = std::getenv("MOCBENCH_UD_XP") ? std::atoi(std::getenv("MOCBENCH_UD_XP")) : 0;  // EXPERIMENT
   const bool pdl = ch.next();
   with_rows(p.rows, [&](auto rp) {
     constexpr int RP = decltype(rp)::value;

@@ -48,7 +48,6 @@ struct RingArgs {
   unsigned* ctrl;  // column-slice counters kLine apart, zero on entry and on exit
   step::StampBuf* stamps;
   int R, d, F, C;
-  int xp;  // EXPERIMENT MOCBENCH_UD_XP
   int cps, cpd;    // channels per gate (or up) item, per down item (rows of one slot: the same at one slot size)
   int S;           // ring slots
   int nmax;        // most channels of one block
@@ -255,7 +254,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   u.ctrl = a.ctrl;
   u.R = a.R;
   u.d = a.d;
-  u.xp = a.xp;
   UdSmem us{};
   us.part = reinterpret_cast<float*>(smem);
   us.misc = misc;

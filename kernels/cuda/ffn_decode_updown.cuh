@@ -35,7 +35,6 @@ struct UpDownArgs {
   const unsigned* spec;  // kMaskSpec: the selection's threshold-bin word (ffn_decode_device.cuh ld_acquire_gpu)
   unsigned spec_tag;
   unsigned spec_wait_ns;  // how long a block polls it before it gives up speculating
-  int xp;  // EXPERIMENT MOCBENCH_UD_XP: 1 skips the cluster reduction's atomics, 2 the finish's pass (wrong outputs)
 };
 
 __host__ __device__ inline std::size_t updown_stage_bytes(int smax, int d) {
@@ -443,7 +442,7 @@ __device__ __forceinline__ UdSlice ud_cluster_reduce(const UpDownArgs& a, const 
           sum.z += v.z;
           sum.w += v.w;
         }
-      if (!(a.xp & 1)) atomicAdd(reinterpret_cast<float4*>(a.acc + static_cast<std::size_t>(r) * d + cc), sum);
+      atomicAdd(reinterpret_cast<float4*>(a.acc + static_cast<std::size_t>(r) * d + cc), sum);
     }
   } else {
     for (int i = tid; i < a.R * cs; i += kThreads) {
@@ -452,7 +451,7 @@ __device__ __forceinline__ UdSlice ud_cluster_reduce(const UpDownArgs& a, const 
 #pragma unroll
       for (int k = 0; k < kMaxCluster; ++k)
         if (k < C) sum += parts[k][static_cast<std::size_t>(r) * d + cc];
-      if (!(a.xp & 1)) atomicAdd(a.acc + static_cast<std::size_t>(r) * d + cc, sum);
+      atomicAdd(a.acc + static_cast<std::size_t>(r) * d + cc, sum);
     }
   }
   cluster.sync();  // remote shared memory stays alive until every block has read it
@@ -471,8 +470,7 @@ __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, c
   if (tid == 0) last = atomicAdd(a.ctrl + sl.slice * kLine, 1u) == static_cast<unsigned>(nb / C - 1) ? 1 : 0;
   if (!__syncthreads_or(last) || tid >= kThreads) return;  // (a wider block's extra warp: see ud_cluster_reduce)
   __threadfence();
-  if (a.xp & 2) {
-  } else if (cs % 8 == 0) {
+  if (cs % 8 == 0) {
     const int n8 = cs / 8;
     for (int i = tid; i < a.R * n8; i += kThreads) {
       const int r = i / n8, cc = c0 + (i - r * n8) * 8;
