@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include <cooperative_groups.h>
@@ -543,7 +542,7 @@ __device__ __forceinline__ void unpack16(const uint4& v, float (&f)[4], const fl
 template <class T, int TPK, int NH>
 __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
     const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, const std::int32_t* __restrict__ pos,
-    T* __restrict__ out, int h, int kvh, int T_len, int hd, int chunk, float scale_log2, int early) {
+    T* __restrict__ out, int h, int kvh, int T_len, int hd, int chunk, float scale_log2) {
   constexpr int E = 16 / sizeof(T);   // elements per 16-byte word
   constexpr int KPS = 32 / TPK;       // keys per warp load step
   constexpr int TK = KPS * kFdRounds; // keys per warp tile
@@ -554,6 +553,7 @@ __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
   pdl_trigger();
   const bool clustered = gridDim.x > 1;  // the cluster spans the gridDim.x splits
   if (clustered) cluster_arrive_relaxed();  // "started": waited for before the first remote store
+  pdl_wait();
   const int split = blockIdx.x, bi = blockIdx.z;
   const int group = h / kvh;
   const int nhc = cdiv(group, NH);
@@ -562,45 +562,8 @@ __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
   const int nh = min(NH, group - hc * NH);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = lane % TPK, ks = lane / TPK;
-  const int c0 = split * chunk, ce = min(T_len, c0 + chunk);  // the block's keys, whatever the position
-  const long long row0 = (static_cast<long long>(bi) * kvh + kh) * T_len;
-  const uint4* kbase = reinterpret_cast<const uint4*>(kc + row0 * hd) + sub;
-  const uint4* vbase = reinterpret_cast<const uint4*>(vc + row0 * hd) + sub;
-  const int wpr = hd / E;  // 16-byte words per cache row
-  uint4 kr[kFdRounds], vr[kFdRounds];
-  auto load_tile = [&](int t0, int lim) {
-#pragma unroll
-    for (int r = 0; r < kFdRounds; ++r) {
-      const int key = t0 + r * KPS + ks;
-      if (key < lim) {
-        kr[r] = __ldcg(kbase + static_cast<long long>(key) * wpr);  // L2: the newest row was just written
-        vr[r] = __ldcg(vbase + static_cast<long long>(key) * wpr);
-      } else {
-        kr[r] = vr[r] = make_uint4(0u, 0u, 0u, 0u);
-      }
-    }
-  };
-  // early: the warp's first tile of the block's keys before the wait -- rows of earlier steps, which no kernel
-  // of this step writes; after it, the row this step's QKV kernel wrote (pos) is read again and rows past the
-  // position are dropped.
-  if (early) load_tile(c0 + warp * TK, ce);
-  pdl_wait();
   const int len = min(pos[bi] + 1, T_len);
-  const int c1 = min(len, ce);
-  if (early) {
-#pragma unroll
-    for (int r = 0; r < kFdRounds; ++r) {
-      const int key = c0 + warp * TK + r * KPS + ks;
-      if (key >= c1) {
-        kr[r] = vr[r] = make_uint4(0u, 0u, 0u, 0u);
-      } else if (key == pos[bi]) {
-        kr[r] = __ldcg(kbase + static_cast<long long>(key) * wpr);
-        vr[r] = __ldcg(vbase + static_cast<long long>(key) * wpr);
-      }
-    }
-  } else {
-    load_tile(c0 + warp * TK, c1);
-  }
+  const int c0 = split * chunk, c1 = min(len, c0 + chunk);
 
   float qv[NH][E];
 #pragma unroll
@@ -616,8 +579,22 @@ __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
 #pragma unroll
     for (int e = 0; e < E; ++e) acc[hh][e] = 0.0f;
   }
+  const long long row0 = (static_cast<long long>(bi) * kvh + kh) * T_len;
+  const uint4* kbase = reinterpret_cast<const uint4*>(kc + row0 * hd) + sub;
+  const uint4* vbase = reinterpret_cast<const uint4*>(vc + row0 * hd) + sub;
+  const int wpr = hd / E;  // 16-byte words per cache row
   for (int t0 = c0 + warp * TK; t0 < c1; t0 += kFdWarps * TK) {
-    if (t0 != c0 + warp * TK) load_tile(t0, c1);
+    uint4 kr[kFdRounds], vr[kFdRounds];
+#pragma unroll
+    for (int r = 0; r < kFdRounds; ++r) {
+      const int key = t0 + r * KPS + ks;
+      if (key < c1) {
+        kr[r] = __ldcg(kbase + static_cast<long long>(key) * wpr);  // L2: the newest row was just written
+        vr[r] = __ldcg(vbase + static_cast<long long>(key) * wpr);
+      } else {
+        kr[r] = vr[r] = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
     float s[kFdRounds][NH];
 #pragma unroll
     for (int r = 0; r < kFdRounds; ++r) {
@@ -735,8 +712,6 @@ bool launch_decode_fast(cudaStream_t st, const T* q, const T* kc, const T* vc, c
   while (ns < kFdMaxSplit && ns * kFdKeysPerSplit < T_len) ns *= 2;
   const int chunk = ceil_div(T_len, ns);
   const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(hd));
-  static const int early_knob = std::getenv("MOCBENCH_ATTN_EARLY") ? std::atoi(std::getenv("MOCBENCH_ATTN_EARLY")) : 0;
-  const int early = early_knob == 1 || (early_knob == 2 && b == 1) ? 1 : 0;  // EXPERIMENT
   const dim3 grid(static_cast<unsigned>(ns), static_cast<unsigned>(kvh * ceil_div(group, NHr)),
                   static_cast<unsigned>(b));
   auto go = [&](auto tpk_tag, auto nh_tag) {
@@ -744,7 +719,7 @@ bool launch_decode_fast(cudaStream_t st, const T* q, const T* kc, const T* vc, c
     if constexpr (TPK * E <= kDecMaxHd)  // always true at run time: hd <= 128
     launch_pdl_cluster("attn_decode_fast_kernel", attn_decode_fast_kernel<T, TPK, NH>, grid, dim3(kFdThreads), 0, st,
                        dim3(static_cast<unsigned>(ns), 1, 1), q, kc, vc, pos, out, h, kvh, T_len, hd, chunk,
-                       scale_log2, early);
+                       scale_log2);
   };
   auto with_nh = [&](auto tpk_tag) {
     if (NHr == 1) go(tpk_tag, std::integral_constant<int, 1>{});
