@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops_impl.cuh"
@@ -350,7 +349,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_gemv_mma(const Args 
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_qkv_mma(const Args a) { gemv_body<kQkv>(a); }
 __global__ void __launch_bounds__(kThreads) k_gemv_row(const Args a) { row_body<kStore>(a); }
 __global__ void __launch_bounds__(kThreads) k_qkv_row(const Args a) { row_body<kQkv>(a); }
-__global__ void __launch_bounds__(kThreads, 4) k_qkv_row4(const Args a) { row_body<kQkv>(a); }  // EXPERIMENT
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
@@ -370,8 +368,7 @@ void launch(cudaStream_t st, const Args& a) {
   const std::size_t smem = EPI == kQkv || a.R == 1 ? static_cast<std::size_t>(a.R) * a.d * sizeof(bf16) : 0;
   if (a.R == 1) {
     const dim3 grid(static_cast<unsigned>(ceil_div(a.units, EPI == kQkv ? kWarps / 2 : kWarps)));
-    static const bool four = std::getenv("MOCBENCH_QKV4") && std::atoi(std::getenv("MOCBENCH_QKV4")) == 1;
-    auto kernel = EPI == kQkv ? (four ? k_qkv_row4 : k_qkv_row) : k_gemv_row;  // EXPERIMENT
+    auto kernel = EPI == kQkv ? k_qkv_row : k_gemv_row;
     allow_smem(kernel, smem);
     launch_pdl(EPI == kQkv ? "k_qkv_row" : "k_gemv_row", kernel, grid, dim3(kThreads), smem, st, a);
     return;
