@@ -348,10 +348,11 @@ __device__ __forceinline__ void gemv_body(const Args& a) {
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_gemv_mma(const Args a) { gemv_body<kStore>(a); }
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_qkv_mma(const Args a) { gemv_body<kQkv>(a); }
 __global__ void __launch_bounds__(kThreads) k_gemv_row(const Args a) { row_body<kStore>(a); }
-// The batch-1 QKV at 4 blocks per SM (64 registers, 4 bytes spilled in the epilogue) instead of 3 (69): 528 of its
-// 768 blocks resident at once, more of its weights streamed before the wait; decode batch 1 -0.5 / -1.5 / -0.7%
-// (dense / MoC / 2:8, one H100 call, bench/micro/NOTES.md fifteenth session).
-__global__ void __launch_bounds__(kThreads, 4) k_qkv_row(const Args a) { row_body<kQkv>(a); }
+// The batch-1 QKV at 4 blocks per SM (ptxas: 64 registers, 4 bytes spilled) instead of the 3 its 69 registers allowed:
+// up to 528 of its 768 blocks (1b) resident at once, more of its weights streamed before the wait; decode batch 1
+// -0.5 / -1.5 / -0.7% per token (dense / MoC / 2:8, one H100 call, bench/micro/NOTES.md fifteenth session).
+constexpr int kQkvRowBlocksPerSm = 4;
+__global__ void __launch_bounds__(kThreads, kQkvRowBlocksPerSm) k_qkv_row(const Args a) { row_body<kQkv>(a); }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
