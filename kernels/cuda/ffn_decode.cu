@@ -504,7 +504,6 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
     return e ? std::atoi(e) : 0;
   }();
   const bool dyn = xp & 1;
-  a.hint = (xp & 4) ? 1 : 0;  // bit 2: the bulk copies with an L2 evict_first policy
   const bool pdl = ch.next();
   with_rows(p.rows, [&](auto rp) {
     constexpr int RP = decltype(rp)::value;

@@ -51,7 +51,6 @@ struct RingArgs {
   int cps, cpd;    // channels per gate (or up) item, per down item (rows of one slot: the same at one slot size)
   int S;           // ring slots
   int nmax;        // most channels of one block
-  int hint;        // EXPERIMENT: 1 = the weights' bulk copies with an L2 evict_first policy
 };
 
 // Shared memory: the ring, then x [RP, d] bf16, gu [nmax, 2, RP] and z [nmax, RP] fp32, the 2 S mbarriers, misc.
@@ -112,7 +111,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
       const unsigned ndyn = nch > 2 * nb ? static_cast<unsigned>(nch - 2 * nb) : 0u;
       const unsigned last = ndyn + static_cast<unsigned>(nb) - 1u;
       int item = 0;
-      const unsigned long long pol = l2_evict_first_policy();
       auto slot_free = [&]() {
         const int s = item % S;
         if (item >= S) mbar_wait(empty + s, static_cast<unsigned>((item / S) - 1) & 1u);
@@ -125,8 +123,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
         tags[s] = c;
         mbar_expect_tx(full + s, bytes);
         const bf16* src = kind == 0 ? a.wg : kind == 1 ? a.wu : a.wd;
-        if (a.hint) bulk_copy_hint(ring + s * slot_elems, src + static_cast<std::size_t>(j0) * d, bytes, full + s, pol);
-        else bulk_copy(ring + s * slot_elems, src + static_cast<std::size_t>(j0) * d, bytes, full + s);
+        bulk_copy(ring + s * slot_elems, src + static_cast<std::size_t>(j0) * d, bytes, full + s);
         ++item;
       };
       const int s0 = static_cast<int>(b), s1 = static_cast<int>(nb + b);
@@ -159,7 +156,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   } else if (warp == kRingConsumers / 32) {
     // Producer: weights do not depend on the previous kernel, so no wait.
     if (lane == 0) {
-      const unsigned long long pol = l2_evict_first_policy();
       for (int i = 0; i < T; ++i) {
         const int s = i % S;
         if (i >= S) mbar_wait(empty + s, static_cast<unsigned>((i / S) - 1) & 1u);
@@ -168,14 +164,12 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
           const int j0 = (i >> 1) * a.cps, cnt = min(a.cps, n - j0);
           const unsigned bytes = static_cast<unsigned>(cnt) * d * 2u;
           mbar_expect_tx(full + s, bytes);
-          if (a.hint) bulk_copy_hint(dst, ((i & 1) ? a.wu : a.wg) + static_cast<std::size_t>(c0 + j0) * d, bytes, full + s, pol);
-          else bulk_copy(dst, ((i & 1) ? a.wu : a.wg) + static_cast<std::size_t>(c0 + j0) * d, bytes, full + s);
+          bulk_copy(dst, ((i & 1) ? a.wu : a.wg) + static_cast<std::size_t>(c0 + j0) * d, bytes, full + s);
         } else {
           const int j0 = (i - ngu) * a.cpd, cnt = min(a.cpd, n - j0);
           const unsigned bytes = static_cast<unsigned>(cnt) * d * 2u;
           mbar_expect_tx(full + s, bytes);
-          if (a.hint) bulk_copy_hint(dst, a.wd + static_cast<std::size_t>(c0 + j0) * d, bytes, full + s, pol);
-          else bulk_copy(dst, a.wd + static_cast<std::size_t>(c0 + j0) * d, bytes, full + s);
+          bulk_copy(dst, a.wd + static_cast<std::size_t>(c0 + j0) * d, bytes, full + s);
         }
       }
     }
