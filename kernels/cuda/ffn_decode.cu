@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -497,26 +496,18 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
   const unsigned row = static_cast<unsigned>(p.d) * 2u;
   a.cps = static_cast<int>(std::min(16u, kRingSlotBytes / row));
   a.cpd = static_cast<int>(std::min(32u, kRingSlotBytes / row));
-  // EXPERIMENT: MOCBENCH_RING_XP bit 0 the dynamic build (chunks from a counter), bit 1 the launch's shared
-  // memory padded to the most an SM has (no other kernel's block beside it).
-  static const int xp = [] {
-    const char* e = std::getenv("MOCBENCH_RING_XP");
-    return e ? std::atoi(e) : 0;
-  }();
-  const bool dyn = xp & 1;
   const bool pdl = ch.next();
   with_rows(p.rows, [&](auto rp) {
     constexpr int RP = decltype(rp)::value;
     if constexpr (RP <= kRingMaxRows) {
-      auto kernel = dyn ? k_updown<RP, true> : k_updown<RP, false>;
+      auto kernel = k_updown<RP>;
       int nb = std::max(1, std::min(lim.sms, p.d_ffn));
       int C = nb >= 2 && p.d % 16 == 0 ? 2 : 1;  // cluster of 2: slices of d / 2 columns, 8-aligned
       auto plan = [&]() {
-        a.nmax = std::max((p.d_ffn + nb - 1) / nb, a.cps);  // (the dynamic build's gate values and z: 3 cps)
+        a.nmax = (p.d_ffn + nb - 1) / nb;
         const std::size_t fixed = ring_smem_bytes(0, p.d, RP, a.nmax);
         a.S = static_cast<int>(std::min<std::size_t>(kRingSlots, (lim.smem_optin - fixed) / kRingSlotBytes));
-        const std::size_t need = ring_smem_bytes(a.S, p.d, RP, a.nmax);
-        return (xp & 2) ? std::max(need, lim.smem_optin) : need;
+        return ring_smem_bytes(a.S, p.d, RP, a.nmax);
       };
       if (C == 2) {
         const int all = nb;

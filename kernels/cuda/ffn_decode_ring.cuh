@@ -64,10 +64,7 @@ __host__ __device__ inline std::size_t ring_smem_bytes(int S, int d, int rp, int
   return b;
 }
 
-// The chunk counter of the dynamic build (DYN): a line of ctrl the column slices (C <= 2) never use.
-constexpr int kRingChunkLine = kMaxCluster - 1;
-
-template <int RP, bool DYN = false>
+template <int RP>
 __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, d = a.d, S = a.S;
@@ -82,7 +79,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   unsigned long long* empty = full + kRingMaxSlots;
   int* misc = reinterpret_cast<int*>(empty + kRingMaxSlots);
   float* red = reinterpret_cast<float*>(misc + 16);  // [8 warps][RP]
-  int* tags = misc + 8;                               // DYN: the chunk of slot s (-1: the stream's end)
 
   const long long nb = gridDim.x, b = blockIdx.x;
   const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb), n = c1 - c0;
@@ -100,60 +96,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   __syncthreads();
   griddep_launch();
 
-  if (DYN && warp == kRingConsumers / 32) {
-    // Producer of the dynamic build: chunks of cps channels, each three items (its W_gate rows, W_up rows, W_down
-    // rows). Chunks b and nb + b are the block's own (issued before the wait); the rest are taken from a counter
-    // after the wait -- the previous launch has then completed, and with it the reset of the counter, which the
-    // producer taking the launch's last value (every producer takes exactly one value past the chunks) does.
-    if (lane == 0) {
-      const int cc = a.cps, nch = (a.F + cc - 1) / cc;
-      unsigned* ctr = a.ctrl + kRingChunkLine * kLine;
-      const unsigned ndyn = nch > 2 * nb ? static_cast<unsigned>(nch - 2 * nb) : 0u;
-      const unsigned last = ndyn + static_cast<unsigned>(nb) - 1u;
-      int item = 0;
-      auto slot_free = [&]() {
-        const int s = item % S;
-        if (item >= S) mbar_wait(empty + s, static_cast<unsigned>((item / S) - 1) & 1u);
-        return s;
-      };
-      auto put = [&](int c, int kind) {
-        const int s = slot_free();
-        const int j0 = c * cc, cnt = min(cc, a.F - j0);
-        const unsigned bytes = static_cast<unsigned>(cnt) * d * 2u;
-        tags[s] = c;
-        mbar_expect_tx(full + s, bytes);
-        const bf16* src = kind == 0 ? a.wg : kind == 1 ? a.wu : a.wd;
-        bulk_copy(ring + s * slot_elems, src + static_cast<std::size_t>(j0) * d, bytes, full + s);
-        ++item;
-      };
-      const int s0 = static_cast<int>(b), s1 = static_cast<int>(nb + b);
-      if (s0 < nch) {
-        put(s0, 0);
-        put(s0, 1);
-        put(s0, 2);
-      }
-      if (s1 < nch) put(s1, 0);
-      griddep_wait();
-      unsigned got = atomicAdd(ctr, 1u);
-      if (s1 < nch) {
-        put(s1, 1);
-        put(s1, 2);
-      }
-      for (;;) {
-        const long long c = 2 * nb + got;
-        if (c >= nch) break;
-        put(static_cast<int>(c), 0);
-        put(static_cast<int>(c), 1);
-        put(static_cast<int>(c), 2);
-        got = atomicAdd(ctr, 1u);
-      }
-      if (got == last) atomicExch(ctr, 0u);
-      const int s = slot_free();
-      tags[s] = -1;
-      mbar_arrive(full + s);
-    }
-    __syncwarp();
-  } else if (warp == kRingConsumers / 32) {
+  if (warp == kRingConsumers / 32) {
     // Producer: weights do not depend on the previous kernel, so no wait.
     if (lane == 0) {
       for (int i = 0; i < T; ++i) {
@@ -225,85 +168,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
       }
     }
     consumers_sync<kRingConsumers>();
-    float acc[RP][8];
-#pragma unroll
-    for (int r = 0; r < RP; ++r)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[r][e] = 0.f;
-    const int c = tid * 8;
-    if constexpr (DYN) {
-      // A row's dot products against x (a warp per row), all lanes get the sums.
-      auto row_dot = [&](const bf16* row, float (&out)[RP]) {
-#pragma unroll
-        for (int r = 0; r < RP; ++r) out[r] = 0.f;
-#pragma unroll 4
-        for (int col = lane * 8; col < d; col += 256) {
-          const uint4 w = *reinterpret_cast<const uint4*>(row + col);
-#pragma unroll
-          for (int r = 0; r < RP; ++r)
-            out[r] += dot8(w, *reinterpret_cast<const uint4*>(xs + static_cast<std::size_t>(r) * d + col));
-        }
-#pragma unroll
-        for (int r = 0; r < RP; ++r) out[r] = warp_sum(out[r]);
-      };
-      const int cc = a.cps;
-      float* gb = gu;                                      // [cc][RP]: a row's gate value, kept by its warp's lane 0
-      float* zb = gu + static_cast<std::size_t>(cc) * RP;  // [2][cc][RP]: z of the chunk (by its parity)
-      int item = 0, par = 0;
-      for (;;) {
-        int s = item % S;
-        mbar_wait(full + s, static_cast<unsigned>(item / S) & 1u);
-        const int ch = tags[s];
-        if (ch < 0) break;
-        const int cnt = min(cc, a.F - ch * cc);
-        float v[RP];
-        for (int u = warp; u < cnt; u += kRingConsumers / 32) {
-          row_dot(ring + s * slot_elems + static_cast<std::size_t>(u) * d, v);
-          if (lane == 0) {
-#pragma unroll
-            for (int r = 0; r < RP; ++r) gb[u * RP + r] = v[r];
-          }
-        }
-        mbar_arrive(empty + s);
-        ++item;
-        s = item % S;
-        mbar_wait(full + s, static_cast<unsigned>(item / S) & 1u);
-        float* zp = zb + static_cast<std::size_t>(par) * cc * RP;
-        for (int u = warp; u < cnt; u += kRingConsumers / 32) {
-          row_dot(ring + s * slot_elems + static_cast<std::size_t>(u) * d, v);
-          if (lane == 0) {
-#pragma unroll
-            for (int r = 0; r < RP; ++r) zp[u * RP + r] = r < a.R ? silu_f(gb[u * RP + r]) * v[r] : 0.f;
-          }
-        }
-        mbar_arrive(empty + s);
-        ++item;
-        consumers_sync<kRingConsumers>();  // the chunk's z
-        s = item % S;
-        mbar_wait(full + s, static_cast<unsigned>(item / S) & 1u);
-        if (c < d) {
-          const bf16* slot = ring + s * slot_elems;
-          for (int jj = 0; jj < cnt; ++jj) {
-            const uint4 w = *reinterpret_cast<const uint4*>(slot + static_cast<std::size_t>(jj) * d + c);
-            const float wf[8] = {bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y),
-                                 bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w)};
-#pragma unroll
-            for (int r = 0; r < RP; ++r) {
-              const float z = zp[jj * RP + r];
-#pragma unroll
-              for (int e = 0; e < 8; ++e) acc[r][e] = fmaf(z, wf[e], acc[r][e]);
-            }
-          }
-        }
-        mbar_arrive(empty + s);
-        ++item;
-        par ^= 1;
-      }
-      consumers_sync<kRingConsumers>();
-      stamp.claim();
-      consumers_sync<kRingConsumers>();
-      stamp.mark_synced(step::StageId::gate_up);
-    } else {
     // Gate/up items.
     for (int i = 0; i < ngu; ++i) {
       const int s = i % S, j0 = (i >> 1) * a.cps, cnt = min(a.cps, n - j0), m = i & 1;
@@ -339,6 +203,12 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
     consumers_sync<kRingConsumers>();
     stamp.mark_synced(step::StageId::gate_up);
     // Down items: thread t owns columns [8t, 8t + 8) (d <= kDownCols).
+    float acc[RP][8];
+#pragma unroll
+    for (int r = 0; r < RP; ++r)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[r][e] = 0.f;
+    const int c = tid * 8;
     for (int i = ngu; i < T; ++i) {
       const int s = i % S, j0 = (i - ngu) * a.cpd, cnt = min(a.cpd, n - j0);
       mbar_wait(full + s, static_cast<unsigned>(i / S) & 1u);
@@ -357,7 +227,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
         }
       }
       mbar_arrive(empty + s);  // every consumer thread, after its own reads of the slot
-    }
     }
     consumers_sync<kRingConsumers>();  // every item consumed: the ring is free (no copy is in flight) and holds the partials
     float* part = reinterpret_cast<float*>(smem);
