@@ -99,6 +99,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   if (warp == kRingConsumers / 32) {
     // Producer: weights do not depend on the previous kernel, so no wait.
     if (lane == 0) {
+      const unsigned long long pol = l2_stream_policy();  // read once per step: evicted from L2 first
       for (int i = 0; i < T; ++i) {
         const int s = i % S;
         if (i >= S) mbar_wait(empty + s, static_cast<unsigned>((i / S) - 1) & 1u);
@@ -107,12 +108,12 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
           const int j0 = (i >> 1) * a.cps, cnt = min(a.cps, n - j0);
           const unsigned bytes = static_cast<unsigned>(cnt) * d * 2u;
           mbar_expect_tx(full + s, bytes);
-          bulk_copy(dst, ((i & 1) ? a.wu : a.wg) + static_cast<std::size_t>(c0 + j0) * d, bytes, full + s);
+          bulk_copy(dst, ((i & 1) ? a.wu : a.wg) + static_cast<std::size_t>(c0 + j0) * d, bytes, full + s, pol);
         } else {
           const int j0 = (i - ngu) * a.cpd, cnt = min(a.cpd, n - j0);
           const unsigned bytes = static_cast<unsigned>(cnt) * d * 2u;
           mbar_expect_tx(full + s, bytes);
-          bulk_copy(dst, a.wd + static_cast<std::size_t>(c0 + j0) * d, bytes, full + s);
+          bulk_copy(dst, a.wd + static_cast<std::size_t>(c0 + j0) * d, bytes, full + s, pol);
         }
       }
     }
