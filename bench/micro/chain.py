@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Per-layer chain of a profiled decode step: each kernel's end minus its predecessor's end (the time it adds to
 the step), median per kernel name over the step's launches, from a mocbench database's CUPTI kernel records.
-Usage: chain.py DB [POINT_ID] [--timeline LAYER] [--stages]  (default: every profiled point).
+Usage: chain.py DB [POINT_ID] [--timeline LAYER] [--stages] [--stage-launches]  (default: every profiled point).
 --timeline LAYER also prints that layer's kernels (from its QKV kernel to the next layer's) with start, end and
 duration relative to the step's first kernel (us), grid, registers and shared memory: where a kernel's early-launched
 blocks started, what overlapped -- bench/RESULTS.md part 9 read the pending-add experiment this way.
 --stages also prints the stage stamps of the point (kernels that stamp: the decode FFN's): each stage's duration, median
 over its launches, in kernel and stage order -- bench/RESULTS.md part 10 read the up/down kernel's "gate & up" and
 "down" this way.
+--stage-launches prints, for the first step, every stamped launch: its predecessor's end, its first block's start, each
+stage (start, duration) and its end, relative to the step's first kernel (us) -- bench/RESULTS.md part 15 read the
+dense ring's stream this way (how early its blocks came, how long each layer's "gate & up" took).
 layer_svg.py draws the same adds against the kernels' byte floors (it imports kernel_rows and adds from here)."""
 import argparse
 import sqlite3
@@ -58,12 +61,49 @@ def stage_medians(c, point):
     return [(k, s, len(per[(k, s)]), statistics.median(per[(k, s)])) for k, s in order]
 
 
+def stage_launches(c, point, rows):
+    """Lines for --stage-launches: each stamped launch of the point's first step beside its CUPTI record (the k-th
+    stamped launch of a kernel name is that name's k-th kernel record of the step, in start order)."""
+    names = dict(c.execute("select id, value from StringIds"))
+    try:
+        st = c.execute("select step, kernel, launch, stage, start, end from STAGE_STAMPS where point_id=? "
+                       "order by start", (point,)).fetchall()
+    except sqlite3.OperationalError:
+        st = []
+    if not st or not rows:
+        return ["  (no stage stamps at this point)"]
+    step = min(r["step"] for r in rows)
+    ks = [r for r in rows if r["step"] == step]
+    t0 = ks[0]["start"]
+    per = {}
+    for s_, kernel, launch, stage, start, end in st:
+        if s_ == step:
+            per.setdefault((names[kernel], launch), []).append((names[stage], start, end))
+    out = []
+    seen = {}
+    for (kname, launch) in sorted(per, key=lambda kl: min(x[1] for x in per[kl])):
+        idx = seen.get(kname, 0)
+        seen[kname] = idx + 1
+        recs = [i for i, r in enumerate(ks) if r["name"] == kname]
+        if idx >= len(recs):
+            continue
+        i = recs[idx]
+        k = ks[i]
+        prev_end = max((r["end"] for r in ks[:i]), default=k["start"])
+        stages = " ".join(f"{nm} [{(a - t0) / 1e3:.2f} +{(b - a) / 1e3:.2f}]" for nm, a, b in per[(kname, launch)])
+        out.append(f"  {kname[:12]:12s} #{idx:<3d} prev end {(prev_end - t0) / 1e3:9.2f}  start {(k['start'] - t0) / 1e3:9.2f} "
+                   f"(early {(prev_end - k['start']) / 1e3:6.2f})  {stages}  end {(k['end'] - t0) / 1e3:9.2f} "
+                   f"adds {max(0, k['end'] - prev_end) / 1e3:6.2f}")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("db")
     ap.add_argument("point", nargs="?", type=int, help="point id (sweep index + 1); default every profiled point")
     ap.add_argument("--timeline", type=int, metavar="LAYER", help="also print this layer's kernels")
     ap.add_argument("--stages", action="store_true", help="also print the stage stamps' median durations")
+    ap.add_argument("--stage-launches", action="store_true", help="also print every stamped launch of the first step")
     args = ap.parse_args()
     timeline = args.timeline
     c = sqlite3.connect(args.db)
@@ -88,6 +128,9 @@ def main():
                 print("  (no stage stamps at this point)")
             for kernel, stage, n, med in st:
                 print(f"  stage {kernel:12s} {stage:12s} n {n:4d}  median {med:7.2f} us")
+        if args.stage_launches:
+            for line in stage_launches(c, p, rows):
+                print(line)
         if timeline is None:
             continue
         ks = [r for r in rows if r["step"] == steps[0]]
