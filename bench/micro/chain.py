@@ -43,17 +43,23 @@ def adds(step_rows):
     return out
 
 
+def stamp_rows(c, point):
+    """The point's stage stamps in start order as (step, kernel, launch, stage, start, end), names resolved; none
+    for a database from before stage stamps were stored."""
+    names = dict(c.execute("select id, value from StringIds"))
+    try:
+        rows = c.execute("select step, kernel, launch, stage, start, end from STAGE_STAMPS where point_id=? "
+                         "order by start", (point,)).fetchall()
+    except sqlite3.OperationalError:
+        return []
+    return [(st, names[k], launch, names[sg], a, b) for st, k, launch, sg, a, b in rows]
+
+
 def stage_medians(c, point):
     """(kernel, stage, n, median us) for each stamped stage of the point, in the order the stages first ran."""
-    names = dict(c.execute("select id, value from StringIds"))
     per, order = {}, []
-    try:
-        rows = c.execute("select kernel, stage, start, end from STAGE_STAMPS where point_id=? order by start",
-                         (point,)).fetchall()
-    except sqlite3.OperationalError:  # a database from before stage stamps were stored
-        rows = []
-    for kernel, stage, start, end in rows:
-        key = (names[kernel], names[stage])
+    for _, kernel, _, stage, start, end in stamp_rows(c, point):
+        key = (kernel, stage)
         if key not in per:
             per[key] = []
             order.append(key)
@@ -64,12 +70,7 @@ def stage_medians(c, point):
 def stage_launches(c, point, rows):
     """Lines for --stage-launches: each stamped launch of the point's first step beside its CUPTI record (the k-th
     stamped launch of a kernel name is that name's k-th kernel record of the step, in start order)."""
-    names = dict(c.execute("select id, value from StringIds"))
-    try:
-        st = c.execute("select step, kernel, launch, stage, start, end from STAGE_STAMPS where point_id=? "
-                       "order by start", (point,)).fetchall()
-    except sqlite3.OperationalError:
-        st = []
+    st = stamp_rows(c, point)
     if not st or not rows:
         return ["  (no stage stamps at this point)"]
     step = min(r["step"] for r in rows)
@@ -78,16 +79,17 @@ def stage_launches(c, point, rows):
     per = {}
     for s_, kernel, launch, stage, start, end in st:
         if s_ == step:
-            per.setdefault((names[kernel], launch), []).append((names[stage], start, end))
-    out = []
-    seen = {}
-    for (kname, launch) in sorted(per, key=lambda kl: min(x[1] for x in per[kl])):
+            per.setdefault((kernel, launch), []).append((stage, start, end))
+    recs = {}  # kernel name -> indices of its records in ks
+    for i, r in enumerate(ks):
+        recs.setdefault(r["name"], []).append(i)
+    out, seen = [], {}
+    for kname, launch in sorted(per, key=lambda kl: min(x[1] for x in per[kl])):
         idx = seen.get(kname, 0)
         seen[kname] = idx + 1
-        recs = [i for i, r in enumerate(ks) if r["name"] == kname]
-        if idx >= len(recs):
+        if idx >= len(recs.get(kname, [])):
             continue
-        i = recs[idx]
+        i = recs[kname][idx]
         k = ks[i]
         prev_end = max((r["end"] for r in ks[:i]), default=k["start"])
         stages = " ".join(f"{nm} [{(a - t0) / 1e3:.2f} +{(b - a) / 1e3:.2f}]" for nm, a, b in per[(kname, launch)])
