@@ -795,6 +795,58 @@ TEST(GpuFfnDecode, DenseRingAgreesWithTheUpDownKernel) {
 #endif
 }
 
+// The L2 prefetch hints (Options::prefetch: 2:8's kept rows from the gate kernel, by default; top-K's from the
+// selection kernel; the dense up/down's first rows) only warm L2: every setting gives the output of none, up to the
+// order of the fp32 atomics. 2:8 and top-K at one row and several, the 1b layer and an odd one.
+TEST(GpuFfnDecode, PrefetchHintsChangeNoResult) {
+  MOC_GPU_OR_SKIP(gpu);
+#ifdef MOCBENCH_HAVE_CUDA
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto st = static_cast<cudaStream_t>(gpu->stream());
+  struct Case {
+    Size s;
+    int R;
+    bool grouped;
+  };
+  const Case cases[] = {{kPaper, 1, true},      {kPaper, 4, true},      {{136, 301}, 1, true}, {{136, 301}, 3, true},
+                        {kPaper, 1, false},     {kPaper, 4, false},     {{136, 301}, 1, false}};
+  for (const Case& c : cases) {
+    Layer L = make_layer(rng, c.R, c.s.d, c.s.F, DType::bf16);
+    upload_layer(*gpu, *cpu, L);
+    SCOPED_TRACE(std::string(c.grouped ? "2:8" : "top-K") + " rows " + std::to_string(c.R) + " d_ffn " +
+                 std::to_string(c.s.F));
+    cuda::ffn::Problem p = launch_problem(L);
+    if (c.grouped) {
+      p.kind = cuda::ffn::SelKind::grouped;
+      p.group_a = 2;
+      p.group_b = 8;
+    } else {
+      p.kind = cuda::ffn::SelKind::topk;
+      p.k = c.s.F > 1024 ? 1024 : 17;
+    }
+    const std::size_t bytes = cuda::ffn::workspace_bytes(p);
+    Tensor ws = gpu->empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
+    std::vector<float> none;
+    for (int pf : {0, 4, 7}) {
+      SCOPED_TRACE("prefetch " + std::to_string(pf));
+      cuda::ffn::Options opt;
+      opt.prefetch = pf;
+      ASSERT_TRUE(cuda::ffn::fast_path(p, opt));
+      Tensor o = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
+      gpu->upload_f32(o, L.out0);
+      p.out = o.raw();
+      cuda::ffn::launch(p, ws.raw(), bytes, st, opt);
+      const std::vector<float> out = gpu->download_f32(o);
+      if (none.empty()) none = out;
+      else expect_same_out("against no prefetch", out, none, L.out0, L.dt);
+    }
+  }
+#endif
+}
+
 TEST(GpuFfnDecode, RejectsBadArguments) {
   MOC_GPU_OR_SKIP(gpu);
   auto cpu = make_cpu_ops();

@@ -481,7 +481,7 @@ int run_checks() {
       Options o{};
       o.updown_cluster = C;
       o.pdl_entry = C != 4;
-      o.prefetch = C == 8 ? 3 : 0;
+      o.prefetch = C == 8 ? 7 : 0;
       check_config(L, p, o, "1b cluster " + std::to_string(C));
       Problem q = p;
       q.kind = SelKind::dense;
@@ -689,9 +689,9 @@ int run_bench(int reps, int copies, const std::string& only) {
   add("moc no entry-PDL", SelKind::topk, moc::kFfnAll)->opt.pdl_entry = false;
   add("moc 2:8 no entry-PDL", SelKind::grouped, moc::kFfnAll)->opt.pdl_entry = false;
   add("gate only no-PDL", SelKind::topk, moc::kFfnGate)->opt.pdl = false;
-  add("dense prefetch", SelKind::dense, moc::kFfnAll)->opt.prefetch = 3;
-  add("moc prefetch", SelKind::topk, moc::kFfnAll)->opt.prefetch = 3;
-  add("moc 2:8 prefetch", SelKind::grouped, moc::kFfnAll)->opt.prefetch = 3;
+  add("dense prefetch", SelKind::dense, moc::kFfnAll)->opt.prefetch = 7;
+  add("moc prefetch", SelKind::topk, moc::kFfnAll)->opt.prefetch = 7;
+  add("moc 2:8 prefetch", SelKind::grouped, moc::kFfnAll)->opt.prefetch = 7;
   for (int C : {1, 4}) {
     const std::string c = " cluster " + std::to_string(C);
     add("dense" + c, SelKind::dense, moc::kFfnAll)->opt.updown_cluster = C;

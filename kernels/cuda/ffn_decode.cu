@@ -244,7 +244,7 @@ void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, 
   a.idx_out = p.idx_out;
   a.zero = zero_next ? B.zero : nullptr;
   a.zero_n16 = B.zero_n16;
-  const bool pf = mode == kGateGroupLocal && zero_next && (opt.prefetch & 1);  // zero_next: up/down follows
+  const bool pf = mode == kGateGroupLocal && zero_next && (opt.prefetch & 4);  // zero_next: up/down follows
   a.pf_up = pf ? p.w_up_t : nullptr;
   a.pf_down = pf ? p.w_down : nullptr;
   a.R = p.rows;
