@@ -795,9 +795,9 @@ TEST(GpuFfnDecode, DenseRingAgreesWithTheUpDownKernel) {
 #endif
 }
 
-// The L2 prefetch hints (Options::prefetch: 2:8's kept rows from the gate kernel, by default; top-K's from the
-// selection kernel; the dense up/down's first rows) only warm L2: every setting gives the output of none, up to the
-// order of the fp32 atomics. 2:8 and top-K at one row and several, the 1b layer and an odd one.
+// The L2 prefetch hints (Options::prefetch: 2:8's kept rows from the gate kernel, top-K's from the selection
+// kernel, the dense up/down's first rows) only warm L2: every setting gives the output of none, up to the order of
+// the fp32 atomics. 2:8 and top-K at one row and several, the 1b layer and an odd one.
 TEST(GpuFfnDecode, PrefetchHintsChangeNoResult) {
   MOC_GPU_OR_SKIP(gpu);
 #ifdef MOCBENCH_HAVE_CUDA

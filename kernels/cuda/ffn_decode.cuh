@@ -66,15 +66,17 @@ struct Options {
   bool allow_fast = true;  // false: always the generic path (tests of the fallback)
   int gate_unroll = 4;     // 32-column tiles in flight per warp in the gate GEMV (4 or 8)
   int updown_cluster = 0;  // blocks per cluster reducing the up/down partials (1, 2, 4, 8; 0: default 2)
-  // L2 prefetch hints (cp.async.bulk.prefetch; no effect on results). Bit 2 (on by default): a:b with b | 16 --
+  // L2 prefetch hints (cp.async.bulk.prefetch; no effect on results), all off by default. Bit 2: a:b with b | 16 --
   // the W_up/W_down rows of the kept channels, issued by the gate kernel in the epilogue of the tile that chose
-  // them, so that they stream while it still reads W_gate: H100 decode 2:8 -1.6% / -0.6% / -0.8% per token at
-  // batch 1 / 2 / 4 (one FFN layer alone: +0.2 us at batch 1, -0.8 / -0.5 / 0 us at batch 2-4; bench/micro/NOTES.md,
-  // seventeenth session). Bit 0: top-K's kept rows, by the selection kernel once the threshold bin is known (spread
-  // over one block per SM): H100 decode MoC +1.8% at batch 1 -- the selection is on the layer's critical path and
-  // completes only when its prefetches have landed -- so off. Bit 1, dense: each up/down block's first 16 W_gate /
-  // W_up rows before it waits for the previous kernel (0.4-1.8 us slower when measured, off).
-  int prefetch = 4;
+  // them, so that they stream while it still reads W_gate: H100 decode 2:8 -1.6% / -0.6% / -0.8% per token at batch
+  // 1 / 2 / 4 (one FFN layer alone: +0.2 us at batch 1, -0.8 / -0.5 / 0 us at batch 2-4), but with it the device
+  // stage stamps cost 2.7-4.0% of a 2:8 decode step (1.2-1.7% without) and the profiled step exceeds its timed
+  // median by 3.2-5.0% (SPEC: 2% and 3%), so off until the stamps cost less (bench/micro/NOTES.md, seventeenth
+  // session). Bit 0: top-K's kept rows, by the selection kernel once the threshold bin is known (spread over one
+  // block per SM): H100 decode MoC +1.8% at batch 1 -- the selection is on the layer's critical path and completes
+  // only when its prefetches have landed. Bit 1, dense: each up/down block's first 16 W_gate / W_up rows before it
+  // waits for the previous kernel (0.4-1.8 us slower when measured).
+  int prefetch = 0;
   int select_threads = 0;  // threads of one selection block: 512 or 1024 (0: the default, 512)
   // Row top-K hands its selection to the up/down kernel as one mask byte per (row, channel), which each up/down
   // block reads for its own channel range; true: as the union list (channel | row mask << 16, ascending, built
