@@ -70,7 +70,7 @@ struct Options {
   // the W_up/W_down rows of the kept channels, issued by the gate kernel in the epilogue of the tile that chose
   // them, so that they stream while it still reads W_gate: H100 decode 2:8 -1.6% / -0.6% / -0.8% per token at batch
   // 1 / 2 / 4 (one FFN layer alone: +0.2 us at batch 1, -0.8 / -0.5 / 0 us at batch 2-4), but with it the device
-  // stage stamps cost 2.7-4.0% of a 2:8 decode step (1.2-1.7% without) and the profiled step exceeds its timed
+  // stage stamps cost 2.7-4.0% of a 2:8 decode step (1.2-2.0% without) and the profiled step exceeds its timed
   // median by 3.2-5.0% (SPEC: 2% and 3%), so off until the stamps cost less (bench/micro/NOTES.md, seventeenth
   // session). Bit 0: top-K's kept rows, by the selection kernel once the threshold bin is known (spread over one
   // block per SM): H100 decode MoC +1.8% at batch 1 -- the selection is on the layer's critical path and completes
