@@ -627,6 +627,16 @@ cuda::ffn::Problem launch_problem(const Layer& L) {
   p.w_down = L.wdg.raw();
   return p;
 }
+
+// One cuda::ffn::launch of p with opt on workspace ws (bytes), into a fresh out holding L.out0: the output.
+std::vector<float> launch_out(Ops& gpu, const Layer& L, cuda::ffn::Problem p, void* ws, std::size_t bytes,
+                              cudaStream_t st, const cuda::ffn::Options& opt) {
+  Tensor o = gpu.empty({L.R, L.d}, L.dt, workspace_tag());
+  gpu.upload_f32(o, L.out0);
+  p.out = o.raw();
+  cuda::ffn::launch(p, ws, bytes, st, opt);
+  return gpu.download_f32(o);
+}
 #endif
 
 // Row top-K hands its selection to the up/down kernel as per-row mask bytes (default) or as the union list
@@ -739,11 +749,7 @@ TEST(GpuFfnDecode, SpeculationOnTheThresholdBinSettlesEveryWay) {
       SCOPED_TRACE("speculate " + std::to_string(spec));
       cuda::ffn::Options opt;
       opt.topk_speculate = spec;
-      Tensor o = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
-      gpu->upload_f32(o, L.out0);
-      p.out = o.raw();
-      cuda::ffn::launch(p, ws.raw(), bytes, st, opt);
-      const auto out = gpu->download_f32(o);
+      const auto out = launch_out(*gpu, L, p, ws.raw(), bytes, st, opt);
       if (want.empty()) want = out;
       else expect_same_out("against no speculation", out, want, L.out0, L.dt);
     }
@@ -784,11 +790,7 @@ TEST(GpuFfnDecode, DenseRingAgreesWithTheUpDownKernel) {
       cuda::ffn::Options opt;
       opt.dense_ring = ring == 1;
       ASSERT_TRUE(cuda::ffn::fast_path(p, opt));
-      Tensor o = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
-      gpu->upload_f32(o, L.out0);
-      p.out = o.raw();
-      cuda::ffn::launch(p, ws.raw(), bytes, st, opt);
-      outs[ring] = gpu->download_f32(o);
+      outs[ring] = launch_out(*gpu, L, p, ws.raw(), bytes, st, opt);
     }
     expect_same_out("ring against the up/down kernel", outs[1], outs[0], L.out0, L.dt);
   }
@@ -835,11 +837,7 @@ TEST(GpuFfnDecode, PrefetchHintsChangeNoResult) {
       cuda::ffn::Options opt;
       opt.prefetch = pf;
       ASSERT_TRUE(cuda::ffn::fast_path(p, opt));
-      Tensor o = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
-      gpu->upload_f32(o, L.out0);
-      p.out = o.raw();
-      cuda::ffn::launch(p, ws.raw(), bytes, st, opt);
-      const std::vector<float> out = gpu->download_f32(o);
+      const std::vector<float> out = launch_out(*gpu, L, p, ws.raw(), bytes, st, opt);
       if (none.empty()) none = out;
       else expect_same_out("against no prefetch", out, none, L.out0, L.dt);
     }
