@@ -93,7 +93,8 @@ struct DecodeFfnWeights {
   const Tensor* w_down;    // [d_ffn, d]
   // The FFN's RMSNorm, or null: then x is the residual stream and the FFN's input is rmsnorm_forward(x, *norm,
   // norm_eps) (rounded to x's dtype as rmsnorm_forward writes it); out may be x itself (the residual add in
-  // place). The CUDA kernel path runs the norm inside the dense ring kernel (rows <= 2), else as its own kernel.
+  // place). The CUDA kernel path runs the norm inside its ring kernels (dense and MoC a:b, rows <= 2), else as its
+  // own kernel.
   const Tensor* norm = nullptr;
   float norm_eps = 0.0f;
 };

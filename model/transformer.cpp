@@ -558,7 +558,7 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
     }
     {
       ScopedRange sr(ranges_, "ffn");
-      if (decode_layout_) {  // the FFN's RMSNorm inside the op (on the GPU: inside the dense FFN's ring kernel)
+      if (decode_layout_) {  // the FFN's RMSNorm inside the op (on the GPU: inside the ring kernels, dense and a:b)
         ffns_[static_cast<std::size_t>(l)].decode(x, ffn_weights(l), x, nullptr, ranges_, &lp.ffn_norm->value,
                                                   cfg_.norm_eps);
       } else {

@@ -797,6 +797,80 @@ TEST(GpuFfnDecode, DenseRingAgreesWithTheUpDownKernel) {
 #endif
 }
 
+// MoC a:b at 1-2 rows runs as one ring kernel (Options::ab_ring: gate, the group selection, up and down through
+// one shared-memory ring) where one group's W_gate rows fit a slot, else as the gate kernel (selecting in its
+// epilogue where b | 16) and the up/down kernel. Both ways keep the same channels (idx_out, poisoned first; near-ties
+// aside: the ring sums the gate's dot products in another order) and then give the same output, up to the order of
+// the fp32 atomics. 2:8 (rules gate and abs_silu), 3:7 and 4:16; the 1b layer (a partial last group) and odd small
+// ones, clusters of 2 (d 64, 2048) and of 1 (d 136); 3 rows and 4:16 at d 2048 (16 rows of 4 KB: two slots) stay
+// on the kernels.
+TEST(GpuFfnDecode, AbRingAgreesWithTheGateAndUpDownKernels) {
+  MOC_GPU_OR_SKIP(gpu);
+#ifdef MOCBENCH_HAVE_CUDA
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto st = static_cast<cudaStream_t>(gpu->stream());
+  struct Case {
+    Size s;
+    int R;
+    MocSelect sel;
+    bool ring;  // norm_inside (the ring path) expected
+  };
+  const MocSelect s28{0, 2, 8, SelectRule::gate}, s28a{0, 2, 8, SelectRule::abs_silu}, s37{0, 3, 7, SelectRule::gate},
+      s416{0, 4, 16, SelectRule::silu};
+  const Case cases[] = {{kPaper, 1, s28, true},     {kPaper, 2, s28, true},      {kPaper, 1, s28a, true},
+                        {{64, 37}, 1, s28, true},   {{64, 37}, 2, s37, true},    {{64, 37}, 2, s416, true},
+                        {{136, 301}, 1, s28, true}, {{136, 301}, 2, s28a, true}, {{136, 301}, 1, s37, true},
+                        {kPaper, 3, s28, false},    {kPaper, 1, s416, false}};
+  for (const Case& c : cases) {
+    Layer L = make_layer(rng, c.R, c.s.d, c.s.F, DType::bf16);
+    upload_layer(*gpu, *cpu, L);
+    const std::string what = sel_str(&c.sel) + " rows " + std::to_string(c.R) + " d " + std::to_string(c.s.d) +
+                             " d_ffn " + std::to_string(c.s.F);
+    SCOPED_TRACE(what);
+    cuda::ffn::Problem p = launch_problem(L);
+    p.kind = cuda::ffn::SelKind::grouped;
+    p.group_a = c.sel.group_a;
+    p.group_b = c.sel.group_b;
+    p.rule = c.sel.rule;
+    EXPECT_EQ(cuda::ffn::norm_inside(p), c.ring);
+    EXPECT_EQ(cuda::ffn::uses_zeroed(p), c.ring);
+    const int kept = c.sel.kept(L.F);
+    const std::size_t bytes = cuda::ffn::workspace_bytes(p);
+    Tensor ws = gpu->empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
+    std::vector<float> outs[2];
+    std::vector<std::int32_t> idx[2];
+    for (int ring = 0; ring < 2; ++ring) {
+      cuda::ffn::Options opt;
+      opt.ab_ring = ring == 1;
+      ASSERT_TRUE(cuda::ffn::fast_path(p, opt));
+      Tensor ig = poisoned_idx(*gpu, L.R, kept);
+      p.idx_out = ig.data<std::uint16_t>();
+      outs[ring] = launch_out(*gpu, L, p, ws.raw(), bytes, st, opt);
+      idx[ring] = gpu->download_i32(ig);
+    }
+    expect_same_selection("ring against the kernels", idx[1], idx[0], host_gate(L), L.R, L.F, c.sel);
+    if (idx[1] == idx[0]) expect_same_out("ring against the kernels", outs[1], outs[0], L.out0, L.dt);
+    // Item sizes and ring depths other than the defaults: the same selection, the same output.
+    if (c.ring && c.R == 1)
+      for (int rows : {1, 3, 8})
+        for (int slots : {2, 6}) {
+          SCOPED_TRACE("item rows " + std::to_string(rows) + " slots " + std::to_string(slots));
+          cuda::ffn::Options opt;
+          opt.ab_ring_rows = rows;
+          opt.ab_ring_slots = slots;
+          Tensor ig = poisoned_idx(*gpu, L.R, kept);
+          p.idx_out = ig.data<std::uint16_t>();
+          const std::vector<float> o = launch_out(*gpu, L, p, ws.raw(), bytes, st, opt);
+          EXPECT_EQ(gpu->download_i32(ig), idx[1]);
+          expect_same_out("against the default items", o, outs[1], L.out0, L.dt);
+        }
+  }
+#endif
+}
+
 // The L2 prefetch hints (Options::prefetch: 2:8's kept rows from the gate kernel, top-K's from the selection
 // kernel, the dense up/down's first rows) only warm L2: every setting gives the output of none, up to the order of
 // the fp32 atomics. 2:8 and top-K at one row and several, the 1b layer and an odd one.

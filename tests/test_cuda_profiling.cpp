@@ -237,7 +237,8 @@ TEST(GpuProfiling, StampedSpinKernelMatchesCudaEvents) {
 }
 
 // The decode step (one kernel per op, chained with PDL, replayed from a graph): the decode FFN's own kernels
-// stamp themselves -- k_gate ("gate"), k_select ("top-K"), k_updown ("gate & up" or "up", then "down") --
+// stamp themselves -- k_gate ("gate"), k_select ("top-K"), k_updown ("gate & up" or "up", then "down"; the
+// dense and a:b ring kernels' "gate & up" holds everything until the last z) --
 // from their first block past its dependency wait to their last block's end, one launch per kernel per
 // layer in order, each inside its CUPTI record and ending where it ends (to the stamp's alignment). Three
 // layers of the 1b shape (vocab 512), batch 1. Off, nothing stamps.
@@ -248,7 +249,8 @@ TEST(GpuStageStamps, DecodeFfnKernelsStampTheirWorkAfterTheirWait) {
   const int layers = 3;
   const std::map<std::string, std::vector<std::pair<std::string, std::vector<std::string>>>> expected = {
       {"dense", {{"k_updown", {"gate & up", "down"}}}},
-      {"moc", {{"k_gate", {"gate"}}, {"k_select", {"top-K"}}, {"k_updown", {"up", "down"}}}}};
+      {"moc", {{"k_gate", {"gate"}}, {"k_select", {"top-K"}}, {"k_updown", {"up", "down"}}}},
+      {"moc_2:8", {{"k_updown", {"gate & up", "down"}}}}};  // the a:b ring: gate, selection and up, then down
   for (const auto& [ffn, per_layer] : expected) {
     SCOPED_TRACE(ffn);
     ModelConfig cfg = preset("1b-gqa");

@@ -664,7 +664,12 @@ int run_bench(int reps, int copies, const std::string& only) {
   add("up/down (force_idx)", SelKind::topk, moc::kFfnUpDown)->force = true;
   add("up/down stage", SelKind::topk, moc::kFfnAll)->updown_stage = true;
   add("2:8 gate+select", SelKind::grouped, moc::kFfnGate | moc::kFfnSelect);
-  add("2:8 up/down stage", SelKind::grouped, moc::kFfnAll)->updown_stage = true;
+  {
+    Variant* v = add("2:8 up/down stage", SelKind::grouped, moc::kFfnAll);  // (the a:b ring has no stages apart)
+    v->updown_stage = true;
+    v->opt.ab_ring = false;
+  }
+  add("moc 2:8 kernels", SelKind::grouped, moc::kFfnAll)->opt.ab_ring = false;
   add("moc generic", SelKind::topk, moc::kFfnAll)->opt.specialized = false;
   add("moc 2:8 generic", SelKind::grouped, moc::kFfnAll)->opt.specialized = false;
   add("dense generic", SelKind::dense, moc::kFfnAll)->opt.specialized = false;

@@ -28,6 +28,7 @@
 #include "kernels/cuda/ffn_decode_select.cuh"
 #include "kernels/cuda/ffn_decode_updown.cuh"
 #include "kernels/cuda/ffn_decode_ring.cuh"
+#include "kernels/cuda/ffn_decode_ring_ab.cuh"
 #include "kernels/op_cost.h"
 
 namespace moc::cuda {
@@ -527,6 +528,82 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
   MOC_CUDA_LAUNCHED("k_updown");
 }
 
+// MoC a:b through the a:b ring kernel (ffn_decode_ring_ab.cuh): what the dense ring needs, and one group's W_gate rows
+// in a slot; the selection and the up/down together (no forced selection), the plain path's outputs only.
+int ring_ab_cpg(const Problem& p) {
+  const int rows = static_cast<int>(std::min<unsigned>(kRingAbMaxCpg, kRingSlotBytes / (static_cast<unsigned>(p.d) * 2u)));
+  return p.group_b > 0 ? rows / p.group_b * p.group_b : 0;
+}
+bool ring_ab_ok(const Problem& p, const Options& opt) {
+  if (!opt.ab_ring || p.kind != SelKind::grouped || p.force_idx || p.rows > kRingMaxRows || p.d > kDownCols) return false;
+  if ((p.parts & (kFfnSelect | kFfnUpDown)) != (kFfnSelect | kFfnUpDown) || ring_ab_cpg(p) < p.group_b) return false;
+  const int groups = (p.d_ffn + p.group_b - 1) / p.group_b;
+  const int nb = std::max(1, std::min(device_limits().sms, groups));
+  const int nmax = (groups + nb - 1) / nb * p.group_b;
+  return ring_ab_smem_bytes(2, p.d, kRingMaxRows, nmax) <= device_limits().smem_optin;
+}
+
+void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options& opt) {
+  MOC_OP_COST(named(cost::plus(cost::plus(cost::ffn_decode_gate(cost_shape(p)), cost::ffn_decode_select(cost_shape(p))),
+                               cost::ffn_decode_up_down(cost_shape(p))),
+                    "ffn_decode.ring_ab"));
+  const DeviceLimits lim = device_limits();
+  RingAbArgs a{};
+  a.stamps = step::stamp_buffer_if_made();
+  a.x = static_cast<const bf16*>(p.x);
+  a.norm = static_cast<const bf16*>(p.norm);
+  a.eps = p.norm_eps;
+  a.wg = static_cast<const bf16*>(p.w_gate_t);
+  a.wu = static_cast<const bf16*>(p.w_up_t);
+  a.wd = static_cast<const bf16*>(p.w_down);
+  a.out = static_cast<bf16*>(p.out);
+  a.acc = B.acc;
+  a.ctrl = B.ctrl;
+  a.idx_out = p.idx_out;
+  a.R = p.rows;
+  a.d = p.d;
+  a.F = p.d_ffn;
+  a.ga = p.group_a;
+  a.gb = p.group_b;
+  a.rule = static_cast<int>(p.rule);
+  a.kept = p.kept();
+  a.groups = (p.d_ffn + p.group_b - 1) / p.group_b;
+  a.cpg = ring_ab_cpg(p);
+  const int slot_rows = static_cast<int>(kRingSlotBytes / (static_cast<unsigned>(p.d) * 2u));
+  a.cu = std::max(1, std::min(slot_rows, opt.ab_ring_rows > 0 ? opt.ab_ring_rows : kRingAbRows));
+  const bool pdl = ch.next();
+  with_rows(p.rows, [&](auto rp) {
+    constexpr int RP = decltype(rp)::value;
+    if constexpr (RP <= kRingMaxRows) {
+      auto kernel = opt.specialized && p.rule == SelectRule::gate ? k_ring_ab<RP, static_cast<int>(SelectRule::gate)>
+                                                                  : k_ring_ab<RP>;
+      int nb = std::max(1, std::min(lim.sms, a.groups));
+      int C = nb >= 2 && p.d % 16 == 0 ? 2 : 1;  // cluster of 2: slices of d / 2 columns, 8-aligned
+      const int slots = opt.ab_ring_slots > 0 ? std::min(opt.ab_ring_slots, kRingMaxSlots) : kRingSlots;
+      auto plan = [&]() {
+        a.nmax = (a.groups + nb - 1) / nb * p.group_b;
+        const std::size_t fixed = ring_ab_smem_bytes(0, p.d, RP, a.nmax);
+        a.S = static_cast<int>(std::min<std::size_t>(slots, (lim.smem_optin - fixed) / kRingSlotBytes));
+        return ring_ab_smem_bytes(a.S, p.d, RP, a.nmax);
+      };
+      if (C == 2) {
+        const int all = nb;
+        nb = nb / 2 * 2;
+        const int clusters = max_active_clusters(kernel, plan(), 2, kRingThreads);
+        if (clusters >= 1) nb = std::min(nb, clusters * 2);
+        if (clusters < 1 || (plan(), a.S < 2)) {
+          C = 1;
+          nb = all;
+        }
+      }
+      a.C = C;
+      const std::size_t smem = plan();
+      launch_ex(kernel, static_cast<unsigned>(nb), kRingThreads, smem, ch.st, C, pdl, a);
+    }
+  });
+  MOC_CUDA_LAUNCHED("k_updown");
+}
+
 // The generic path for one chunk.
 template <class T>
 void run_generic(const Problem& p, const Layout& L, const Buffers& B, cudaStream_t st) {
@@ -633,6 +710,17 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
     if (gate) launch_gate(p, L, B, kGateOnly, false, ch, opt);
     return;
   }
+  if (ring_ab_ok(p, opt)) {
+    Buffers U = B;
+    if (zeroed) {  // counters and accumulator already zero: no prep kernel
+      U.ctrl = static_cast<unsigned*>(zeroed);
+      U.acc = reinterpret_cast<float*>(static_cast<unsigned char*>(zeroed) + L.acc);
+    } else {
+      launch_prep(B, ch);
+    }
+    launch_ring_ab(p, U, ch, opt);
+    return;
+  }
   if (p.kind == SelKind::grouped && kGroup % p.group_b == 0) {
     launch_gate(p, L, B, kGateGroupLocal, updown, ch, opt);
     if (updown) launch_updown(p, L, B, false, kMaskChannels, ch, opt);
@@ -659,7 +747,7 @@ void validate(const Problem& p, const void* ws, std::size_t ws_size, const Optio
   if (moc && (p.parts & kFfnUpDown) && !(p.parts & kFfnSelect))
     require(p.force_idx != nullptr, op, "up/down without selection needs force_idx");
   require(ws != nullptr && ws_size >= workspace_bytes(p), op, "workspace too small");
-  require(!p.norm || norm_inside(p, opt), op, "the norm runs inside only the dense ring kernel's calls (norm_inside)");
+  require(!p.norm || norm_inside(p, opt), op, "the norm runs inside only the ring kernels' calls (norm_inside)");
 }
 
 }  // namespace
@@ -684,8 +772,17 @@ bool fast_path(const Problem& p, const Options& opt) {
 }
 
 bool norm_inside(const Problem& p, const Options& opt) {
-  return p.kind == SelKind::dense && (p.parts & kFfnUpDown) && p.rows >= 1 && fast_path(p, opt) && ring_ok(p, opt) &&
-         (!p.norm || aligned16(p.norm));
+  if (p.rows < 1 || !fast_path(p, opt) || (p.norm && !aligned16(p.norm))) return false;
+  if (p.kind == SelKind::dense) return (p.parts & kFfnUpDown) && ring_ok(p, opt);
+  return ring_ab_ok(p, opt);
+}
+
+bool uses_zeroed(const Problem& p, const Options& opt) {
+  if (!(p.parts & kFfnUpDown) || p.rows < 1) return false;
+  if (p.kind == SelKind::dense) return true;
+  Problem c = p;
+  c.rows = std::min(p.rows, kMaxRows);
+  return fast_path(c, opt) && ring_ab_ok(c, opt);
 }
 
 void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaStream_t stream, const Options& opt,
@@ -715,6 +812,8 @@ void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaS
 void launch_updown_only(const Problem& p, void* workspace, cudaStream_t stream, const Options& opt) {
   require(p.rows >= 1 && p.rows <= kMaxRows && p.kind != SelKind::dense && !p.force_idx && fast_path(p, opt),
           "ffn_decode", "launch_updown_only needs the fast path, 1..8 rows and a MoC selection");
+  require(!ring_ab_ok(p, opt), "ffn_decode",
+          "launch_updown_only: the a:b ring leaves no selection in the workspace (Options::ab_ring = false)");
   const Layout L = make_layout(p);
   const Buffers B = buffers(L, workspace);
   const bool local = p.kind == SelKind::grouped && kGroup % p.group_b == 0;
@@ -782,13 +881,14 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   p.force_idx = force_idx ? force_idx->data<std::uint16_t>() : nullptr;
   p.idx_out = idx_out ? idx_out->data<std::uint16_t>() : nullptr;
   p.parts = parts;
+  const ffn::Options opt{};
   Tensor xn, rstd;
   if (w.norm) {
     require(w.norm->dtype() == dt && w.norm->numel() == d && w.norm->device() == DeviceKind::cuda, op,
             "norm must be [d] of x's dtype on the GPU");
     p.norm = w.norm->raw();
     p.norm_eps = w.norm_eps;
-    if (!ffn::norm_inside(p)) {  // elsewhere the norm is its own kernel first (the composed ops)
+    if (!ffn::norm_inside(p, opt)) {  // elsewhere the norm is its own kernel first (the composed ops)
       xn = ops.empty({n, d}, dt, workspace_tag());
       rstd = ops.empty({n}, DType::f32, workspace_tag());
       ops.rmsnorm_forward(x, *w.norm, w.norm_eps, xn, rstd);
@@ -798,9 +898,10 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   }
   const std::size_t bytes = ffn::workspace_bytes(p);
   Tensor ws = ops.empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
-  // The dense FFN keeps its accumulator and counters in the ops' zeroed scratch (no prep kernel per call).
-  void* zeroed = !sel && (parts & kFfnUpDown) ? zeroed_scratch(ops, ffn::zeroed_bytes(p)) : nullptr;
-  ffn::launch(p, ws.raw(), bytes, stream_of(ops), ffn::Options{}, zeroed);
+  // The dense FFN and the a:b ring keep their accumulator and counters in the ops' zeroed scratch (no prep kernel
+  // per call).
+  void* zeroed = ffn::uses_zeroed(p, opt) ? zeroed_scratch(ops, ffn::zeroed_bytes(p)) : nullptr;
+  ffn::launch(p, ws.raw(), bytes, stream_of(ops), opt, zeroed);
 }
 
 }  // namespace moc::cuda

@@ -53,8 +53,8 @@ struct Problem {
   const std::uint16_t* force_idx = nullptr;  // [rows, kept] or null
   std::uint16_t* idx_out = nullptr;          // [rows, kept] or null
   unsigned parts = kFfnAll;
-  // The FFN's RMSNorm weight [d] (or null): x is then the residual stream, normalized inside the dense ring
-  // kernel (norm_inside); out may be x.
+  // The FFN's RMSNorm weight [d] (or null): x is then the residual stream, normalized inside the ring kernels
+  // (norm_inside); out may be x.
   const void* norm = nullptr;
   float norm_eps = 0.0f;
   int kept() const;  // channels kept per row (d_ffn when dense)
@@ -101,6 +101,12 @@ struct Options {
   // where a kept channel was not among them (bench/micro/NOTES.md). 0: off (A/B); 2 and 3 are for the tests of
   // that fallback: a wrong bin published, none published (the blocks stop polling after 50 us).
   int topk_speculate = 1;
+  // MoC a:b, rows <= 2, d <= 2048, one group's W_gate rows in a 32 KB slot: gate, selection, up and down in one
+  // kernel through the dense ring's shared-memory ring (ffn_decode_ring_ab.cuh), which can normalize x itself.
+  // false: the gate kernel (selecting in its epilogue) and the up/down kernel, for A/B.
+  bool ab_ring = true;
+  int ab_ring_rows = 0;   // kept channels per up / down item of the a:b ring (0: kRingAbRows)
+  int ab_ring_slots = 0;  // its ring slots (0: kRingSlots, as the dense ring)
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).
@@ -115,12 +121,16 @@ void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaS
             const Options& opt = {}, void* zeroed = nullptr);
 // True when launch() takes the fast path for this problem (bf16, aligned, d % 8 == 0, fits shared memory).
 bool fast_path(const Problem& p, const Options& opt = {});
-// True when the problem runs as the dense ring kernel, which can take the FFN's RMSNorm (Problem::norm) inside.
+// True when the problem runs as one of the ring kernels (dense, or MoC a:b), which take the FFN's RMSNorm
+// (Problem::norm) inside.
 bool norm_inside(const Problem& p, const Options& opt = {});
+// True when launch() keeps the up/down accumulator and counters in `zeroed` if given (dense, and the a:b ring).
+bool uses_zeroed(const Problem& p, const Options& opt = {});
 
 // Benchmark helper (fast path, MoC top-K or a:b, rows <= 8): re-issues only the up/down kernel on a workspace
 // left by a previous full launch of the same problem (gate values and selection still there, accumulator and
-// counters zero again). Adds to out.
+// counters zero again; not after the a:b ring kernel, which keeps its selection in shared memory: launch both with
+// Options::ab_ring = false). Adds to out.
 void launch_updown_only(const Problem& p, void* workspace, cudaStream_t stream, const Options& opt = {});
 
 }  // namespace moc::cuda::ffn

@@ -64,6 +64,134 @@ __host__ __device__ inline std::size_t ring_smem_bytes(int S, int d, int rp, int
   return b;
 }
 
+// Consumers, after the PDL wait: x [R, d] (the previous kernel's output) into xs [RP, d] (rows past R zero), and
+// with norm the FFN's RMSNorm applied in place, as rmsnorm_forward computes it (rounded to bf16): each block for
+// itself, x is 4 KB a row. red: [8 warps][RP] floats. Ends before the consumers' next barrier (the caller's).
+template <int RP>
+__device__ __forceinline__ void ring_stage_x(const bf16* x, const bf16* norm, float eps, int R, int d, bf16* xs,
+                                             float* red) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int nv = d / 8;
+  float ss[RP];
+#pragma unroll
+  for (int r = 0; r < RP; ++r) ss[r] = 0.f;
+  for (int i = tid; i < RP * nv; i += kRingConsumers) {
+    const int r = i / nv;
+    const uint4 v = r < R ? ld_x(x + static_cast<std::size_t>(i) * 8) : make_uint4(0, 0, 0, 0);
+    reinterpret_cast<uint4*>(xs)[i] = v;
+    const float sq = dot8(v, v);
+#pragma unroll
+    for (int k = 0; k < RP; ++k) ss[k] += k == r ? sq : 0.f;
+  }
+  if (norm) {
+    // The FFN's RMSNorm, as rmsnorm_forward computes it (rounded to bf16), each block for itself: x is 4 KB a row.
+#pragma unroll
+    for (int r = 0; r < RP; ++r) {
+      ss[r] = warp_sum(ss[r]);
+      if (lane == 0) red[warp * RP + r] = ss[r];
+    }
+    consumers_sync<kRingConsumers>();
+    float rs[RP];
+#pragma unroll
+    for (int r = 0; r < RP; ++r) {
+      float t = 0.f;
+#pragma unroll
+      for (int w = 0; w < kRingConsumers / 32; ++w) t += red[w * RP + r];
+      rs[r] = static_cast<float>(1.0 / sqrt(static_cast<double>(t) / static_cast<double>(d) + eps));
+    }
+    for (int i = tid; i < R * nv; i += kRingConsumers) {  // the words this thread staged
+      const int r = i / nv;
+      float rr = rs[0];
+#pragma unroll
+      for (int k = 1; k < RP; ++k) rr = k == r ? rs[k] : rr;
+      uint4 v = reinterpret_cast<const uint4*>(xs)[i];
+      const uint4 w = __ldg(reinterpret_cast<const uint4*>(norm) + (i - r * nv));
+      unsigned* vw = reinterpret_cast<unsigned*>(&v);
+      const unsigned ww[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const __nv_bfloat162 h2 =
+            __floats2bfloat162_rn(bf_lo(vw[e]) * rr * bf_lo(ww[e]), bf_hi(vw[e]) * rr * bf_hi(ww[e]));
+        vw[e] = *reinterpret_cast<const unsigned*>(&h2);
+      }
+      reinterpret_cast<uint4*>(xs)[i] = v;
+    }
+  }
+}
+
+// One warp: a weight row in shared memory times each of the RP rows of xs, summed over the warp (every lane).
+template <int RP>
+__device__ __forceinline__ void ring_row_dot(const bf16* row, const bf16* xs, int d, float (&acc)[RP]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < RP; ++r) acc[r] = 0.f;
+#pragma unroll 4
+  for (int col = lane * 8; col < d; col += 256) {
+    const uint4 w = *reinterpret_cast<const uint4*>(row + col);
+#pragma unroll
+    for (int r = 0; r < RP; ++r)
+      acc[r] += dot8(w, *reinterpret_cast<const uint4*>(xs + static_cast<std::size_t>(r) * d + col));
+  }
+#pragma unroll
+  for (int r = 0; r < RP; ++r) acc[r] = warp_sum(acc[r]);
+}
+
+// Consumer thread t: cnt W_down rows of a slot times their z (z [cnt][RP]) added into its columns [8t, 8t + 8).
+template <int RP>
+__device__ __forceinline__ void ring_down_rows(const bf16* slot, const float* z, int cnt, int d, float (&acc)[RP][8]) {
+  const int c = threadIdx.x * 8;
+  if (c >= d) return;
+  for (int jj = 0; jj < cnt; ++jj) {
+    const uint4 w = *reinterpret_cast<const uint4*>(slot + static_cast<std::size_t>(jj) * d + c);
+    const float wf[8] = {bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y), bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w)};
+#pragma unroll
+    for (int r = 0; r < RP; ++r) {
+      const float zr = z[jj * RP + r];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[r][e] = fmaf(zr, wf[e], acc[r][e]);
+    }
+  }
+}
+
+// Consumers, every item consumed (after their barrier): thread t's partial outputs (columns [8t, 8t + 8) of each
+// row) into the shared memory at part (clusters, C > 1) or added into acc (C == 1).
+template <int RP>
+__device__ __forceinline__ void ring_partials(const float (&acc)[RP][8], float* part, float* gacc, int R, int d, int C) {
+  const int c = threadIdx.x * 8;
+  if (c >= d) return;
+#pragma unroll
+  for (int r = 0; r < RP; ++r)
+    if (r < R) {
+      if (C == 1) {
+        float4* g = reinterpret_cast<float4*>(gacc + static_cast<std::size_t>(r) * d + c);
+        atomicAdd(g, make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+        atomicAdd(g + 1, make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]));
+      } else {
+        float4* dst = reinterpret_cast<float4*>(part + static_cast<std::size_t>(r) * d + c);
+        dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+        dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
+      }
+    }
+}
+
+// Every thread (the producer warp too): the cluster's reduction of the partials at smem and the last blocks' pass
+// into out, as in the up/down kernel (their loops run on the first kThreads threads). misc: 16 ints.
+__device__ __forceinline__ void ring_out(bf16* out, float* acc, unsigned* ctrl, int R, int d, int C, unsigned char* smem,
+                                         int* misc) {
+  UpDownArgs u{};
+  u.out = out;
+  u.acc = acc;
+  u.ctrl = ctrl;
+  u.R = R;
+  u.d = d;
+  UdSmem us{};
+  us.part = reinterpret_cast<float*>(smem);
+  us.misc = misc;
+  UdSlice sl{0, d, 0};
+  if (C > 1) sl = ud_cluster_reduce(u, us, C);
+  ud_finish(u, us, sl, C);
+}
+
 template <int RP>
 __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -122,52 +250,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
     // Consumers. x (the previous kernel's output) after the wait.
     griddep_wait();
     stamp.start(step::StampKernel::k_updown, step::StageId::down);
-    const int nv = d / 8;
-    float ss[RP];
-#pragma unroll
-    for (int r = 0; r < RP; ++r) ss[r] = 0.f;
-    for (int i = tid; i < RP * nv; i += kRingConsumers) {
-      const int r = i / nv;
-      const uint4 v = r < a.R ? ld_x(a.x + static_cast<std::size_t>(i) * 8) : make_uint4(0, 0, 0, 0);
-      reinterpret_cast<uint4*>(xs)[i] = v;
-      const float sq = dot8(v, v);
-#pragma unroll
-      for (int k = 0; k < RP; ++k) ss[k] += k == r ? sq : 0.f;
-    }
-    if (a.norm) {
-      // The FFN's RMSNorm, as rmsnorm_forward computes it (rounded to bf16), each block for itself: x is 4 KB a row.
-#pragma unroll
-      for (int r = 0; r < RP; ++r) {
-        ss[r] = warp_sum(ss[r]);
-        if (lane == 0) red[warp * RP + r] = ss[r];
-      }
-      consumers_sync<kRingConsumers>();
-      float rs[RP];
-#pragma unroll
-      for (int r = 0; r < RP; ++r) {
-        float t = 0.f;
-#pragma unroll
-        for (int w = 0; w < kRingConsumers / 32; ++w) t += red[w * RP + r];
-        rs[r] = static_cast<float>(1.0 / sqrt(static_cast<double>(t) / static_cast<double>(d) + a.eps));
-      }
-      for (int i = tid; i < a.R * nv; i += kRingConsumers) {  // the words this thread staged
-        const int r = i / nv;
-        float rr = rs[0];
-#pragma unroll
-        for (int k = 1; k < RP; ++k) rr = k == r ? rs[k] : rr;
-        uint4 v = reinterpret_cast<const uint4*>(xs)[i];
-        const uint4 w = __ldg(reinterpret_cast<const uint4*>(a.norm) + (i - r * nv));
-        unsigned* vw = reinterpret_cast<unsigned*>(&v);
-        const unsigned ww[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const __nv_bfloat162 h2 =
-              __floats2bfloat162_rn(bf_lo(vw[e]) * rr * bf_lo(ww[e]), bf_hi(vw[e]) * rr * bf_hi(ww[e]));
-          vw[e] = *reinterpret_cast<const unsigned*>(&h2);
-        }
-        reinterpret_cast<uint4*>(xs)[i] = v;
-      }
-    }
+    ring_stage_x<RP>(a.x, a.norm, a.eps, a.R, d, xs, red);
     consumers_sync<kRingConsumers>();
     // Gate/up items.
     for (int i = 0; i < ngu; ++i) {
@@ -175,19 +258,8 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
       mbar_wait(full + s, static_cast<unsigned>(i / S) & 1u);
       const bf16* slot = ring + s * slot_elems;
       for (int u = warp; u < cnt; u += kRingConsumers / 32) {
-        const bf16* row = slot + static_cast<std::size_t>(u) * d;
         float acc[RP];
-#pragma unroll
-        for (int r = 0; r < RP; ++r) acc[r] = 0.f;
-#pragma unroll 4
-        for (int col = lane * 8; col < d; col += 256) {
-          const uint4 w = *reinterpret_cast<const uint4*>(row + col);
-#pragma unroll
-          for (int r = 0; r < RP; ++r)
-            acc[r] += dot8(w, *reinterpret_cast<const uint4*>(xs + static_cast<std::size_t>(r) * d + col));
-        }
-#pragma unroll
-        for (int r = 0; r < RP; ++r) acc[r] = warp_sum(acc[r]);
+        ring_row_dot<RP>(slot + static_cast<std::size_t>(u) * d, xs, d, acc);
         if (lane == 0) {
 #pragma unroll
           for (int r = 0; r < RP; ++r) gu[((j0 + u) * 2 + m) * RP + r] = acc[r];
@@ -209,58 +281,17 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
     for (int r = 0; r < RP; ++r)
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc[r][e] = 0.f;
-    const int c = tid * 8;
     for (int i = ngu; i < T; ++i) {
       const int s = i % S, j0 = (i - ngu) * a.cpd, cnt = min(a.cpd, n - j0);
       mbar_wait(full + s, static_cast<unsigned>(i / S) & 1u);
       const bf16* slot = ring + s * slot_elems;
-      if (c < d) {
-        for (int jj = 0; jj < cnt; ++jj) {
-          const uint4 w = *reinterpret_cast<const uint4*>(slot + static_cast<std::size_t>(jj) * d + c);
-          const float wf[8] = {bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y),
-                               bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w)};
-#pragma unroll
-          for (int r = 0; r < RP; ++r) {
-            const float z = zs[(j0 + jj) * RP + r];
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc[r][e] = fmaf(z, wf[e], acc[r][e]);
-          }
-        }
-      }
+      ring_down_rows<RP>(slot, zs + static_cast<std::size_t>(j0) * RP, cnt, d, acc);
       mbar_arrive(empty + s);  // every consumer thread, after its own reads of the slot
     }
     consumers_sync<kRingConsumers>();  // every item consumed: the ring is free (no copy is in flight) and holds the partials
-    float* part = reinterpret_cast<float*>(smem);
-    if (c < d) {
-#pragma unroll
-      for (int r = 0; r < RP; ++r)
-        if (r < a.R) {
-          float4* dst = reinterpret_cast<float4*>(part + static_cast<std::size_t>(r) * d + c);
-          if (a.C == 1) {
-            float4* g = reinterpret_cast<float4*>(a.acc + static_cast<std::size_t>(r) * d + c);
-            atomicAdd(g, make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
-            atomicAdd(g + 1, make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]));
-          } else {
-            dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-            dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
-          }
-        }
-    }
+    ring_partials<RP>(acc, reinterpret_cast<float*>(smem), a.acc, a.R, d, a.C);
   }
-  // Every thread (the producer warp too): the cluster's reduction and the last blocks' pass into out, as in the
-  // up/down kernel (their loops run on the first kThreads threads).
-  UpDownArgs u{};
-  u.out = a.out;
-  u.acc = a.acc;
-  u.ctrl = a.ctrl;
-  u.R = a.R;
-  u.d = a.d;
-  UdSmem us{};
-  us.part = reinterpret_cast<float*>(smem);
-  us.misc = misc;
-  UdSlice sl{0, a.d, 0};
-  if (a.C > 1) sl = ud_cluster_reduce(u, us, a.C);
-  ud_finish(u, us, sl, a.C);
+  ring_out(a.out, a.acc, a.ctrl, a.R, a.d, a.C, smem, misc);
 }
 
 }  // namespace
