@@ -8,6 +8,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -881,7 +883,14 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   p.force_idx = force_idx ? force_idx->data<std::uint16_t>() : nullptr;
   p.idx_out = idx_out ? idx_out->data<std::uint16_t>() : nullptr;
   p.parts = parts;
-  const ffn::Options opt{};
+  ffn::Options opt{};
+  if (const char* e = std::getenv("MOCBENCH_AB_RING")) {  // EXPERIMENT: on[:rows[:slots]]
+    int on = 1, rows = 0, slots = 0;
+    std::sscanf(e, "%d:%d:%d", &on, &rows, &slots);
+    opt.ab_ring = on != 0;
+    opt.ab_ring_rows = rows;
+    opt.ab_ring_slots = slots;
+  }
   Tensor xn, rstd;
   if (w.norm) {
     require(w.norm->dtype() == dt && w.norm->numel() == d && w.norm->device() == DeviceKind::cuda, op,
