@@ -530,26 +530,46 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
   MOC_CUDA_LAUNCHED("k_updown");
 }
 
-// MoC a:b through the a:b ring kernel (ffn_decode_ring_ab.cuh): what the dense ring needs, and one group's W_gate rows
-// in a slot; the selection and the up/down together (no forced selection), the plain path's outputs only.
-int ring_ab_cpg(const Problem& p) {
-  const int rows = static_cast<int>(std::min<unsigned>(kRingAbMaxCpg, kRingSlotBytes / (static_cast<unsigned>(p.d) * 2u)));
-  return p.group_b > 0 ? rows / p.group_b * p.group_b : 0;
+// MoC a:b as one kernel (ffn_decode_ring_ab.cuh): rows <= 2, d <= kDownCols (the down projection in one pass), items
+// of whole groups (cpg W_gate rows, at most kRingAbMaxCpg and 32 KB), a group keeping at most half its channels over
+// the rows (the kept rows then fit the slot its W_gate rows held), a block's slots in shared memory; the selection
+// and the up/down together (no forced selection).
+struct RingAbPlan {
+  int cpg = 0, nb = 1, nmax = 0, ni = 0, kmax = 0;
+  std::size_t smem = 0;
+};
+RingAbPlan ring_ab_plan(const Problem& p, int nb, int rp) {
+  RingAbPlan pl;
+  const unsigned row = static_cast<unsigned>(p.d) * 2u;
+  const int rows = static_cast<int>(std::min<unsigned>(kRingAbMaxCpg, kRingSlotBytes / row));
+  pl.cpg = rows / p.group_b * p.group_b;
+  if (pl.cpg < p.group_b) return pl;
+  const int groups = (p.d_ffn + p.group_b - 1) / p.group_b;
+  pl.nb = std::max(1, std::min(nb, groups));
+  const int gpb = (groups + pl.nb - 1) / pl.nb;
+  pl.nmax = gpb * p.group_b;
+  pl.ni = (pl.nmax + pl.cpg - 1) / pl.cpg;
+  pl.kmax = gpb * std::min(p.group_b, p.rows * p.group_a);
+  pl.smem = ring_ab_smem_bytes(pl.ni, pl.cpg, p.d, rp, pl.nmax, pl.kmax);
+  return pl;
 }
 bool ring_ab_ok(const Problem& p, const Options& opt) {
-  if (!opt.ab_ring || p.kind != SelKind::grouped || p.force_idx || p.rows > kRingMaxRows || p.d > kDownCols) return false;
-  if ((p.parts & (kFfnSelect | kFfnUpDown)) != (kFfnSelect | kFfnUpDown) || ring_ab_cpg(p) < p.group_b) return false;
-  const int groups = (p.d_ffn + p.group_b - 1) / p.group_b;
-  const int nb = std::max(1, std::min(device_limits().sms, groups));
-  const int nmax = (groups + nb - 1) / nb * p.group_b;
-  return ring_ab_smem_bytes(2, p.d, kRingMaxRows, nmax) <= device_limits().smem_optin;
+  if (!opt.ab_ring || p.kind != SelKind::grouped || p.force_idx || p.rows < 1 || p.rows > kRingMaxRows ||
+      p.d > kDownCols)
+    return false;
+  if ((p.parts & (kFfnSelect | kFfnUpDown)) != (kFfnSelect | kFfnUpDown)) return false;
+  if (2 * std::min(p.group_b, p.rows * p.group_a) > p.group_b) return false;  // the kept rows fit their item's slot
+  const RingAbPlan pl = ring_ab_plan(p, device_limits().sms, rows_pad(p.rows));
+  if (pl.cpg < p.group_b) return false;
+  // (the partial outputs [R, d] fp32 go where the slots were)
+  return pl.smem <= device_limits().smem_optin &&
+         static_cast<std::size_t>(pl.ni) * pl.cpg * p.d * 2 >= static_cast<std::size_t>(rows_pad(p.rows)) * p.d * 4;
 }
 
 void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options& opt) {
   MOC_OP_COST(named(cost::plus(cost::plus(cost::ffn_decode_gate(cost_shape(p)), cost::ffn_decode_select(cost_shape(p))),
                                cost::ffn_decode_up_down(cost_shape(p))),
                     "ffn_decode.ring_ab"));
-  const DeviceLimits lim = device_limits();
   RingAbArgs a{};
   a.stamps = step::stamp_buffer_if_made();
   a.x = static_cast<const bf16*>(p.x);
@@ -570,37 +590,26 @@ void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options
   a.rule = static_cast<int>(p.rule);
   a.kept = p.kept();
   a.groups = (p.d_ffn + p.group_b - 1) / p.group_b;
-  a.cpg = ring_ab_cpg(p);
-  const int slot_rows = static_cast<int>(kRingSlotBytes / (static_cast<unsigned>(p.d) * 2u));
-  a.cu = std::max(1, std::min(slot_rows, opt.ab_ring_rows > 0 ? opt.ab_ring_rows : kRingAbRows));
   const bool pdl = ch.next();
   with_rows(p.rows, [&](auto rp) {
     constexpr int RP = decltype(rp)::value;
     if constexpr (RP <= kRingMaxRows) {
-      auto kernel = opt.specialized && p.rule == SelectRule::gate ? k_ring_ab<RP, static_cast<int>(SelectRule::gate)>
-                                                                  : k_ring_ab<RP>;
-      int nb = std::max(1, std::min(lim.sms, a.groups));
-      int C = nb >= 2 && p.d % 16 == 0 ? 2 : 1;  // cluster of 2: slices of d / 2 columns, 8-aligned
-      const int slots = opt.ab_ring_slots > 0 ? std::min(opt.ab_ring_slots, kRingMaxSlots) : kRingSlots;
-      auto plan = [&]() {
-        a.nmax = (a.groups + nb - 1) / nb * p.group_b;
-        const std::size_t fixed = ring_ab_smem_bytes(0, p.d, RP, a.nmax);
-        a.S = static_cast<int>(std::min<std::size_t>(slots, (lim.smem_optin - fixed) / kRingSlotBytes));
-        return ring_ab_smem_bytes(a.S, p.d, RP, a.nmax);
-      };
+      constexpr int kGateRule = static_cast<int>(SelectRule::gate);
+      void (*kernel)(RingAbArgs) = k_updown<RP, -1>;
+      if (opt.specialized && p.rule == SelectRule::gate) kernel = k_updown<RP, kGateRule>;
+      RingAbPlan pl = ring_ab_plan(p, device_limits().sms, RP);
+      int C = pl.nb >= 2 && p.d % 16 == 0 ? 2 : 1;  // cluster of 2: slices of d / 2 columns, 8-aligned
       if (C == 2) {
-        const int all = nb;
-        nb = nb / 2 * 2;
-        const int clusters = max_active_clusters(kernel, plan(), 2, kRingThreads);
-        if (clusters >= 1) nb = std::min(nb, clusters * 2);
-        if (clusters < 1 || (plan(), a.S < 2)) {
-          C = 1;
-          nb = all;
-        }
+        const int clusters = max_active_clusters(kernel, pl.smem, 2, kThreads);
+        if (clusters < 1) C = 1;
+        else pl = ring_ab_plan(p, std::min(pl.nb / 2 * 2, clusters * 2), RP);
       }
       a.C = C;
-      const std::size_t smem = plan();
-      launch_ex(kernel, static_cast<unsigned>(nb), kRingThreads, smem, ch.st, C, pdl, a);
+      a.cpg = pl.cpg;
+      a.ni = pl.ni;
+      a.nmax = pl.nmax;
+      a.kmax = pl.kmax;
+      launch_ex(kernel, static_cast<unsigned>(pl.nb), kThreads, pl.smem, ch.st, C, pdl, a);
     }
   });
   MOC_CUDA_LAUNCHED("k_updown");
@@ -884,13 +893,7 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   p.idx_out = idx_out ? idx_out->data<std::uint16_t>() : nullptr;
   p.parts = parts;
   ffn::Options opt{};
-  if (const char* e = std::getenv("MOCBENCH_AB_RING")) {  // EXPERIMENT: on[:rows[:slots]]
-    int on = 1, rows = 0, slots = 0;
-    std::sscanf(e, "%d:%d:%d", &on, &rows, &slots);
-    opt.ab_ring = on != 0;
-    opt.ab_ring_rows = rows;
-    opt.ab_ring_slots = slots;
-  }
+  if (const char* e = std::getenv("MOCBENCH_AB_RING")) opt.ab_ring = std::atoi(e) != 0;  // EXPERIMENT
   Tensor xn, rstd;
   if (w.norm) {
     require(w.norm->dtype() == dt && w.norm->numel() == d && w.norm->device() == DeviceKind::cuda, op,
