@@ -797,13 +797,14 @@ TEST(GpuFfnDecode, DenseRingAgreesWithTheUpDownKernel) {
 #endif
 }
 
-// MoC a:b at 1-2 rows runs as one kernel (Options::ab_ring: gate, the group selection, up and down) where a group
-// keeps at most half its channels over the rows and a block's W_gate rows fit shared memory, else as the gate kernel
-// (selecting in its epilogue where b | 16) and the up/down kernel. Both ways keep the same channels (idx_out,
-// poisoned first; near-ties aside: the one kernel sums the gate's dot products in another order) and then give the
-// same output, up to the order of the fp32 atomics. 2:8 (rules gate and abs_silu), 3:7 and 4:16; the 1b layer (a
-// partial last group) and odd small ones, clusters of 2 (d 64, 2048) and of 1 (d 136); 3:7 at two rows (6 of 7
-// kept), three rows and 4:16 at d 2048 (16 rows of 4 KB: more than one 32 KB item) stay on the kernels.
+// MoC a:b at 1-2 rows runs as one ring kernel (Options::ab_ring: gate, the group selection, up and down) where one
+// group's W_gate rows fit a 32 KB slot and a block's kept rows fit shared memory beside two slots, else as the gate
+// kernel (selecting in its epilogue where b | 16) and the up/down kernel. Both ways keep the same channels (idx_out,
+// poisoned first; near-ties aside: the ring sums the gate's dot products in another order) and then give the same
+// output, up to the order of the fp32 atomics; so do rings of 1 and 3 slots. 2:8 (rules gate and abs_silu), 3:7 and
+// 4:16; the 1b layer (a partial last group) and odd small ones, clusters of 2 (d 64, 2048) and of 1 (d 136); at d
+// 2048 two rows (up to 4 kept channels a group: 192 KB of kept rows a block), three rows and 4:16 (16 rows of 4 KB:
+// more than a slot) stay on the kernels.
 TEST(GpuFfnDecode, AbRingAgreesWithTheGateAndUpDownKernels) {
   MOC_GPU_OR_SKIP(gpu);
 #ifdef MOCBENCH_HAVE_CUDA
@@ -820,10 +821,10 @@ TEST(GpuFfnDecode, AbRingAgreesWithTheGateAndUpDownKernels) {
   };
   const MocSelect s28{0, 2, 8, SelectRule::gate}, s28a{0, 2, 8, SelectRule::abs_silu}, s37{0, 3, 7, SelectRule::gate},
       s416{0, 4, 16, SelectRule::silu};
-  const Case cases[] = {{kPaper, 1, s28, true},     {kPaper, 2, s28, true},      {kPaper, 1, s28a, true},
-                        {{64, 37}, 1, s28, true},   {{64, 37}, 1, s37, true},    {{64, 37}, 2, s416, true},
-                        {{136, 301}, 1, s28, true}, {{136, 301}, 2, s28a, true}, {{136, 301}, 1, s37, true},
-                        {{64, 37}, 2, s37, false},  {kPaper, 3, s28, false},     {kPaper, 1, s416, false}};
+  const Case cases[] = {{kPaper, 1, s28, true},     {kPaper, 1, s28a, true},     {{64, 37}, 1, s28, true},
+                        {{64, 37}, 2, s37, true},   {{64, 37}, 2, s416, true},   {{136, 301}, 1, s28, true},
+                        {{136, 301}, 2, s28a, true}, {{136, 301}, 1, s37, true}, {kPaper, 2, s28, false},
+                        {kPaper, 3, s28, false},    {kPaper, 1, s416, false}};
   for (const Case& c : cases) {
     Layer L = make_layer(rng, c.R, c.s.d, c.s.F, DType::bf16);
     upload_layer(*gpu, *cpu, L);
@@ -853,6 +854,17 @@ TEST(GpuFfnDecode, AbRingAgreesWithTheGateAndUpDownKernels) {
     }
     expect_same_selection("ring against the kernels", idx[1], idx[0], host_gate(L), L.R, L.F, c.sel);
     if (idx[1] == idx[0]) expect_same_out("ring against the kernels", outs[1], outs[0], L.out0, L.dt);
+    if (c.ring)
+      for (int slots : {1, 3}) {
+        SCOPED_TRACE("slots " + std::to_string(slots));
+        cuda::ffn::Options opt;
+        opt.ab_ring_slots = slots;
+        Tensor ig = poisoned_idx(*gpu, L.R, kept);
+        p.idx_out = ig.data<std::uint16_t>();
+        const std::vector<float> o = launch_out(*gpu, L, p, ws.raw(), bytes, st, opt);
+        EXPECT_EQ(gpu->download_i32(ig), idx[1]);
+        expect_same_out("against the default ring", o, outs[1], L.out0, L.dt);
+      }
   }
 #endif
 }

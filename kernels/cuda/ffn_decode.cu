@@ -530,40 +530,41 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
   MOC_CUDA_LAUNCHED("k_updown");
 }
 
-// MoC a:b as one kernel (ffn_decode_ring_ab.cuh): rows <= 2, d <= kDownCols (the down projection in one pass), items
-// of whole groups (cpg W_gate rows, at most kRingAbMaxCpg and 32 KB), a group keeping at most half its channels over
-// the rows (the kept rows then fit the slot its W_gate rows held), a block's slots in shared memory; the selection
-// and the up/down together (no forced selection).
+// MoC a:b as one kernel (ffn_decode_ring_ab.cuh): rows <= 2, d <= kDownCols (the down projection in one pass), one
+// group's W_gate rows in a 32 KB slot (items of cpg rows, at most kRingAbMaxCpg), two slots beside a block's kept rows
+// (a group keeps at most min(b, R a) channels over the rows); the selection and the up/down together (no forced
+// selection).
 struct RingAbPlan {
-  int cpg = 0, nb = 1, nmax = 0, ni = 0, kmax = 0;
+  int cpg = 0, nb = 1, nmax = 0, kmax = 0, S = 0;
   std::size_t smem = 0;
 };
-RingAbPlan ring_ab_plan(const Problem& p, int nb, int rp) {
+RingAbPlan ring_ab_plan(const Problem& p, int nb, int rp, int slots) {
   RingAbPlan pl;
   const unsigned row = static_cast<unsigned>(p.d) * 2u;
   const int rows = static_cast<int>(std::min<unsigned>(kRingAbMaxCpg, kRingSlotBytes / row));
-  pl.cpg = rows / p.group_b * p.group_b;
-  if (pl.cpg < p.group_b) return pl;
+  pl.cpg = p.group_b > 0 ? rows / p.group_b * p.group_b : 0;
+  if (pl.cpg < std::max(1, p.group_b)) return pl;
   const int groups = (p.d_ffn + p.group_b - 1) / p.group_b;
   pl.nb = std::max(1, std::min(nb, groups));
   const int gpb = (groups + pl.nb - 1) / pl.nb;
   pl.nmax = gpb * p.group_b;
-  pl.ni = (pl.nmax + pl.cpg - 1) / pl.cpg;
   pl.kmax = gpb * std::min(p.group_b, p.rows * p.group_a);
-  pl.smem = ring_ab_smem_bytes(pl.ni, pl.cpg, p.d, rp, pl.nmax, pl.kmax);
+  const std::size_t fixed = ring_ab_smem_bytes(0, p.d, rp, pl.nmax, pl.kmax);
+  const std::size_t optin = device_limits().smem_optin;
+  pl.S = fixed >= optin ? 0 : static_cast<int>(std::min<std::size_t>(slots, (optin - fixed) / kRingSlotBytes));
+  pl.smem = ring_ab_smem_bytes(pl.S, p.d, rp, pl.nmax, pl.kmax);
   return pl;
+}
+int ring_ab_slots(const Options& opt) {
+  return opt.ab_ring_slots > 0 ? std::min(opt.ab_ring_slots, kRingMaxSlots) : kRingAbSlots;
 }
 bool ring_ab_ok(const Problem& p, const Options& opt) {
   if (!opt.ab_ring || p.kind != SelKind::grouped || p.force_idx || p.rows < 1 || p.rows > kRingMaxRows ||
       p.d > kDownCols)
     return false;
   if ((p.parts & (kFfnSelect | kFfnUpDown)) != (kFfnSelect | kFfnUpDown)) return false;
-  if (2 * std::min(p.group_b, p.rows * p.group_a) > p.group_b) return false;  // the kept rows fit their item's slot
-  const RingAbPlan pl = ring_ab_plan(p, device_limits().sms, rows_pad(p.rows));
-  if (pl.cpg < p.group_b) return false;
-  // (the partial outputs [R, d] fp32 go where the slots were)
-  return pl.smem <= device_limits().smem_optin &&
-         static_cast<std::size_t>(pl.ni) * pl.cpg * p.d * 2 >= static_cast<std::size_t>(rows_pad(p.rows)) * p.d * 4;
+  const RingAbPlan pl = ring_ab_plan(p, device_limits().sms, rows_pad(p.rows), ring_ab_slots(opt));
+  return pl.cpg >= p.group_b && pl.S >= std::min(2, ring_ab_slots(opt));
 }
 
 void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options& opt) {
@@ -597,19 +598,20 @@ void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options
       constexpr int kGateRule = static_cast<int>(SelectRule::gate);
       void (*kernel)(RingAbArgs) = k_updown<RP, -1>;
       if (opt.specialized && p.rule == SelectRule::gate) kernel = k_updown<RP, kGateRule>;
-      RingAbPlan pl = ring_ab_plan(p, device_limits().sms, RP);
+      const int slots = ring_ab_slots(opt);
+      RingAbPlan pl = ring_ab_plan(p, device_limits().sms, RP, slots);
       int C = pl.nb >= 2 && p.d % 16 == 0 ? 2 : 1;  // cluster of 2: slices of d / 2 columns, 8-aligned
       if (C == 2) {
-        const int clusters = max_active_clusters(kernel, pl.smem, 2, kThreads);
+        const int clusters = max_active_clusters(kernel, pl.smem, 2, kRingThreads);
         if (clusters < 1) C = 1;
-        else pl = ring_ab_plan(p, std::min(pl.nb / 2 * 2, clusters * 2), RP);
+        else pl = ring_ab_plan(p, std::min(pl.nb / 2 * 2, clusters * 2), RP, slots);
       }
       a.C = C;
       a.cpg = pl.cpg;
-      a.ni = pl.ni;
+      a.S = pl.S;
       a.nmax = pl.nmax;
       a.kmax = pl.kmax;
-      launch_ex(kernel, static_cast<unsigned>(pl.nb), kThreads, pl.smem, ch.st, C, pdl, a);
+      launch_ex(kernel, static_cast<unsigned>(pl.nb), kRingThreads, pl.smem, ch.st, C, pdl, a);
     }
   });
   MOC_CUDA_LAUNCHED("k_updown");
@@ -893,7 +895,12 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   p.idx_out = idx_out ? idx_out->data<std::uint16_t>() : nullptr;
   p.parts = parts;
   ffn::Options opt{};
-  if (const char* e = std::getenv("MOCBENCH_AB_RING")) opt.ab_ring = std::atoi(e) != 0;  // EXPERIMENT
+  if (const char* e = std::getenv("MOCBENCH_AB_RING")) {  // EXPERIMENT: on[:slots]
+    int on = 1, slots = 0;
+    std::sscanf(e, "%d:%d", &on, &slots);
+    opt.ab_ring = on != 0;
+    opt.ab_ring_slots = slots;
+  }
   Tensor xn, rstd;
   if (w.norm) {
     require(w.norm->dtype() == dt && w.norm->numel() == d && w.norm->device() == DeviceKind::cuda, op,

@@ -101,11 +101,12 @@ struct Options {
   // where a kept channel was not among them (bench/micro/NOTES.md). 0: off (A/B); 2 and 3 are for the tests of
   // that fallback: a wrong bin published, none published (the blocks stop polling after 50 us).
   int topk_speculate = 1;
-  // MoC a:b, rows <= 2, d <= 2048, a group keeping at most half its channels over the rows (2:8 at 1-2 rows): gate,
-  // selection, up and down in one kernel (ffn_decode_ring_ab.cuh: each block's W_gate rows copied into shared memory
-  // before the PDL wait, the kept channels' W_up and W_down rows into the same places as soon as they are chosen),
-  // which can normalize x itself. false: the gate kernel (selecting in its epilogue) and the up/down kernel, for A/B.
+  // MoC a:b, rows <= 2, d <= 2048, where a block's kept rows fit shared memory beside two 32 KB slots (2:8 at one
+  // row of the 1b layer): gate, selection, up and down in one kernel (ffn_decode_ring_ab.cuh: W_gate rows through the
+  // dense ring's shared-memory ring, each kept channel's W_up and W_down rows copied as soon as it is chosen), which
+  // can normalize x itself. false: the gate kernel (selecting in its epilogue) and the up/down kernel, for A/B.
   bool ab_ring = true;
+  int ab_ring_slots = 0;  // its ring's slots for W_gate (0: kRingAbSlots, 2)
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).
