@@ -8,8 +8,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -894,13 +892,7 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   p.force_idx = force_idx ? force_idx->data<std::uint16_t>() : nullptr;
   p.idx_out = idx_out ? idx_out->data<std::uint16_t>() : nullptr;
   p.parts = parts;
-  ffn::Options opt{};
-  if (const char* e = std::getenv("MOCBENCH_AB_RING")) {  // EXPERIMENT: on[:slots]
-    int on = 1, slots = 0;
-    std::sscanf(e, "%d:%d", &on, &slots);
-    opt.ab_ring = on != 0;
-    opt.ab_ring_slots = slots;
-  }
+  const ffn::Options opt{};
   Tensor xn, rstd;
   if (w.norm) {
     require(w.norm->dtype() == dt && w.norm->numel() == d && w.norm->device() == DeviceKind::cuda, op,
