@@ -434,5 +434,35 @@ TEST(GpuProfiling, DecodePointOfThe1bModelDropsNothingAndAttributesEveryKernel) 
   EXPECT_EQ(sum, prof::busy_ns(t));
 }
 
+// The one-layer point (mode ffn-decode) times the graph of what a decode step runs for its FFN: the decode FFN keeps
+// its counters in the ops' zeroed scratch, which no capture may allocate, so the mode makes one call before it
+// captures -- before, the dense and 2:8 graphs held a prep kernel (~0.7-1.1 us a call on an H100) that no decode
+// step has. Dense and 2:8 at batch 1 (one ring kernel a call), MoC top-K (gate, selection, up/down).
+TEST(GpuProfiling, FfnDecodePointProfilesTheDecodeStepsKernels) {
+  MOC_GPU_OR_SKIP(ops);
+  const std::map<std::string, std::set<std::string>> want = {
+      {"dense", {"k_updown"}}, {"moc_2:8", {"k_updown"}}, {"moc", {"k_gate", "k_select", "k_updown"}}};
+  for (const auto& [ffn, kernels] : want) {
+    SCOPED_TRACE(ffn);
+    PointSpec spec;
+    spec.mode = "ffn-decode";
+    spec.model = preset("1b");
+    apply_override(spec.model, "ffn", ffn);
+    spec.model.ffn.k = 1024;
+    spec.model.param_dtype = spec.model.act_dtype = DType::bf16;
+    spec.batch = 1;
+    spec.measure.warmup = 1;
+    spec.measure.min_reps = 3;
+    spec.measure.max_reps = 3;
+    spec.profile = true;
+    spec.profile_steps = 2;
+    const PointOutcome out = run_point(*ops, spec);
+    ASSERT_TRUE(out.profile.has_value()) << out.profile_note;
+    std::set<std::string> seen;
+    for (const auto& k : out.profile->kernels) seen.insert(k.short_name);
+    EXPECT_EQ(seen, kernels);
+  }
+}
+
 }  // namespace
 }  // namespace moc

@@ -91,6 +91,10 @@ void run_ffn_decode(PointState& st) {
   Tensor idx = ops.empty({rows, kept}, DType::i16, workspace_tag());
   // The latency of a call is a replay's time over the copies (launch gaps do not count, as inside a decode
   // step's graph), and with copies rotating through more bytes than the L2 the weights come from memory.
+  // One call before the first capture: what the ops make at a first call and no capture may allocate (the zeroed
+  // scratch the decode FFN keeps its counters in) exists when the graph is made, so that the graph holds what a
+  // decode step runs (without it the dense and 2:8 graphs held a prep kernel that no decode step has).
+  ops.ffn_decode(b.x, {&b.wg[0], &b.wu[0], &b.wd[0]}, moc ? &fb.sel : nullptr, b.y, nullptr, nullptr, kFfnAll);
   ops.fill(b.y, 0.0f);
   auto full = fb.graph_of(kFfnAll, nullptr);
   const std::function<double()> sample = [&] {
