@@ -14,6 +14,11 @@
 //          (mma.sync m16n8k16, fp32), forms z = SiLU(g) * u, multiplies the staged rows, reduces the [rows, d] partials over a cluster of C
 //          blocks in distributed shared memory and adds them with fp32 atomics into the workspace; the
 //          last block of each column slice adds that into out (one bf16 rounding) and zeroes it again.
+//   MoC a:b at 1-2 rows, where a block's kept rows fit shared memory (2:8 at one row of the 1b layer): one kernel
+//          (ffn_decode_ring_ab.cuh) -- each block owns whole groups, streams their W_gate rows through a ring of
+//          shared-memory slots (a producer warp, bulk copies), ranks each group as its rows arrive and copies the
+//          kept channels' W_up and W_down rows at once, then z, the down projection and the dense ring's way out;
+//          it can normalize x itself and keeps its accumulator in `zeroed` like the dense path. Otherwise:
 //   MoC:   gate GEMV kernel (balanced channel ranges, 3 blocks per SM) writing the fp32 gate values [rows,
 //          d_ffn]; a:b with b | 16 is selected in its epilogue (idx_out, a row mask per channel). Row top-K
 //          (and other a:b, and force_idx) run in a selection kernel: one 512-thread block per row: a
@@ -115,8 +120,8 @@ std::size_t workspace_bytes(const Problem& p);
 std::size_t zeroed_bytes(const Problem& p);
 // Checks the problem (std::invalid_argument naming ffn_decode) and issues the kernels on `stream`.
 // zeroed (optional, zeroed_bytes(p)): a device region that is zero on entry and that nothing else uses between
-// calls; the dense path keeps its up/down accumulator and counters there and needs no prep kernel to zero them
-// (the up/down kernel leaves them zero). Null: the prep kernel zeroes them in `workspace`.
+// calls; the dense path and the a:b one-kernel FFN (uses_zeroed) keep their accumulator and counters there and need
+// no prep kernel to zero them (their last kernel leaves them zero). Null: the prep kernel zeroes them in `workspace`.
 void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaStream_t stream,
             const Options& opt = {}, void* zeroed = nullptr);
 // True when launch() takes the fast path for this problem (bf16, aligned, d % 8 == 0, fits shared memory).
