@@ -724,7 +724,9 @@ int run_bench(int reps, int copies, const std::string& only) {
         DevBuf ws(ws_bytes);
         DevBuf idx(static_cast<std::size_t>(R) * p.kept() * 2);
         p.idx_out = idx.as<std::uint16_t>();
-        moc::cuda::ffn::launch(p, ws.p, ws.n, b.st);
+        moc::cuda::ffn::Options o;
+        o.ab_ring = false;  // the gate kernel leaves the 2:8 masks in the workspace for the up/down stage variants
+        moc::cuda::ffn::launch(p, ws.p, ws.n, b.st, o);
         CK(cudaStreamSynchronize(b.st));
         if (c == 0) {
           std::vector<std::uint16_t> h(static_cast<std::size_t>(R) * p.kept());
