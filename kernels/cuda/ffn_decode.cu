@@ -599,10 +599,11 @@ void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options
       const int slots = ring_ab_slots(opt);
       RingAbPlan pl = ring_ab_plan(p, device_limits().sms, RP, slots);
       int C = pl.nb >= 2 && p.d % 16 == 0 ? 2 : 1;  // cluster of 2: slices of d / 2 columns, 8-aligned
-      if (C == 2) {
+      if (C == 2) {  // a grid of whole clusters, all resident at once; else clusters of 1 on every SM (as checked)
         const int clusters = max_active_clusters(kernel, pl.smem, 2, kRingThreads);
-        if (clusters < 1) C = 1;
-        else pl = ring_ab_plan(p, std::min(pl.nb / 2 * 2, clusters * 2), RP, slots);
+        const RingAbPlan p2 = clusters >= 1 ? ring_ab_plan(p, std::min(pl.nb / 2 * 2, clusters * 2), RP, slots) : pl;
+        if (clusters < 1 || p2.S < std::min(2, slots)) C = 1;
+        else pl = p2;
       }
       a.C = C;
       a.cpg = pl.cpg;
