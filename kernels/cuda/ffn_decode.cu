@@ -8,7 +8,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -590,7 +589,6 @@ void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options
   a.rule = static_cast<int>(p.rule);
   a.kept = p.kept();
   a.groups = (p.d_ffn + p.group_b - 1) / p.group_b;
-  a.late = std::getenv("MOCBENCH_AB_LATE") && std::atoi(std::getenv("MOCBENCH_AB_LATE")) != 0;  // EXPERIMENT
   const bool pdl = ch.next();
   with_rows(p.rows, [&](auto rp) {
     constexpr int RP = decltype(rp)::value;
