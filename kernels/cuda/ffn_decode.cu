@@ -228,6 +228,19 @@ void launch_prep(const Buffers& B, Chain& ch) {
   MOC_CUDA_LAUNCHED("k_prep");
 }
 
+// The buffers of a kernel that needs its accumulator and counters zero on entry (and leaves them zero): in `zeroed`
+// (already zero: no prep kernel), else in the workspace, zeroed first by the prep kernel.
+Buffers zeroed_or_prep(const Buffers& B, const Layout& L, void* zeroed, Chain& ch) {
+  if (!zeroed) {
+    launch_prep(B, ch);
+    return B;
+  }
+  Buffers U = B;
+  U.ctrl = static_cast<unsigned*>(zeroed);
+  U.acc = reinterpret_cast<float*>(static_cast<unsigned char*>(zeroed) + L.acc);
+  return U;
+}
+
 // spare: a grid of one SM fewer (a selection kernel follows, Options::spare_sm).
 void launch_gate(const Problem& p, const Layout& L, const Buffers& B, int mode, bool zero_next, Chain& ch,
                  const Options& opt, bool spare = false) {
@@ -468,19 +481,9 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   MOC_CUDA_LAUNCHED("k_updown");
 }
 
-// The dense FFN through the ring kernel (ffn_decode_ring.cuh): rows <= kRingMaxRows (2) and d <= kDownCols (one pass of the
-// down projection in registers), at least two slots beside x and the block's gate values.
-// (launch_ring falls back to clusters of 1 on the grid of every SM, which this checks.)
-bool ring_ok(const Problem& p, const Options& opt) {
-  if (!opt.dense_ring || p.rows > kRingMaxRows || p.d > kDownCols) return false;
-  const int nb = std::max(1, std::min(device_limits().sms, p.d_ffn));
-  return ring_smem_bytes(2, p.d, kRingMaxRows, (p.d_ffn + nb - 1) / nb) <= device_limits().smem_optin;
-}
-
-void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
-  MOC_OP_COST(cost::ffn_decode_dense(cost_shape(p)));
-  const DeviceLimits lim = device_limits();
-  RingArgs a{};
+// What both ring kernels' arguments (RingArgs, RingAbArgs) take from the problem and the buffers.
+template <class Args>
+void ring_io(Args& a, const Problem& p, const Buffers& B) {
   a.stamps = step::stamp_buffer_if_made();
   a.x = static_cast<const bf16*>(p.x);
   a.norm = static_cast<const bf16*>(p.norm);
@@ -494,6 +497,22 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
   a.R = p.rows;
   a.d = p.d;
   a.F = p.d_ffn;
+}
+
+// The dense FFN through the ring kernel (ffn_decode_ring.cuh): rows <= kRingMaxRows (2) and d <= kDownCols (one pass of the
+// down projection in registers), at least two slots beside x and the block's gate values.
+// (launch_ring falls back to clusters of 1 on the grid of every SM, which this checks.)
+bool ring_ok(const Problem& p, const Options& opt) {
+  if (!opt.dense_ring || p.rows > kRingMaxRows || p.d > kDownCols) return false;
+  const int nb = std::max(1, std::min(device_limits().sms, p.d_ffn));
+  return ring_smem_bytes(2, p.d, kRingMaxRows, (p.d_ffn + nb - 1) / nb) <= device_limits().smem_optin;
+}
+
+void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
+  MOC_OP_COST(cost::ffn_decode_dense(cost_shape(p)));
+  const DeviceLimits lim = device_limits();
+  RingArgs a{};
+  ring_io(a, p, B);
   const unsigned row = static_cast<unsigned>(p.d) * 2u;
   a.cps = static_cast<int>(std::min(16u, kRingSlotBytes / row));
   a.cpd = static_cast<int>(std::min(32u, kRingSlotBytes / row));
@@ -570,20 +589,8 @@ void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options
                                cost::ffn_decode_up_down(cost_shape(p))),
                     "ffn_decode.ring_ab"));
   RingAbArgs a{};
-  a.stamps = step::stamp_buffer_if_made();
-  a.x = static_cast<const bf16*>(p.x);
-  a.norm = static_cast<const bf16*>(p.norm);
-  a.eps = p.norm_eps;
-  a.wg = static_cast<const bf16*>(p.w_gate_t);
-  a.wu = static_cast<const bf16*>(p.w_up_t);
-  a.wd = static_cast<const bf16*>(p.w_down);
-  a.out = static_cast<bf16*>(p.out);
-  a.acc = B.acc;
-  a.ctrl = B.ctrl;
+  ring_io(a, p, B);
   a.idx_out = p.idx_out;
-  a.R = p.rows;
-  a.d = p.d;
-  a.F = p.d_ffn;
   a.ga = p.group_a;
   a.gb = p.group_b;
   a.rule = static_cast<int>(p.rule);
@@ -695,13 +702,7 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
   const bool gate = p.parts & kFfnGate, select = p.parts & kFfnSelect, updown = p.parts & kFfnUpDown;
   if (!moc) {
     if (updown) {
-      Buffers U = B;
-      if (zeroed) {  // counters and accumulator already zero: no prep kernel
-        U.ctrl = static_cast<unsigned*>(zeroed);
-        U.acc = reinterpret_cast<float*>(static_cast<unsigned char*>(zeroed) + L.acc);
-      } else {
-        launch_prep(B, ch);
-      }
+      const Buffers U = zeroed_or_prep(B, L, zeroed, ch);
       if (ring_ok(p, opt)) launch_ring(p, U, ch);
       else launch_updown(p, L, U, true, kAllChannels, ch, opt);
     } else if (gate) {
@@ -723,14 +724,7 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
     return;
   }
   if (ring_ab_ok(p, opt)) {
-    Buffers U = B;
-    if (zeroed) {  // counters and accumulator already zero: no prep kernel
-      U.ctrl = static_cast<unsigned*>(zeroed);
-      U.acc = reinterpret_cast<float*>(static_cast<unsigned char*>(zeroed) + L.acc);
-    } else {
-      launch_prep(B, ch);
-    }
-    launch_ring_ab(p, U, ch, opt);
+    launch_ring_ab(p, zeroed_or_prep(B, L, zeroed, ch), ch, opt);
     return;
   }
   if (p.kind == SelKind::grouped && kGroup % p.group_b == 0) {
