@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops_impl.cuh"
@@ -371,9 +370,7 @@ int sm_count() {
 template <int EPI>
 void launch(cudaStream_t st, const Args& a) {
   const std::size_t smem = EPI == kQkv || a.R == 1 ? static_cast<std::size_t>(a.R) * a.d * sizeof(bf16) : 0;
-  static const int knob = [] { const char* e = std::getenv("MOCBENCH_GEMV_MMA"); return e ? std::atoi(e) : 0; }();  // EXPERIMENT
-  const bool mma1 = ((EPI == kQkv ? 1 : 2) & knob) != 0;
-  if (a.R == 1 && !mma1) {
+  if (a.R == 1) {
     const dim3 grid(static_cast<unsigned>(ceil_div(a.units, EPI == kQkv ? kWarps / 2 : kWarps)));
     auto kernel = EPI == kQkv ? k_qkv_row : k_gemv_row;
     allow_smem(kernel, smem);

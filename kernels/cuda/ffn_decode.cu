@@ -8,7 +8,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -425,7 +424,6 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
                   : named(cost::plus(cost::ffn_decode_gate(cost_shape(p)), cost::ffn_decode_up_down(cost_shape(p))),
                           "ffn_decode.gate_up_down"));
   UpDownArgs a{};
-  a.late = std::getenv("MOCBENCH_UD_LATE") && std::atoi(std::getenv("MOCBENCH_UD_LATE")) != 0;  // EXPERIMENT
   a.stamps = step::stamp_buffer_if_made();
   a.x = static_cast<const bf16*>(p.x);
   a.wg = static_cast<const bf16*>(p.w_gate_t);
@@ -515,7 +513,6 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
   const DeviceLimits lim = device_limits();
   RingArgs a{};
   ring_io(a, p, B);
-  a.late = std::getenv("MOCBENCH_RING_LATE") && std::atoi(std::getenv("MOCBENCH_RING_LATE")) != 0;  // EXPERIMENT
   const unsigned row = static_cast<unsigned>(p.d) * 2u;
   a.cps = static_cast<int>(std::min(16u, kRingSlotBytes / row));
   a.cpd = static_cast<int>(std::min(32u, kRingSlotBytes / row));
@@ -599,7 +596,6 @@ void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options
   a.rule = static_cast<int>(p.rule);
   a.kept = p.kept();
   a.groups = (p.d_ffn + p.group_b - 1) / p.group_b;
-  a.late = std::getenv("MOCBENCH_AB_LATE") && std::atoi(std::getenv("MOCBENCH_AB_LATE")) != 0;  // EXPERIMENT
   const bool pdl = ch.next();
   with_rows(p.rows, [&](auto rp) {
     constexpr int RP = decltype(rp)::value;

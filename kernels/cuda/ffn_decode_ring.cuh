@@ -51,7 +51,6 @@ struct RingArgs {
   int cps, cpd;    // channels per gate (or up) item, per down item (rows of one slot: the same at one slot size)
   int S;           // ring slots
   int nmax;        // most channels of one block
-  int late;        // EXPERIMENT: the next kernel may launch only after the producer's last copy (not at the start)
 };
 
 // Shared memory: the ring, then x [RP, d] bf16, gu [nmax, 2, RP] and z [nmax, RP] fp32, the 2 S mbarriers, misc.
@@ -223,7 +222,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  if (!a.late) griddep_launch();
+  griddep_launch();
 
   if (warp == kRingConsumers / 32) {
     // Producer: weights do not depend on the previous kernel, so no wait.
@@ -247,7 +246,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
       }
     }
     __syncwarp();
-    if (a.late) griddep_launch();
   } else {
     // Consumers. x (the previous kernel's output) after the wait.
     griddep_wait();

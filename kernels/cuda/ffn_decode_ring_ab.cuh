@@ -49,7 +49,6 @@ struct RingAbArgs {
   int S;     // ring slots
   int nmax;  // most channels of one block
   int kmax;  // most kept channels of one block (the kept area's entries)
-  int late;  // EXPERIMENT: the next kernel may launch only after this block's last gate item (not at its start)
 };
 
 // Ring slots of the a:b kernel (Options::ab_ring_slots): 2 measured faster than 3 in the H100 decode step (1.067 vs
@@ -117,7 +116,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  if (!a.late) griddep_launch();
+  griddep_launch();
 
   if (warp == kRingConsumers / 32) {
     // Producer: the W_gate rows do not depend on the previous kernel, so no wait.
@@ -132,7 +131,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
       }
     }
     __syncwarp();
-    if (a.late) griddep_launch();
   } else {
     // Consumers. x (the previous kernel's output) after the wait.
     griddep_wait();
@@ -201,7 +199,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
             a.idx_out[static_cast<std::size_t>(r) * a.kept + pos] = static_cast<std::uint16_t>(c0 + j0 + sl);
           }
     }
-    if (a.late) griddep_launch();
     consumers_sync<kRingConsumers>();  // thread 0's list
     // Up: a kept channel per warp.
     for (int e = warp; e < known; e += kRingConsumers / 32) {

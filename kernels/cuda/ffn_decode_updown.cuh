@@ -35,7 +35,6 @@ struct UpDownArgs {
   const unsigned* spec;  // kMaskSpec: the selection's threshold-bin word (ffn_decode_device.cuh ld_acquire_gpu)
   unsigned spec_tag;
   unsigned spec_wait_ns;  // how long a block polls it before it gives up speculating
-  int late;  // EXPERIMENT: the next kernel may launch only after the down product (not at the start)
 };
 
 __host__ __device__ inline std::size_t updown_stage_bytes(int smax, int d) {
@@ -227,11 +226,11 @@ __device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, 
     }
     __syncthreads();
     ud_stage_rows(a, s, n);
-    if (!a.late) griddep_launch();  // EXPERIMENT
+    griddep_launch();
     griddep_wait();
     stamp.start(step::StampKernel::k_updown, step::StageId::down);
   } else if constexpr (MODE == kListChannels) {
-    if (!a.late) griddep_launch();  // EXPERIMENT
+    griddep_launch();
     griddep_wait();
     stamp.start(step::StampKernel::k_updown, step::StageId::down);
     // The list length and this block's slots are loaded together (slots past the length are dropped).
@@ -247,7 +246,7 @@ __device__ __forceinline__ int ud_channels(const UpDownArgs& a, const UdSmem s, 
     __syncthreads();
     ud_stage_rows(a, s, n);
   } else {  // kMaskChannels: the kept channels of this block's range, compacted in channel order
-    if (!a.late) griddep_launch();  // EXPERIMENT
+    griddep_launch();
     griddep_wait();
     stamp.start(step::StampKernel::k_updown, step::StageId::down);
     n = ud_mask_compact(a, s);
@@ -518,7 +517,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
   if constexpr (MODE == kMaskSpec) {
     // 1-2 before the wait for the selection, on the channels its threshold bin names; then settled by its masks.
     static_assert(RP == 1 && !FG, "speculation: one row, the gate values from the gate kernel");
-    if (!a.late) griddep_launch();  // EXPERIMENT
+    griddep_launch();
     n = ud_spec_channels(a, s);
     ud_up_gemv<false>(a, s, n);
     __syncthreads();
@@ -547,7 +546,6 @@ __global__ void __launch_bounds__(kThreads, 1) k_updown(UpDownArgs a) {
   stamp.mark(FG ? step::StageId::gate_up : step::StageId::up);
   // 4. Down projection.
   ud_down<RP>(a, s, n, C);
-  if (a.late) griddep_launch();  // EXPERIMENT
   // 5. Cluster reduction, 6. the last block of each column slice writes out.
   UdSlice sl{0, a.d, 0};
   if (C > 1) sl = ud_cluster_reduce(a, s, C);
