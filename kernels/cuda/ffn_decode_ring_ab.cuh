@@ -116,7 +116,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  griddep_launch();
 
   if (warp == kRingConsumers / 32) {
     // Producer: the W_gate rows do not depend on the previous kernel, so no wait.
@@ -131,6 +130,11 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
       }
     }
     __syncwarp();
+    // The next kernel (the next layer's QKV, whose blocks load their weights before their wait) may launch once
+    // every block has asked for its last W_gate rows -- not at this kernel's start: its loads then come after the
+    // layer's W_gate stream instead of competing with it. H100, 2:8 decode batch 1, three rounds: 1.0711 -> 1.0607
+    // ms per token (bench/micro/NOTES.md, nineteenth session; the same for the dense ring measured no gain).
+    griddep_launch();
   } else {
     // Consumers. x (the previous kernel's output) after the wait.
     griddep_wait();
@@ -199,6 +203,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
             a.idx_out[static_cast<std::size_t>(r) * a.kept + pos] = static_cast<std::uint16_t>(c0 + j0 + sl);
           }
     }
+    griddep_launch();  // (either call releases this block's share of the launch; the producer's comes first)
     consumers_sync<kRingConsumers>();  // thread 0's list
     // Up: a kept channel per warp.
     for (int e = warp; e < known; e += kRingConsumers / 32) {
