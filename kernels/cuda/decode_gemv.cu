@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops_impl.cuh"
@@ -152,76 +151,6 @@ __device__ void stage_x_norm(const Args& a, bf16* xs, float* red) {
   __syncthreads();
 }
 
-// EXPERIMENT (MOCBENCH_QKV_XP, the batch-1 QKV's instructions): x [1, d] normalized as stage_x_norm<1> does it, bit
-// for bit; XP bit 0: 1/rms computed by one thread and shared (not by all 256 in double precision); bit 1: the
-// normalized row also as fp32 at xf [d] (the FMA loop then unpacks no x).
-template <int XP>
-__device__ void stage_x_norm_xp(const Args& a, bf16* xs, float* xf, float* red, float* rs_sh) {
-  const int nv = a.d / 8, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint4* xg = reinterpret_cast<const uint4*>(a.x);
-  uint4* xw = reinterpret_cast<uint4*>(xs);
-  float ss = 0.0f;
-  for (int e = threadIdx.x; e < nv; e += kThreads) {
-    const uint4 v = __ldg(xg + e);
-    xw[e] = v;
-    const unsigned u[4] = {v.x, v.y, v.z, v.w};
-    float sq = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) sq += bf_lo(u[k]) * bf_lo(u[k]) + bf_hi(u[k]) * bf_hi(u[k]);
-    ss += sq;
-  }
-  ss = warp_sum(ss);
-  if (lane == 0) red[warp] = ss;
-  __syncthreads();
-  float rr;
-  if constexpr ((XP & 1) != 0) {
-    if (threadIdx.x == 0) {
-      float t = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) t += red[w];
-      *rs_sh = static_cast<float>(1.0 / sqrt(static_cast<double>(t) / static_cast<double>(a.d) + a.eps));
-    }
-    __syncthreads();
-    rr = *rs_sh;
-  } else {
-    float t = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) t += red[w];
-    rr = static_cast<float>(1.0 / sqrt(static_cast<double>(t) / static_cast<double>(a.d) + a.eps));
-  }
-  const uint4* wg = reinterpret_cast<const uint4*>(a.norm);
-  for (int e = threadIdx.x; e < nv; e += kThreads) {
-    const uint4 v = xw[e], w = __ldg(wg + e);
-    const bf16* xe = reinterpret_cast<const bf16*>(&v);
-    const bf16* we = reinterpret_cast<const bf16*>(&w);
-    uint4 o;
-    bf16* oe = reinterpret_cast<bf16*>(&o);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) oe[k] = __float2bfloat16_rn(__bfloat162float(xe[k]) * rr * __bfloat162float(we[k]));
-    if constexpr ((XP & 2) != 0) {
-      float4* fo = reinterpret_cast<float4*>(xf + 8 * e);
-      fo[0] = make_float4(__bfloat162float(oe[0]), __bfloat162float(oe[1]), __bfloat162float(oe[2]), __bfloat162float(oe[3]));
-      fo[1] = make_float4(__bfloat162float(oe[4]), __bfloat162float(oe[5]), __bfloat162float(oe[6]), __bfloat162float(oe[7]));
-    } else {
-      xw[e] = o;
-    }
-  }
-  __syncthreads();
-}
-
-// fma8 with x already fp32 (the same products in the same order).
-__device__ __forceinline__ void fma8f(float& acc, const uint4& w, const float* x) {
-  const float4 x0 = *reinterpret_cast<const float4*>(x), x1 = *reinterpret_cast<const float4*>(x + 4);
-  acc = fmaf(bf_lo(w.x), x0.x, acc);
-  acc = fmaf(bf_hi(w.x), x0.y, acc);
-  acc = fmaf(bf_lo(w.y), x0.z, acc);
-  acc = fmaf(bf_hi(w.y), x0.w, acc);
-  acc = fmaf(bf_lo(w.z), x1.x, acc);
-  acc = fmaf(bf_hi(w.z), x1.y, acc);
-  acc = fmaf(bf_lo(w.w), x1.z, acc);
-  acc = fmaf(bf_hi(w.w), x1.w, acc);
-}
-
 // RoPE of the pair (x0, x1) = (row i, row i + hd/2) of one head at position p, as rope_kernel computes it.
 __device__ __forceinline__ void rotate(const Args& a, int i, int p, float& x0, float& x1) {
   const double ang = static_cast<double>(p) * a.rope.f[i];
@@ -270,13 +199,11 @@ __device__ __forceinline__ void qkv_store(const Args& a, int r, int head, int i,
 // One row of x (batch 1): one output row per warp, kWU words per lane in flight, FMAs on the CUDA cores -- at
 // one row this reaches the floor sooner than the mma tiles, whose 16-row tiles leave too few warps (H100).
 // kQkv: warps 2w and 2w + 1 own rows i and i + hd/2 of one head and meet in shared memory.
-template <int EPI, int XP = 0>
+template <int EPI>
 __device__ __forceinline__ void row_body(const Args& a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [1, d] (kQkv: normalized)
-  float* xf = reinterpret_cast<float*>(smem_raw + static_cast<std::size_t>(a.d) * 2);  // XP bit 1: [d] fp32
   __shared__ float nred[kWarps * kMaxRows];
-  __shared__ float rs_sh;
   __shared__ float res[kWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int row = 0, unit = 0;
@@ -304,9 +231,7 @@ __device__ __forceinline__ void row_body(const Args& a) {
   if (a.early) load(0);
   pdl_wait();
   if (!a.early) load(0);
-  if constexpr (EPI == kQkv && XP != 0) {
-    stage_x_norm_xp<XP>(a, xs, xf, nred, &rs_sh);
-  } else if constexpr (EPI == kQkv) {
+  if constexpr (EPI == kQkv) {
     stage_x_norm<1>(a, xs, nred);
   } else {  // x staged in shared memory as well: one 16-byte read per word in the loop (measured faster than L1)
     const uint4* xg = reinterpret_cast<const uint4*>(a.x);
@@ -321,8 +246,7 @@ __device__ __forceinline__ void row_body(const Args& a) {
     for (int u = 0; u < kWU; ++u) {
       const int col = bt * kCols + (u * 32 + lane) * 8;
       if (col < a.d) {
-        if constexpr ((XP & 2) != 0) fma8f(acc, A[u], xf + col);
-        else fma8(acc, A[u], *reinterpret_cast<const uint4*>(xs + col));
+        fma8(acc, A[u], *reinterpret_cast<const uint4*>(xs + col));
       }
     }
   }
@@ -429,8 +353,6 @@ __global__ void __launch_bounds__(kThreads) k_gemv_row(const Args a) { row_body<
 // -0.5 / -1.5 / -0.7% per token (dense / MoC / 2:8, one H100 call, bench/micro/NOTES.md fifteenth session).
 constexpr int kQkvRowBlocksPerSm = 4;
 __global__ void __launch_bounds__(kThreads, kQkvRowBlocksPerSm) k_qkv_row(const Args a) { row_body<kQkv>(a); }
-template <int XP>  // EXPERIMENT
-__global__ void __launch_bounds__(kThreads, kQkvRowBlocksPerSm) k_qkv_row_xp(const Args a) { row_body<kQkv, XP>(a); }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
@@ -450,14 +372,6 @@ void launch(cudaStream_t st, const Args& a) {
   const std::size_t smem = EPI == kQkv || a.R == 1 ? static_cast<std::size_t>(a.R) * a.d * sizeof(bf16) : 0;
   if (a.R == 1) {
     const dim3 grid(static_cast<unsigned>(ceil_div(a.units, EPI == kQkv ? kWarps / 2 : kWarps)));
-    static const int xp = [] { const char* e = std::getenv("MOCBENCH_QKV_XP"); return e ? std::atoi(e) & 3 : 0; }();  // EXPERIMENT
-    if (EPI == kQkv && xp != 0) {
-      void (*k)(Args) = xp == 1 ? k_qkv_row_xp<1> : xp == 2 ? k_qkv_row_xp<2> : k_qkv_row_xp<3>;
-      const std::size_t sm = static_cast<std::size_t>(a.d) * (xp & 2 ? 6 : 2);
-      allow_smem(k, sm);
-      launch_pdl("k_qkv_row", k, grid, dim3(kThreads), sm, st, a);
-      return;
-    }
     auto kernel = EPI == kQkv ? k_qkv_row : k_gemv_row;
     allow_smem(kernel, smem);
     launch_pdl(EPI == kQkv ? "k_qkv_row" : "k_gemv_row", kernel, grid, dim3(kThreads), smem, st, a);
