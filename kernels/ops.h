@@ -213,9 +213,6 @@ class Ops {
   virtual void decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t, const Tensor& wk_t,
                           const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q, Tensor& k_cache,
                           Tensor& v_cache);
-  // EXPERIMENT (MOCBENCH_RING_L2): a hint that t's bytes are read by a later op of this step (the next decode
-  // layer's projections); a backend may warm its cache with them where its DRAM would idle. No effect on results.
-  virtual void prefetch_hint(const Tensor& t) { (void)t; }
   // SwiGLU element-wise part: s = SiLU(g) (skipped when s is null), z = s * u.
   virtual void swiglu_forward(const Tensor& g, const Tensor& u, Tensor* s, Tensor& z) = 0;
   // dg = dz * u * SiLU'(g), du = dz * SiLU(g) (paper eq. 7); s, when given, is the stored SiLU(g).

@@ -558,10 +558,6 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
     }
     {
       ScopedRange sr(ranges_, "ffn");
-      if (decode_layout_ && fused_qkv && l + 1 < cfg_.layers) {  // EXPERIMENT: the next layer's projections
-        const auto& nx = layers_[static_cast<std::size_t>(l + 1)];
-        for (const Param* w : {nx.wq, nx.wk, nx.wv}) o.prefetch_hint(w->value);
-      }
       if (decode_layout_) {  // the FFN's RMSNorm inside the op (on the GPU: inside the ring kernels, dense and a:b)
         ffns_[static_cast<std::size_t>(l)].decode(x, ffn_weights(l), x, nullptr, ranges_, &lp.ffn_norm->value,
                                                   cfg_.norm_eps);

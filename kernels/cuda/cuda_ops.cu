@@ -399,24 +399,6 @@ void* CudaOps::zeroed_scratch(std::size_t bytes) {
   return nullptr;  // this call runs without it (its first kernel would follow the memset, not a kernel)
 }
 
-void CudaOps::prefetch_hint(const Tensor& t) {  // EXPERIMENT
-  if (t.device() != DeviceKind::cuda || hints_.n == kMaxL2Hints || t.nbytes() < 16) return;
-  hints_.p[hints_.n] = t.raw();
-  hints_.bytes[hints_.n] = t.nbytes();
-  ++hints_.n;
-}
-
-L2Hints CudaOps::take_l2_hints() {
-  const L2Hints h = hints_;
-  hints_ = L2Hints{};
-  return h;
-}
-
-L2Hints take_l2_hints(Ops& ops) {
-  auto* c = dynamic_cast<CudaOps*>(&ops);
-  return c ? c->take_l2_hints() : L2Hints{};
-}
-
 void* zeroed_scratch(Ops& ops, std::size_t bytes) {
   auto* c = dynamic_cast<CudaOps*>(&ops);
   return c ? c->zeroed_scratch(bytes) : nullptr;

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/kernels.h"
 #include "kernels/cuda/reduce.cuh"
 
 namespace moc::cuda {
@@ -109,8 +108,6 @@ class CudaOps final : public Ops {
   void clear_marks() override;
   int sm_count() const { return sm_count_; }
   void* zeroed_scratch(std::size_t bytes);  // kernels.h: zeroed_scratch(Ops&, bytes)
-  void prefetch_hint(const Tensor& t) override;  // EXPERIMENT
-  L2Hints take_l2_hints();
 
   void upload(Tensor& dst, const void* host) override;
   void download(const Tensor& src, void* host) override;
@@ -183,7 +180,6 @@ class CudaOps final : public Ops {
   // Regions a larger request replaced: kept until the ops go, since a captured graph may still use one.
   std::vector<std::pair<void*, std::size_t>> zero_ws_old_;
   cudaStream_t zero_ws_stream_ = nullptr;
-  L2Hints hints_;  // EXPERIMENT: prefetch_hint()'s ranges until the next decode FFN call takes them
   using GemmKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, int, int, int, int, int, int>;
   std::map<GemmKey, std::unique_ptr<GemmPlan>> gemm_plans_;
   std::vector<cudaEvent_t> marks_;  // mark() events; the first marks_used_ belong to the current timeline

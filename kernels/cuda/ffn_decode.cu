@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -482,19 +481,6 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   MOC_CUDA_LAUNCHED("k_updown");
 }
 
-// EXPERIMENT (MOCBENCH_RING_L2, bit 1 the dense ring, bit 2 the a:b ring): the call's L2 hints into the ring's arguments.
-template <class Args>
-void ring_hints(Args& a, const Problem& p, int bit) {
-  static const int mode = [] { const char* e = std::getenv("MOCBENCH_RING_L2"); return e ? std::atoi(e) : 0; }();
-  a.npf = 0;
-  if (!(mode & bit)) return;
-  for (int h = 0; h < p.hints && h < 4; ++h) {
-    a.pf[a.npf] = static_cast<const unsigned char*>(p.hint[h]);
-    a.pf_bytes[a.npf] = p.hint_bytes[h];
-    ++a.npf;
-  }
-}
-
 // What both ring kernels' arguments (RingArgs, RingAbArgs) take from the problem and the buffers.
 template <class Args>
 void ring_io(Args& a, const Problem& p, const Buffers& B) {
@@ -527,7 +513,6 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
   const DeviceLimits lim = device_limits();
   RingArgs a{};
   ring_io(a, p, B);
-  ring_hints(a, p, 1);  // EXPERIMENT
   const unsigned row = static_cast<unsigned>(p.d) * 2u;
   a.cps = static_cast<int>(std::min(16u, kRingSlotBytes / row));
   a.cpd = static_cast<int>(std::min(32u, kRingSlotBytes / row));
@@ -605,7 +590,6 @@ void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options
                     "ffn_decode.ring_ab"));
   RingAbArgs a{};
   ring_io(a, p, B);
-  ring_hints(a, p, 2);  // EXPERIMENT
   a.idx_out = p.idx_out;
   a.ga = p.group_a;
   a.gb = p.group_b;
@@ -903,15 +887,6 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   p.force_idx = force_idx ? force_idx->data<std::uint16_t>() : nullptr;
   p.idx_out = idx_out ? idx_out->data<std::uint16_t>() : nullptr;
   p.parts = parts;
-  {  // EXPERIMENT
-    const L2Hints hints = take_l2_hints(ops);
-    for (int h = 0; h < hints.n && h < 4; ++h)
-      if (reinterpret_cast<std::uintptr_t>(hints.p[h]) % 16 == 0) {
-        p.hint[p.hints] = hints.p[h];
-        p.hint_bytes[p.hints] = hints.bytes[h] / 16 * 16;
-        ++p.hints;
-      }
-  }
   const ffn::Options opt{};
   Tensor xn, rstd;
   if (w.norm) {

@@ -52,10 +52,6 @@ struct Problem {
   const void* x = nullptr;    // [rows, d]
   const void* w_gate_t = nullptr, *w_up_t = nullptr, *w_down = nullptr;  // [d_ffn, d]
   void* out = nullptr;        // [rows, d], accumulated
-  // EXPERIMENT (MOCBENCH_RING_L2): bytes a later op reads, warmed into L2 by the ring kernels after their last copy.
-  const void* hint[4] = {};
-  unsigned long long hint_bytes[4] = {};
-  int hints = 0;
   SelKind kind = SelKind::dense;
   int k = 0, group_a = 0, group_b = 0;
   SelectRule rule = SelectRule::gate;

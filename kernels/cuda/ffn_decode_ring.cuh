@@ -51,21 +51,7 @@ struct RingArgs {
   int cps, cpd;    // channels per gate (or up) item, per down item (rows of one slot: the same at one slot size)
   int S;           // ring slots
   int nmax;        // most channels of one block
-  const unsigned char* pf[4];  // EXPERIMENT (MOCBENCH_RING_L2): ranges warmed into L2 after the last copy
-  unsigned long long pf_bytes[4];
-  int npf;
 };
-
-// EXPERIMENT (MOCBENCH_RING_L2): block b's share of each range into L2 (a hint; 16 KB bulk prefetches), issued by
-// the producer after its last copy, so that it queues behind the block's own stream.
-__device__ __forceinline__ void ring_warm_l2(const unsigned char* const* pf, const unsigned long long* pb, int n) {
-  const unsigned long long nb = gridDim.x, b = blockIdx.x;
-  for (int h = 0; h < n; ++h) {
-    const unsigned long long o0 = pb[h] * b / nb / 16 * 16, o1 = pb[h] * (b + 1) / nb / 16 * 16;
-    for (unsigned long long o = o0; o < o1; o += 16384)
-      prefetch_l2(pf[h] + o, static_cast<unsigned>(o1 - o < 16384 ? o1 - o : 16384));
-  }
-}
 
 // Shared memory: the ring, then x [RP, d] bf16, gu [nmax, 2, RP] and z [nmax, RP] fp32, the 2 S mbarriers, misc.
 __host__ __device__ inline std::size_t ring_smem_bytes(int S, int d, int rp, int nmax) {
@@ -258,7 +244,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
           bulk_copy(dst, a.wd + static_cast<std::size_t>(c0 + j0) * d, bytes, full + s, pol);
         }
       }
-      if (a.npf) ring_warm_l2(a.pf, a.pf_bytes, a.npf);  // EXPERIMENT
     }
     __syncwarp();
   } else {

@@ -49,9 +49,6 @@ struct RingAbArgs {
   int S;     // ring slots
   int nmax;  // most channels of one block
   int kmax;  // most kept channels of one block (the kept area's entries)
-  const unsigned char* pf[4];  // EXPERIMENT (MOCBENCH_RING_L2): ranges warmed into L2 after the last W_gate copy
-  unsigned long long pf_bytes[4];
-  int npf;
 };
 
 // Ring slots of the a:b kernel (Options::ab_ring_slots): 2 measured faster than 3 in the H100 decode step (1.067 vs
@@ -131,7 +128,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
         bulk_copy(ring + s * slot_elems, a.wg + static_cast<std::size_t>(c0 + j0) * d,
                   static_cast<unsigned>(cnt) * row_bytes, full + s, pol);
       }
-      if (a.npf) ring_warm_l2(a.pf, a.pf_bytes, a.npf);  // EXPERIMENT
     }
     __syncwarp();
     // The next kernel (the next layer's QKV, whose blocks load their weights before their wait) may launch once

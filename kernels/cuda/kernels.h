@@ -34,13 +34,4 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
 // the ops go: a captured graph may still use it). Ops on the stream it was zeroed on only.
 void* zeroed_scratch(Ops& ops, std::size_t bytes);
 
-// EXPERIMENT (MOCBENCH_RING_L2): the ranges Ops::prefetch_hint named since the last call (at most kMaxL2Hints), taken.
-constexpr int kMaxL2Hints = 4;
-struct L2Hints {
-  const void* p[kMaxL2Hints] = {};
-  unsigned long long bytes[kMaxL2Hints] = {};
-  int n = 0;
-};
-L2Hints take_l2_hints(Ops& ops);
-
 }  // namespace moc::cuda
