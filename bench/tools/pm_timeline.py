@@ -17,6 +17,7 @@ DRAM's peak (the sum of the samples' percentages times the interval): the step's
 import argparse
 import csv
 import re
+import signal
 import sys
 
 DRAM = "dramc__throughput.avg.pct_of_peak_sustained_elapsed"
@@ -61,6 +62,7 @@ def runs_below(vals, level):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet when piped into head
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv")
     ap.add_argument("--png")
