@@ -90,6 +90,16 @@ def main():
     for _, n in idle:
         hist[n] = hist.get(n, 0) + 1
     print("  runs under 10% by length (samples: count): " + ", ".join(f"{k}: {hist[k]}" for k in sorted(hist)))
+    # Plateaus: runs of >= 6 samples at >= 85% (in a decode step, one per layer: the FFN's weight stream), and the
+    # windows between them (the rest of each layer: the latency chain around the attention half).
+    plate = [(i, n) for i, n in runs_below([100.0 - v for v in seg], 15.0) if n >= 6]
+    if len(plate) >= 2:
+        gaps = [(plate[k][0] + plate[k][1], plate[k + 1][0]) for k in range(len(plate) - 1)]
+        pl = sorted(n for _, n in plate)
+        gl = sorted(b - a for a, b in gaps)
+        gm = [sum(seg[a:b]) / (b - a) for a, b in gaps if b > a]
+        print(f"  plateaus (>= 85% for >= 6 samples): {len(plate)}, median {pl[len(pl) // 2] * iv:.1f} us; between "
+              f"them: median {gl[len(gl) // 2] * iv:.1f} us at a mean {sum(gm) / max(1, len(gm)):.0f}% of peak")
     print("  per sample, tenths of peak: " + "".join(str(min(9, int(v / 10))) for v in seg))
     if not a.png:
         return
