@@ -9,8 +9,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -483,19 +481,6 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   MOC_CUDA_LAUNCHED("k_updown");
 }
 
-// EXPERIMENT (MOCBENCH_RING_PF=D[:A]): items past the ring's first slots warmed into L2 before the wait, D for the dense
-// ring (which = 1), A for the a:b ring (which = 2).
-int ring_pf(int which) {
-  static const std::pair<int, int> v = [] {
-    const char* e = std::getenv("MOCBENCH_RING_PF");
-    if (!e) return std::pair<int, int>{0, 0};
-    const int d = std::atoi(e);
-    const char* c = std::strchr(e, ':');
-    return std::pair<int, int>{d, c ? std::atoi(c + 1) : 0};
-  }();
-  return which == 1 ? v.first : v.second;
-}
-
 // What both ring kernels' arguments (RingArgs, RingAbArgs) take from the problem and the buffers.
 template <class Args>
 void ring_io(Args& a, const Problem& p, const Buffers& B) {
@@ -528,7 +513,6 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
   const DeviceLimits lim = device_limits();
   RingArgs a{};
   ring_io(a, p, B);
-  a.pf_items = ring_pf(1);  // EXPERIMENT
   const unsigned row = static_cast<unsigned>(p.d) * 2u;
   a.cps = static_cast<int>(std::min(16u, kRingSlotBytes / row));
   a.cpd = static_cast<int>(std::min(32u, kRingSlotBytes / row));
@@ -606,7 +590,6 @@ void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options
                     "ffn_decode.ring_ab"));
   RingAbArgs a{};
   ring_io(a, p, B);
-  a.pf_items = ring_pf(2);  // EXPERIMENT
   a.idx_out = p.idx_out;
   a.ga = p.group_a;
   a.gb = p.group_b;

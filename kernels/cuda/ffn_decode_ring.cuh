@@ -51,7 +51,6 @@ struct RingArgs {
   int cps, cpd;    // channels per gate (or up) item, per down item (rows of one slot: the same at one slot size)
   int S;           // ring slots
   int nmax;        // most channels of one block
-  int pf_items;    // EXPERIMENT (MOCBENCH_RING_PF): items past the ring's first S warmed into L2 before the wait
 };
 
 // Shared memory: the ring, then x [RP, d] bf16, gu [nmax, 2, RP] and z [nmax, RP] fp32, the 2 S mbarriers, misc.
@@ -231,14 +230,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
       const unsigned long long pol = l2_stream_policy();  // read once per step: evicted from L2 first
       for (int i = 0; i < T; ++i) {
         const int s = i % S;
-        if (i == S)  // EXPERIMENT: the next pf_items items into L2 while the ring is full (before the wait)
-          for (int j = S; j < min(T, S + a.pf_items); ++j) {
-            const bool gu_item = j < ngu;
-            const int j0 = gu_item ? (j >> 1) * a.cps : (j - ngu) * a.cpd;
-            const int cnt = min(gu_item ? a.cps : a.cpd, n - j0);
-            const bf16* src = (gu_item ? ((j & 1) ? a.wu : a.wg) : a.wd) + static_cast<std::size_t>(c0 + j0) * d;
-            prefetch_l2(src, static_cast<unsigned>(cnt) * d * 2u);
-          }
         if (i >= S) mbar_wait(empty + s, static_cast<unsigned>((i / S) - 1) & 1u);
         bf16* dst = ring + s * slot_elems;
         if (i < ngu) {

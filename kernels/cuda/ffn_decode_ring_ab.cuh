@@ -49,7 +49,6 @@ struct RingAbArgs {
   int S;     // ring slots
   int nmax;  // most channels of one block
   int kmax;  // most kept channels of one block (the kept area's entries)
-  int pf_items;  // EXPERIMENT (MOCBENCH_RING_PF): W_gate items past the ring's first S warmed into L2 before the wait
 };
 
 // Ring slots of the a:b kernel (Options::ab_ring_slots): 2 measured faster than 3 in the H100 decode step (1.067 vs
@@ -124,10 +123,6 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
       const unsigned long long pol = l2_stream_policy();
       for (int i = 0; i < ngi; ++i) {
         const int s = i % S, j0 = i * a.cpg, cnt = min(a.cpg, n - j0);
-        if (i == S)  // EXPERIMENT: the next pf_items W_gate items into L2 while the ring is full
-          for (int j = S; j < min(ngi, S + a.pf_items); ++j)
-            prefetch_l2(a.wg + static_cast<std::size_t>(c0 + j * a.cpg) * d,
-                        static_cast<unsigned>(min(a.cpg, n - j * a.cpg)) * row_bytes);
         if (i >= S) mbar_wait(empty + s, static_cast<unsigned>((i / S) - 1) & 1u);
         mbar_expect_tx(full + s, static_cast<unsigned>(cnt) * row_bytes);
         bulk_copy(ring + s * slot_elems, a.wg + static_cast<std::size_t>(c0 + j0) * d,
