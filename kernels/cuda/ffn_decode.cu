@@ -481,9 +481,8 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   MOC_CUDA_LAUNCHED("k_updown");
 }
 
-// What both ring kernels' arguments (RingArgs, RingAbArgs) take from the problem and the buffers.
-template <class Args>
-void ring_io(Args& a, const Problem& p, const Buffers& B) {
+// What both ring kernels' arguments (RingArgs, RingAbArgs) take from the problem and the buffers (C: the launch's).
+void ring_io(RingIo& a, const Problem& p, const Buffers& B) {
   a.stamps = step::stamp_buffer_if_made();
   a.x = static_cast<const bf16*>(p.x);
   a.norm = static_cast<const bf16*>(p.norm);

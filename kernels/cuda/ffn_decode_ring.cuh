@@ -36,7 +36,9 @@ constexpr int kRingSlots = 4;
 // 1-2 rows it is faster (1.25 / 1.41 vs 1.334 / 1.451): bench/RESULTS.md part 11.
 constexpr int kRingMaxRows = 2;
 
-struct RingArgs {
+// What both ring kernels (this one and the a:b kernel, ffn_decode_ring_ab.cuh) take: the FFN's input, weights, output,
+// the way out's zeroed accumulator and counters, the stamps, the shape and the cluster size.
+struct RingIo {
   const bf16* x;     // [R, d]: the FFN's input, or with norm the residual stream it normalizes (out may be x)
   const bf16* norm;  // [d] RMSNorm weight, or null
   float eps;
@@ -48,6 +50,9 @@ struct RingArgs {
   unsigned* ctrl;  // column-slice counters kLine apart, zero on entry and on exit
   step::StampBuf* stamps;
   int R, d, F, C;
+};
+
+struct RingArgs : RingIo {
   int cps, cpd;    // channels per gate (or up) item, per down item (rows of one slot: the same at one slot size)
   int S;           // ring slots
   int nmax;        // most channels of one block

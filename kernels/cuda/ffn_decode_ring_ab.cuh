@@ -31,19 +31,8 @@ namespace {
 // rows then queued behind all of the layer's W_gate bytes). Fewer W_gate bytes in flight let the kept rows come
 // sooner: 2 slots measured faster than 3.
 
-struct RingAbArgs {
-  const bf16* x;     // [R, d]: the FFN's input, or with norm the residual stream it normalizes (out may be x)
-  const bf16* norm;  // [d] RMSNorm weight, or null
-  float eps;
-  const bf16* wg;
-  const bf16* wu;
-  const bf16* wd;
-  bf16* out;
-  float* acc;      // [R, d] fp32, zero on entry and on exit
-  unsigned* ctrl;  // column-slice counters kLine apart, zero on entry and on exit
+struct RingAbArgs : RingIo {
   std::uint16_t* idx_out;  // [R, kept] or null
-  step::StampBuf* stamps;
-  int R, d, F, C;
   int ga, gb, rule, kept, groups;
   int cpg;   // W_gate rows of one gate item (a multiple of gb)
   int S;     // ring slots
