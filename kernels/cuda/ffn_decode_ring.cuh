@@ -35,6 +35,12 @@ constexpr int kRingSlots = 4;
 // with its norm kernel (1.62 / 1.63 vs 1.515 / 1.556 ms per token; one layer alone: the same 34.1 / 34.8 us), while at
 // 1-2 rows it is faster (1.25 / 1.41 vs 1.334 / 1.451): bench/RESULTS.md part 11.
 constexpr int kRingMaxRows = 2;
+// Items past the ring's first kRingSlots that the producer warms into L2 (cp.async.bulk.prefetch.L2) once the ring is
+// full, still before the consumers' PDL wait: the attention / O window before the FFN runs the step's DRAM at about
+// half its peak (bench/RESULTS.md part 18's timeline), so a little more of the FFN's stream is read there. H100, dense
+// decode batch 1, interleaved rounds in two calls: 0 / 2 / 4 / 6 / 8 items 1.2268-1.2277 / 1.2084 / 1.2082-1.2101 /
+// 1.2317 / 1.2327 ms per token (bench/micro/NOTES.md, twentieth session; the a:b kernel measured no gain from it).
+constexpr int kRingL2Ahead = 4;
 
 // What both ring kernels (this one and the a:b kernel, ffn_decode_ring_ab.cuh) take: the FFN's input, weights, output,
 // the way out's zeroed accumulator and counters, the stamps, the shape and the cluster size.
@@ -233,21 +239,25 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
     // Producer: weights do not depend on the previous kernel, so no wait.
     if (lane == 0) {
       const unsigned long long pol = l2_stream_policy();  // read once per step: evicted from L2 first
+      // Item i's source and bytes (the header's item order).
+      auto item = [&](int i, unsigned& bytes) {
+        const bool gate_up = i < ngu;
+        const int j0 = gate_up ? (i >> 1) * a.cps : (i - ngu) * a.cpd;
+        bytes = static_cast<unsigned>(min(gate_up ? a.cps : a.cpd, n - j0)) * d * 2u;
+        return (gate_up ? ((i & 1) ? a.wu : a.wg) : a.wd) + static_cast<std::size_t>(c0 + j0) * d;
+      };
       for (int i = 0; i < T; ++i) {
         const int s = i % S;
+        unsigned bytes = 0;
+        if (i == S)  // the ring is full: the next items into L2 while the slots wait for the consumers
+          for (int j = S; j < min(T, S + kRingL2Ahead); ++j) {
+            const bf16* src = item(j, bytes);
+            prefetch_l2(src, bytes);
+          }
         if (i >= S) mbar_wait(empty + s, static_cast<unsigned>((i / S) - 1) & 1u);
-        bf16* dst = ring + s * slot_elems;
-        if (i < ngu) {
-          const int j0 = (i >> 1) * a.cps, cnt = min(a.cps, n - j0);
-          const unsigned bytes = static_cast<unsigned>(cnt) * d * 2u;
-          mbar_expect_tx(full + s, bytes);
-          bulk_copy(dst, ((i & 1) ? a.wu : a.wg) + static_cast<std::size_t>(c0 + j0) * d, bytes, full + s, pol);
-        } else {
-          const int j0 = (i - ngu) * a.cpd, cnt = min(a.cpd, n - j0);
-          const unsigned bytes = static_cast<unsigned>(cnt) * d * 2u;
-          mbar_expect_tx(full + s, bytes);
-          bulk_copy(dst, a.wd + static_cast<std::size_t>(c0 + j0) * d, bytes, full + s, pol);
-        }
+        const bf16* src = item(i, bytes);
+        mbar_expect_tx(full + s, bytes);
+        bulk_copy(ring + s * slot_elems, src, bytes, full + s, pol);
       }
     }
     __syncwarp();
