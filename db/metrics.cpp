@@ -70,8 +70,9 @@ const std::vector<MetricInfo> kRegistry = {
     {"floor_us", "us", N, "", "byte floor time"},
     {"gate_us", "us", L, kNoise, "gate"},
     {"topk_us", "us", L, kNoise, "top-K"},
-    {"up_down_us", "us", L, kNoise, "up + down projections"},
+    {"up_down_us", "us", L, kNoise, "up + down projections (added to the call)"},
     {"other_us", "us", L, kNoise, "other"},
+    {"up_down_alone_us", "us", L, kNoise, "up + down projections timed alone"},
     {"unfused_us", "us", L, kNoise, "unfused latency"},
     {"weight_copies", "count", N, "", "weight copies rotated"},
     // topk

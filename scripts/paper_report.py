@@ -368,11 +368,13 @@ class Report:
         for label, _ in parts:
             header += [f"ours {label}", f"paper {label} (A800)"]
         self.table(header + ["ours vs dense", "paper vs dense"], rows)
-        self.note("Ours: mocbench's CUDA kernels (the kernel path), cold weights; each part is timed alone, and "
-                  "'other' is the total minus the parts. † Negative: the parts timed alone (each with its own launch "
-                  "and its own pass over the weights) add up to more than the fused whole. Top-K is the gate pass with "
-                  "the selection minus the gate pass alone (floored at 0): MoC 2:8's 2-of-8 choice adds no "
-                  "measurable time to it. The paper: torch.compile on an A800.")
+        self.note("Ours: mocbench's CUDA kernels (the kernel path), cold weights; the parts add up to the total: gate "
+                  "is the gate pass timed alone, top-K the gate pass with the selection minus the gate pass (floored "
+                  "at 0: MoC 2:8's 2-of-8 choice adds no measurable time to it), up & down what the rest of the call "
+                  "adds (the CSV's up_down_alone_us has MoC's up & down timed alone, longer: alone it does not "
+                  "overlap the passes before it), other the remainder (0 unless a floor cut a part). † Negative: "
+                  "a run from before 2026-11-28, whose up & down was timed alone, so that the parts added up to "
+                  "more than the fused whole. The paper: torch.compile on an A800.")
 
         def draw(fig):
             ax = fig.add_subplot(1, 1, 1)

@@ -127,10 +127,23 @@ TEST(Point, DecodeAndFfnDecodeRun) {
   const auto f = run_point(*ops, ffn);
   EXPECT_GT(metric(f, "latency_us"), 0);
   EXPECT_GE(metric(f, "union_channels"), 17);
-  for (const char* part : {"gate_us", "topk_us", "up_down_us", "other_us"}) {
+  for (const char* part : {"gate_us", "topk_us", "up_down_us", "other_us", "up_down_alone_us"}) {
     const bool has = std::any_of(f.metrics.begin(), f.metrics.end(), [&](const auto& m) { return m.first == part; });
     EXPECT_TRUE(has) << part;
   }
+  // The breakdown adds up to the call; other is what a floor at 0 left (none where the gate and top-K passes fit).
+  const double parts = metric(f, "gate_us") + metric(f, "topk_us") + metric(f, "up_down_us") + metric(f, "other_us");
+  EXPECT_NEAR(parts, metric(f, "latency_us"), 1e-9 * metric(f, "latency_us"));
+  EXPECT_GE(metric(f, "up_down_us"), 0.0);
+  if (metric(f, "latency_us") - metric(f, "gate_us") - metric(f, "topk_us") >= 0) {
+    EXPECT_EQ(metric(f, "other_us"), 0.0);
+  }
+  const auto dense = run_point(*ops, tiny_point("ffn-decode", "dense"));
+  EXPECT_NEAR(metric(dense, "gate_us") + metric(dense, "up_down_us") + metric(dense, "other_us"),
+              metric(dense, "latency_us"), 1e-9 * metric(dense, "latency_us"));
+  EXPECT_FALSE(std::any_of(dense.metrics.begin(), dense.metrics.end(),
+                           [](const auto& m) { return m.first == "up_down_alone_us"; }))
+      << "dense's gate, up and down are one pass: nothing to time alone";
 }
 
 TEST(Point, AnOversizedPointRaisesOutOfMemory) {

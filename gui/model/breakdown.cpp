@@ -64,7 +64,8 @@ bool breakdown_bar(const db::PointRecord& p, const prof::ProfileTrace* profile, 
   out->from_profile = false;
   bool ok = true;
   if (ffn_decode) {
-    // Each part is timed alone; other_us (the call less the parts) can come out below zero: drawn as none.
+    // The parts add up to the call (app/modes/ffn_decode.cpp). Runs before 2026-11-28 timed MoC's up & down alone,
+    // so their other_us (the call less the parts) could come out below zero: drawn as none.
     out->parts = {have(p, "gate_us", &ok), have(p, "up_down_us", &ok), have(p, "topk_us", &ok),
                   std::max(0.0, have(p, "other_us", &ok))};
     return ok;
