@@ -4,7 +4,9 @@
 Per profiled point: the ops of one profiled step in exclusive device time (they sum to the busy time,
 profile_gpu_busy_ms) against the timed median, with the inclusive sum (profile_inclusive_sum_ms) beside
 it. Per decode point: the paper's FFN parts (gate, top-K, up & down) from the profile in exclusive time,
-summed over the step's layers, against the same parts timed alone in ffn-decode (per call x layers).
+summed over the step's layers, against the same parts of one ffn-decode call (per call x layers; since 2026-11-28
+they add up to the call: up & down is what the call adds after the gate and top-K passes, not MoC's up & down timed
+alone, which is up_down_alone_us).
 
 Usage: profile_truth.py MOCBENCH DB [RUN] [--alone DB2]
   RUN: default the newest. --alone: another database whose ffn-decode points give the parts timed alone
