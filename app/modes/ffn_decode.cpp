@@ -42,11 +42,12 @@ double part_us(PointState& st, OpGraph& g, int copies) {
 }
 
 // The paper's breakdown of a call, parts that add up to the call: the gate projection (its pass timed alone: it
-// comes first in the call), top-K (the gate pass with the selection, less the gate pass), up & down (the rest of the
-// whole call), other (below 0 only where the gate and top-K passes alone take longer than the whole call; else 0); for MoC also the up & down timed alone
-// on a fixed selection (more than what it adds to the call, which overlaps it with the passes before it under PDL:
-// H100, MoC batch 1: 14.5 us alone against 8.1 us added, bench/RESULTS.md part 19); and the same layer through the generic ops (GEMMs,
-// moc_select, gathers: what a framework without fused decode kernels runs), for comparison with the fused decode path.
+// comes first in the call), top-K (the gate pass with the selection, less the gate pass), up & down (the rest of
+// the whole call), other (below 0 only where the gate and top-K passes alone take longer than the whole call, else
+// 0); for MoC also the up & down timed alone on a fixed selection (more than what it adds to the call, where it
+// overlaps the passes before it under PDL: H100, MoC batch 1, 14.5 us alone against 8.1 us added, bench/RESULTS.md
+// part 19); and the same layer through the generic ops (GEMMs, moc_select, gathers: what a framework without fused
+// decode kernels runs), for comparison with the fused decode path.
 struct Breakdown {
   double gate_us = 0, topk_us = 0, updown_us = 0, other_us = 0, updown_alone_us = -1, unfused_us = 0;
 };
