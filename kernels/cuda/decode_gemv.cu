@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops_impl.cuh"
@@ -99,7 +98,7 @@ __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(_
 
 // x [R, d] RMSNorm'd into shared memory, rounded to bf16 exactly as rmsnorm_vec_kernel writes it (R <= MR).
 // Every thread calls it (two barriers).
-template <int MR, bool ONE = false>  // EXPERIMENT ONE (MOCBENCH_ROW_FULL): R == 1 known, no division per word
+template <int MR>
 __device__ void stage_x_norm(const Args& a, bf16* xs, float* red) {
   const int nv = a.d / 8, total = a.R * nv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint4* xg = reinterpret_cast<const uint4*>(a.x);
@@ -115,7 +114,7 @@ __device__ void stage_x_norm(const Args& a, bf16* xs, float* red) {
     float sq = 0.0f;
 #pragma unroll
     for (int k = 0; k < 4; ++k) sq += bf_lo(u[k]) * bf_lo(u[k]) + bf_hi(u[k]) * bf_hi(u[k]);
-    const int r = ONE ? 0 : e / nv;
+    const int r = e / nv;
 #pragma unroll
     for (int k = 0; k < MR; ++k) ss[k] += k == r ? sq : 0.0f;
   }
@@ -136,7 +135,7 @@ __device__ void stage_x_norm(const Args& a, bf16* xs, float* red) {
   const uint4* wg = reinterpret_cast<const uint4*>(a.norm);
 #pragma unroll 4
   for (int e = threadIdx.x; e < total; e += kThreads) {  // the words this thread staged
-    const int r = ONE ? 0 : e / nv;
+    const int r = e / nv;
     float rr = rs[0];
 #pragma unroll
     for (int k = 1; k < MR; ++k) rr = k == r ? rs[k] : rr;
@@ -200,7 +199,7 @@ __device__ __forceinline__ void qkv_store(const Args& a, int r, int head, int i,
 // One row of x (batch 1): one output row per warp, kWU words per lane in flight, FMAs on the CUDA cores -- at
 // one row this reaches the floor sooner than the mma tiles, whose 16-row tiles leave too few warps (H100).
 // kQkv: warps 2w and 2w + 1 own rows i and i + hd/2 of one head and meet in shared memory.
-template <int EPI, bool FULL = false>  // EXPERIMENT FULL (MOCBENCH_ROW_FULL): d a multiple of kWU x 256
+template <int EPI>
 __device__ __forceinline__ void row_body(const Args& a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [1, d] (kQkv: normalized)
@@ -222,25 +221,10 @@ __device__ __forceinline__ void row_body(const Args& a) {
   constexpr int kCols = kWU * 32 * 8;
   uint4 A[kWU];
   auto load = [&](int bt) {
-    if constexpr (FULL) {  // EXPERIMENT: every word in range; one warp-uniform test, one L2 policy
-      if (active) {
-        const bf16* pl = pw + bt * kCols + lane * 8;
-        const unsigned long long pol = l2_stream_policy();
 #pragma unroll
-        for (int u = 0; u < kWU; ++u)
-          asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-              : "=r"(A[u].x), "=r"(A[u].y), "=r"(A[u].z), "=r"(A[u].w)
-              : "l"(pl + u * 256), "l"(pol));
-      } else {
-#pragma unroll
-        for (int u = 0; u < kWU; ++u) A[u] = zero;
-      }
-    } else {
-#pragma unroll
-      for (int u = 0; u < kWU; ++u) {
-        const int col = bt * kCols + (u * 32 + lane) * 8;
-        A[u] = col < a.d && active ? ld_stream(pw + col) : zero;
-      }
+    for (int u = 0; u < kWU; ++u) {
+      const int col = bt * kCols + (u * 32 + lane) * 8;
+      A[u] = col < a.d && active ? ld_stream(pw + col) : zero;
     }
   };
   pdl_trigger();
@@ -248,7 +232,7 @@ __device__ __forceinline__ void row_body(const Args& a) {
   pdl_wait();
   if (!a.early) load(0);
   if constexpr (EPI == kQkv) {
-    stage_x_norm<1, FULL>(a, xs, nred);
+    stage_x_norm<1>(a, xs, nred);
   } else {  // x staged in shared memory as well: one 16-byte read per word in the loop (measured faster than L1)
     const uint4* xg = reinterpret_cast<const uint4*>(a.x);
     for (int e = threadIdx.x; e < a.d / 8; e += kThreads) reinterpret_cast<uint4*>(xs)[e] = __ldg(xg + e);
@@ -256,19 +240,13 @@ __device__ __forceinline__ void row_body(const Args& a) {
   }
   float acc = 0.0f;
   const int nbatch = (a.d + kCols - 1) / kCols;
-  const uint4* xl = reinterpret_cast<const uint4*>(xs + lane * 8);  // EXPERIMENT (FULL): this lane's first word
   for (int bt = 0; bt < nbatch; ++bt) {
     if (bt > 0) load(bt);
-    if constexpr (FULL) {
 #pragma unroll
-      for (int u = 0; u < kWU; ++u) fma8(acc, A[u], xl[bt * (kCols / 8) + u * 32]);
-    } else {
-#pragma unroll
-      for (int u = 0; u < kWU; ++u) {
-        const int col = bt * kCols + (u * 32 + lane) * 8;
-        if (col < a.d) {
-          fma8(acc, A[u], *reinterpret_cast<const uint4*>(xs + col));
-        }
+    for (int u = 0; u < kWU; ++u) {
+      const int col = bt * kCols + (u * 32 + lane) * 8;
+      if (col < a.d) {
+        fma8(acc, A[u], *reinterpret_cast<const uint4*>(xs + col));
       }
     }
   }
@@ -375,9 +353,6 @@ __global__ void __launch_bounds__(kThreads) k_gemv_row(const Args a) { row_body<
 // -0.5 / -1.5 / -0.7% per token (dense / MoC / 2:8, one H100 call, bench/micro/NOTES.md fifteenth session).
 constexpr int kQkvRowBlocksPerSm = 4;
 __global__ void __launch_bounds__(kThreads, kQkvRowBlocksPerSm) k_qkv_row(const Args a) { row_body<kQkv>(a); }
-// EXPERIMENT (MOCBENCH_ROW_FULL: bit 1 the QKV, bit 2 k_gemv_row; where d is a multiple of kWU x 256 columns).
-__global__ void __launch_bounds__(kThreads, kQkvRowBlocksPerSm) k_qkv_row_full(const Args a) { row_body<kQkv, true>(a); }
-__global__ void __launch_bounds__(kThreads) k_gemv_row_full(const Args a) { row_body<kStore, true>(a); }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
@@ -397,9 +372,7 @@ void launch(cudaStream_t st, const Args& a) {
   const std::size_t smem = EPI == kQkv || a.R == 1 ? static_cast<std::size_t>(a.R) * a.d * sizeof(bf16) : 0;
   if (a.R == 1) {
     const dim3 grid(static_cast<unsigned>(ceil_div(a.units, EPI == kQkv ? kWarps / 2 : kWarps)));
-    static const int full = [] { const char* e = std::getenv("MOCBENCH_ROW_FULL"); return e ? std::atoi(e) : 0; }();
-    const bool use_full = (full & (EPI == kQkv ? 1 : 2)) && a.d % (kWU * 256) == 0;  // EXPERIMENT
-    auto kernel = use_full ? (EPI == kQkv ? k_qkv_row_full : k_gemv_row_full) : (EPI == kQkv ? k_qkv_row : k_gemv_row);
+    auto kernel = EPI == kQkv ? k_qkv_row : k_gemv_row;
     allow_smem(kernel, smem);
     launch_pdl(EPI == kQkv ? "k_qkv_row" : "k_gemv_row", kernel, grid, dim3(kThreads), smem, st, a);
     return;
