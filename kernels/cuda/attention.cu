@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include <cooperative_groups.h>
@@ -543,7 +542,7 @@ __device__ __forceinline__ void unpack16(const uint4& v, float (&f)[4], const fl
 template <class T, int TPK, int NH>
 __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
     const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, const std::int32_t* __restrict__ pos,
-    T* __restrict__ out, int h, int kvh, int T_len, int hd, int chunk, float scale_log2, int early) {
+    T* __restrict__ out, int h, int kvh, int T_len, int hd, int chunk, float scale_log2) {
   constexpr int E = 16 / sizeof(T);   // elements per 16-byte word
   constexpr int KPS = 32 / TPK;       // keys per warp load step
   constexpr int TK = KPS * kFdRounds; // keys per warp tile
@@ -554,6 +553,7 @@ __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
   pdl_trigger();
   const bool clustered = gridDim.x > 1;  // the cluster spans the gridDim.x splits
   if (clustered) cluster_arrive_relaxed();  // "started": waited for before the first remote store
+  pdl_wait();
   const int split = blockIdx.x, bi = blockIdx.z;
   const int group = h / kvh;
   const int nhc = cdiv(group, NH);
@@ -562,30 +562,8 @@ __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
   const int nh = min(NH, group - hc * NH);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = lane % TPK, ks = lane / TPK;
-  const int c0 = split * chunk;
-  const long long row0 = (static_cast<long long>(bi) * kvh + kh) * T_len;
-  const uint4* kbase = reinterpret_cast<const uint4*>(kc + row0 * hd) + sub;
-  const uint4* vbase = reinterpret_cast<const uint4*>(vc + row0 * hd) + sub;
-  const int wpr = hd / E;  // 16-byte words per cache row
-  // EXPERIMENT (MOCBENCH_ATTN_EARLY): the warp's first tile of K and V before the wait. Every row but the newest
-  // (pos, written by the QKV this kernel waits for) was written by an earlier step; rows past pos are masked below.
-  uint4 kp[kFdRounds], vp[kFdRounds];
-  if (early) {
-    const int cmax = min(T_len, c0 + chunk);
-#pragma unroll
-    for (int r = 0; r < kFdRounds; ++r) {
-      const int key = c0 + warp * TK + r * KPS + ks;
-      if (key < cmax) {
-        kp[r] = __ldcg(kbase + static_cast<long long>(key) * wpr);
-        vp[r] = __ldcg(vbase + static_cast<long long>(key) * wpr);
-      } else {
-        kp[r] = vp[r] = make_uint4(0u, 0u, 0u, 0u);
-      }
-    }
-  }
-  pdl_wait();
   const int len = min(pos[bi] + 1, T_len);
-  const int c1 = min(len, c0 + chunk);
+  const int c0 = split * chunk, c1 = min(len, c0 + chunk);
 
   float qv[NH][E];
 #pragma unroll
@@ -601,20 +579,18 @@ __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
 #pragma unroll
     for (int e = 0; e < E; ++e) acc[hh][e] = 0.0f;
   }
+  const long long row0 = (static_cast<long long>(bi) * kvh + kh) * T_len;
+  const uint4* kbase = reinterpret_cast<const uint4*>(kc + row0 * hd) + sub;
+  const uint4* vbase = reinterpret_cast<const uint4*>(vc + row0 * hd) + sub;
+  const int wpr = hd / E;  // 16-byte words per cache row
   for (int t0 = c0 + warp * TK; t0 < c1; t0 += kFdWarps * TK) {
     uint4 kr[kFdRounds], vr[kFdRounds];
-    const bool pre = early && t0 == c0 + warp * TK;  // EXPERIMENT
 #pragma unroll
     for (int r = 0; r < kFdRounds; ++r) {
       const int key = t0 + r * KPS + ks;
       if (key < c1) {
-        if (pre && key != len - 1) {
-          kr[r] = kp[r];
-          vr[r] = vp[r];
-        } else {
-          kr[r] = __ldcg(kbase + static_cast<long long>(key) * wpr);  // L2: the newest row was just written
-          vr[r] = __ldcg(vbase + static_cast<long long>(key) * wpr);
-        }
+        kr[r] = __ldcg(kbase + static_cast<long long>(key) * wpr);  // L2: the newest row was just written
+        vr[r] = __ldcg(vbase + static_cast<long long>(key) * wpr);
       } else {
         kr[r] = vr[r] = make_uint4(0u, 0u, 0u, 0u);
       }
@@ -736,7 +712,6 @@ bool launch_decode_fast(cudaStream_t st, const T* q, const T* kc, const T* vc, c
   while (ns < kFdMaxSplit && ns * kFdKeysPerSplit < T_len) ns *= 2;
   const int chunk = ceil_div(T_len, ns);
   const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(hd));
-  static const int early = [] { const char* e = std::getenv("MOCBENCH_ATTN_EARLY"); return e ? std::atoi(e) : 0; }();
   const dim3 grid(static_cast<unsigned>(ns), static_cast<unsigned>(kvh * ceil_div(group, NHr)),
                   static_cast<unsigned>(b));
   auto go = [&](auto tpk_tag, auto nh_tag) {
@@ -744,7 +719,7 @@ bool launch_decode_fast(cudaStream_t st, const T* q, const T* kc, const T* vc, c
     if constexpr (TPK * E <= kDecMaxHd)  // always true at run time: hd <= 128
     launch_pdl_cluster("attn_decode_fast_kernel", attn_decode_fast_kernel<T, TPK, NH>, grid, dim3(kFdThreads), 0, st,
                        dim3(static_cast<unsigned>(ns), 1, 1), q, kc, vc, pos, out, h, kvh, T_len, hd, chunk,
-                       scale_log2, early);
+                       scale_log2);
   };
   auto with_nh = [&](auto tpk_tag) {
     if (NHr == 1) go(tpk_tag, std::integral_constant<int, 1>{});
