@@ -35,9 +35,10 @@ constexpr int kRingSlots = 4;
 // with its norm kernel (1.62 / 1.63 vs 1.515 / 1.556 ms per token; one layer alone: the same 34.1 / 34.8 us), while at
 // 1-2 rows it is faster (1.25 / 1.41 vs 1.334 / 1.451): bench/RESULTS.md part 11.
 constexpr int kRingMaxRows = 2;
-// Items past the ring's first kRingSlots that the producer warms into L2 (cp.async.bulk.prefetch.L2) once the ring is
-// full, still before the consumers' PDL wait: the attention / O window before the FFN runs the step's DRAM at about
-// half its peak (bench/RESULTS.md part 18's timeline), so a little more of the FFN's stream is read there. H100, dense
+// Items past the ring's first kRingSlots that the producer warms into L2 (cp.async.bulk.prefetch.L2) right after the
+// ring's first copies, before its first wait for a free slot -- slots free up only once the consumers, who wait for
+// the previous kernel (PDL), read them. The attention / O window before the FFN runs the step's DRAM at about half
+// its peak (bench/RESULTS.md part 18's timeline), so a little more of the FFN's stream is read there. H100, dense
 // decode batch 1, interleaved rounds in two calls: 0 / 2 / 4 / 6 / 8 items 1.2268-1.2277 / 1.2084 / 1.2082-1.2101 /
 // 1.2317 / 1.2327 ms per token (bench/micro/NOTES.md, twentieth session; the a:b kernel measured no gain from it).
 constexpr int kRingL2Ahead = 4;
