@@ -5,6 +5,7 @@
 // reports the floor against the copy bandwidth and the paper's gate / top-K / up & down breakdown (parts that add
 // up to the call's latency).
 #include <algorithm>
+#include <optional>
 
 #include "app/harness/ceilings.h"
 #include "app/modes/mode.h"
@@ -49,7 +50,8 @@ double part_us(PointState& st, OpGraph& g, int copies) {
 // part 19); and the same layer through the generic ops (GEMMs, moc_select, gathers: what a framework without fused
 // decode kernels runs), for comparison with the fused decode path.
 struct Breakdown {
-  double gate_us = 0, topk_us = 0, updown_us = 0, other_us = 0, updown_alone_us = -1, unfused_us = 0;
+  double gate_us = 0, topk_us = 0, updown_us = 0, other_us = 0, unfused_us = 0;
+  std::optional<double> updown_alone_us;  // MoC only
 };
 
 // Leaves in idx the selection on this x: the union of the rows' channels (the floor).
@@ -138,7 +140,7 @@ void run_ffn_decode(PointState& st) {
   st.metric("topk_us", br.topk_us);
   st.metric("up_down_us", br.updown_us);
   st.metric("other_us", br.other_us);
-  if (br.updown_alone_us >= 0) st.metric("up_down_alone_us", br.updown_alone_us);
+  if (br.updown_alone_us) st.metric("up_down_alone_us", *br.updown_alone_us);
   st.metric("unfused_us", br.unfused_us);
   st.metric("weight_copies", copies);
 }
