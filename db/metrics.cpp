@@ -90,6 +90,7 @@ const std::vector<MetricInfo> kRegistry = {
     {"profile_unstamped_ms", "ms", N, "", "step without stage stamps"},
     {"profile_stamp_overhead_pct", "%", N, "", "stage stamp overhead"},
     {"profile_stamped_kernel_ms", "ms", N, "", "stamped kernels per step"},
+    {"profile_stage_rep_ms", "ms", N, "", "stamped step the stages come from"},
     {"profile_stages", "count", N, "", "stages per step"},
     {"profile_dropped_stamps", "count", N, "", "dropped stage stamps"},
     // Training on text (app/modes/text_train.cpp).

@@ -126,7 +126,9 @@ struct AllocatorEvent {
 // device-side stamps (%globaltimer; Ops::take_stamps): the stages of a launch tile it from its first block's
 // start to its last block's end, and are placed on the trace clock by aligning the launch's stamped end
 // with the end of its kernel record (the n-th stamped launch of a step is the n-th record of that kernel in
-// the step). Stored in STAGE_STAMPS (db/README.md).
+// the step). The harness runs its profiled steps unstamped and gives each the launches of one untraced
+// stamped repetition of the same work (app/harness/point_bench.cpp): stamping would lengthen the kernels it
+// splits. Stored in STAGE_STAMPS (db/README.md).
 struct StageRecord {
   int step = 0;
   std::string kernel;               // the kernel's short name ("k_updown"; "k_step" in older profiles)

@@ -66,8 +66,9 @@ class Tracer : public RangeSink, public CostSink {
   virtual void disable() = 0;
   void begin_step();
   void end_step();
-  // The stage stamps of the current step's launches (Ops::take_stamps, device clock), placed on the trace
-  // clock at finish(); dropped: launches the device could not stamp.
+  // The stage stamps of the current step's launches (Ops::take_stamps, device clock; the harness passes
+  // those of a stamped repetition of the same work), placed on the trace clock at finish(); dropped:
+  // launches the device could not stamp.
   void add_stamps(std::vector<StampedLaunch> launches, std::uint64_t dropped);
   int steps() const { return static_cast<int>(windows_.size()); }
   // Everything recorded in the steps, attributed, on the trace clock. Disables first.

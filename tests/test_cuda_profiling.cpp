@@ -458,9 +458,29 @@ TEST(GpuProfiling, FfnDecodePointProfilesTheDecodeStepsKernels) {
     spec.profile_steps = 2;
     const PointOutcome out = run_point(*ops, spec);
     ASSERT_TRUE(out.profile.has_value()) << out.profile_note;
+    const ProfileTrace& t = *out.profile;
     std::set<std::string> seen;
-    for (const auto& k : out.profile->kernels) seen.insert(k.short_name);
+    for (const auto& k : t.kernels) seen.insert(k.short_name);
     EXPECT_EQ(seen, kernels);
+    // The profiled steps run unstamped; every record of a stamped kernel in each of them carries the stages
+    // of the median stamped repetition, ending where the record ends.
+    double rep_ms = -1;
+    for (const auto& [name, v] : out.metrics)
+      if (name == "profile_stage_rep_ms") rep_ms = v;
+    EXPECT_GT(rep_ms, 0.0) << "the stamped repetition the stages come from";
+    const auto owner = prof::stage_kernels(t);
+    std::map<std::size_t, std::int64_t> last_end;  // kernel record -> its latest stage end
+    for (std::size_t i = 0; i < t.stages.size(); ++i) {
+      ASSERT_GE(owner[i], 0) << t.stages[i].kernel << " launch " << t.stages[i].launch;
+      const auto k = static_cast<std::size_t>(owner[i]);
+      EXPECT_LE(t.stages[i].start_ns, t.stages[i].end_ns);
+      last_end[k] = std::max(last_end.count(k) ? last_end[k] : 0, t.stages[i].end_ns);
+    }
+    for (std::size_t k = 0; k < t.kernels.size(); ++k) {
+      SCOPED_TRACE(t.kernels[k].short_name);
+      ASSERT_TRUE(last_end.count(k)) << "a stamped kernel's record without stages (step " << t.kernels[k].step << ")";
+      EXPECT_EQ(last_end[k], t.kernels[k].end_ns);
+    }
   }
 }
 

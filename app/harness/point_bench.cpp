@@ -90,6 +90,14 @@ struct Recorder {
   int calls = 0;
   std::vector<double> stamped_kernel_ms;  // per stamped repetition: the stamped kernels' time
   bool flush = false;  // cold timing (every mode but ffn-decode): the caches evicted before each repetition
+  // Per stamped repetition: its time and its launches' stamps (the profile's stages come from the median one).
+  struct StampedRep {
+    double t = 0;
+    std::vector<StampedLaunch> launches;
+    std::uint64_t dropped = 0;
+  };
+  std::vector<StampedRep> stamped_reps;
+  const StampedRep* stages_from = nullptr;  // the stamped repetition whose stages each profiled step gets
   double operator()(const std::function<void()>& fn) {
     if (stop && stop->load()) throw Interrupted();
     if (flush) ops.flush_caches();  // issued before the repetition's timing (and profiled step) begins
@@ -98,17 +106,19 @@ struct Recorder {
       const double t = timed(ops, fn);  // synchronizes: the step's work is done when it ends
       if (phase == Phase::profiled) {
         tracer->end_step();
-        // After the step's window: reading the stamps back copies memory, which must not count in it.
-        std::uint64_t dropped = 0;
-        auto stamps = ops.take_stamps(&dropped);
-        tracer->add_stamps(std::move(stamps), dropped);
+        // The profiled steps run unstamped (stamping costs 1-5% of a MoC step: it would lengthen the very
+        // kernels it splits); each gets the stages of the median stamped repetition, the same work.
+        if (stages_from) tracer->add_stamps(stages_from->launches, stages_from->dropped);
       } else if (phase == Phase::stamped) {
         // This repetition measures what stamping costs; its stamps say how long the stamped kernels ran
-        // without CUPTI attached (first block's start to last block's end, summed over launches).
-        std::uint64_t dropped = 0;
+        // without CUPTI attached (first block's start to last block's end, summed over launches), and
+        // are kept for the profiled steps' stages.
+        StampedRep rep{t, {}, 0};
+        rep.launches = ops.take_stamps(&rep.dropped);
         double ns = 0;
-        for (const auto& l : ops.take_stamps(&dropped)) ns += static_cast<double>(l.end_ns - l.start_ns);
+        for (const auto& l : rep.launches) ns += static_cast<double>(l.end_ns - l.start_ns);
         if (ns > 0) stamped_kernel_ms.push_back(ns / 1e6);
+        stamped_reps.push_back(std::move(rep));
       }
       return t;
     }
@@ -127,7 +137,9 @@ struct Recorder {
 // Recorder (as the measuring loop does). First the same work untraced, then `start` brings the tracer up
 // (on the GPU: subscribes to CUPTI and re-captures the point's graphs, so that their nodes map to ranges)
 // and the work runs traced (the tracing overhead; those records are dropped), then spec.profile_steps
-// profiled steps whose records, ranges and allocator events make the point's profile.
+// profiled steps whose records, ranges and allocator events make the point's profile. On the GPU the
+// profiled steps run with stage stamping off; their stamped kernels get the stages of an untraced stamped
+// repetition of the same work (the median of those that measured the stamps' cost).
 void profile_pass(Ops& ops, Recorder& rec, const std::function<prof::Tracer*()>& start, const PointSpec& spec,
                   double median_s, const std::function<double()>& sample, PointOutcome& out) {
   // About a second of each on the GPU, a tenth on the slow CPU backend; 3 to 20 repetitions.
@@ -140,6 +152,8 @@ void profile_pass(Ops& ops, Recorder& rec, const std::function<prof::Tracer*()>&
   // stamping off so that drift hits both alike (only mocbench's multi-stage kernels stamp; a point without
   // them pays nothing).
   std::vector<double> stamped, unstamped;
+  rec.stamped_reps.clear();
+  rec.stages_from = nullptr;
   if (ops.device() == DeviceKind::cuda) {
     for (int i = 0; i < reps; ++i) {
       rec.phase = Recorder::Phase::stamped;
@@ -150,6 +164,12 @@ void profile_pass(Ops& ops, Recorder& rec, const std::function<prof::Tracer*()>&
       unstamped.push_back(sample());
     }
   }
+  // The stamped repetition of median time: its stages go onto every profiled step (Recorder::stages_from).
+  std::vector<const Recorder::StampedRep*> by_time;
+  for (const auto& r : rec.stamped_reps)
+    if (!r.launches.empty()) by_time.push_back(&r);
+  std::sort(by_time.begin(), by_time.end(), [](const auto* a, const auto* b) { return a->t < b->t; });
+  rec.stages_from = by_time.empty() ? nullptr : by_time[(by_time.size() - 1) / 2];
   prof::Tracer* t = start();
   if (t == nullptr) {
     rec.phase = Recorder::Phase::timing;
@@ -172,9 +192,7 @@ void profile_pass(Ops& ops, Recorder& rec, const std::function<prof::Tracer*()>&
   const std::size_t events_before = out.memory_events.size();
   mem.set_record_events(true);
   rec.phase = Recorder::Phase::profiled;
-  ops.set_stamping(true);
   for (int i = 0; i < std::max(1, spec.profile_steps); ++i) sample();
-  ops.set_stamping(false);
   mem.set_record_events(false);
   rec.phase = Recorder::Phase::timing;
   const auto events = mem.events();
@@ -213,6 +231,7 @@ void profile_pass(Ops& ops, Recorder& rec, const std::function<prof::Tracer*()>&
     // The stamped kernels' own time in those untraced repetitions (median): the stamped kernels as the
     // timed runs see them, without CUPTI's overhead on the profiled steps.
     if (!rec.stamped_kernel_ms.empty()) m.push_back({"profile_stamped_kernel_ms", median_of(rec.stamped_kernel_ms)});
+    if (rec.stages_from) m.push_back({"profile_stage_rep_ms", rec.stages_from->t * 1e3});
   }
   if (!trace.stages.empty()) {
     m.push_back({"profile_stages", static_cast<double>(trace.stages.size()) / steps});
