@@ -187,6 +187,23 @@ TEST(StageStamps, StageSumTotalsPerStageInKernelOrder) {
   EXPECT_NE(stats::stage_sum(ProfileTrace{}).notes.at(0).find("no stage stamps"), std::string::npos);
 }
 
+// Where the stages came from: a profile since 2026-11-28 (metric profile_stage_rep_ms) ran its profiled steps
+// unstamped and shows an untraced stamped repetition's stages; an older one stamped the profiled steps.
+TEST(StageStamps, StageSumSaysWhichStepsWereStamped) {
+  auto has = [](const stats::Table& tb, const std::string& text) {
+    for (const auto& n : tb.notes)
+      if (n.find(text) != std::string::npos) return true;
+    return false;
+  };
+  const auto now = stats::stage_sum(stamped_trace(), {{"profile_stage_rep_ms", 0.1157}});
+  EXPECT_TRUE(has(now, "the profiled steps ran unstamped"));
+  EXPECT_TRUE(has(now, "115.7 us"));
+  EXPECT_FALSE(has(now, "stamped in the profiled steps themselves"));
+  const auto before = stats::stage_sum(stamped_trace());
+  EXPECT_TRUE(has(before, "stamped in the profiled steps themselves"));
+  EXPECT_FALSE(has(before, "ran unstamped"));
+}
+
 TEST(StageStamps, PerfettoExportHasAStageTrackUnderTheKernelsStream) {
   const ProfileTrace t = stamped_trace();
   std::ostringstream o;

@@ -215,7 +215,7 @@ int cmd_stats(const std::string& db_path, long long run_id, std::optional<int> p
     const prof::Ceilings c = trace_ceilings(ceilings, trace);
     for (const auto& r : reports)
       for (auto& t : stats::run_report(r, trace, p.metrics, mode, time, c)) tables.push_back(std::move(t));
-    if (defaults && !trace.stages.empty()) tables.push_back(stats::stage_sum(trace));
+    if (defaults && !trace.stages.empty()) tables.push_back(stats::stage_sum(trace, p.metrics));
     if (format == "table" || format == "markdown") {
       char info[256];
       std::snprintf(info, sizeof info, "%s profile, %d step(s), %.1f kernels per step", trace.source.c_str(),

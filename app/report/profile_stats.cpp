@@ -457,7 +457,7 @@ std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics
   return {phase_table(t, dt, time), breakdown_table(t, dt, metrics, mode, time)};
 }
 
-Table stage_sum(const prof::ProfileTrace& t) {
+Table stage_sum(const prof::ProfileTrace& t, const Metrics& metrics) {
   Table tb;
   tb.id = "stage_sum";
   tb.title = "Kernel Stage Summary (device-side stamps, layers merged)";
@@ -522,6 +522,17 @@ Table stage_sum(const prof::ProfileTrace& t) {
   tb.notes.push_back(buf);
   tb.notes.push_back("a stage ends when the last block passes its boundary (for a grid barrier: the last arrival); "
                      "barrier wait = time blocks spent waiting at the barrier ending the stage, mean per block");
+  bool from_rep = false;
+  const double rep_ms = metric(metrics, "profile_stage_rep_ms", &from_rep);
+  if (from_rep) {
+    std::snprintf(buf, sizeof buf, "the profiled steps ran unstamped (stamping lengthens the kernels it splits); "
+                  "the stages are an untraced stamped repetition's (the median one, %.1f us), each launch placed "
+                  "on the same launch's record, ends aligned", rep_ms * 1e3);
+    tb.notes.push_back(buf);
+  } else {
+    tb.notes.push_back("the stages were stamped in the profiled steps themselves (profiles written before "
+                       "2026-11-28): their kernel times include what stamping costs (profile_stamp_overhead_pct)");
+  }
   if (unmatched) tb.notes.push_back(std::to_string(unmatched) + " stage(s) have no kernel record in the trace");
   if (t.dropped_stamps) tb.notes.push_back(std::to_string(t.dropped_stamps) + " stamped launch(es) dropped");
   return tb;
@@ -614,7 +625,7 @@ std::vector<Table> run_report(const std::string& name, const prof::ProfileTrace&
   if (name == "nvtx_sum") return {nvtx_sum(t)};
   if (name == "nvtx_gpu_proj_sum") return {nvtx_gpu_proj_sum(t)};
   if (name == "phase_sum") return phase_sum(t, metrics, mode, time);
-  if (name == "stage_sum") return {stage_sum(t)};
+  if (name == "stage_sum") return {stage_sum(t, metrics)};
   std::string known;
   for (const auto& n : report_names()) known += (known.empty() ? "" : ", ") + n;
   throw std::invalid_argument("unknown report '" + name + "'; reports: " + known);

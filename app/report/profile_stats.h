@@ -77,7 +77,8 @@ Table cuda_api_sum(const prof::ProfileTrace& t);
 Table cuda_kern_exec_sum(const prof::ProfileTrace& t, TimeMode time = TimeMode::exclusive);
 Table nvtx_sum(const prof::ProfileTrace& t);
 Table nvtx_gpu_proj_sum(const prof::ProfileTrace& t);
-Table stage_sum(const prof::ProfileTrace& t);
+// metrics: the point's (profile_stage_rep_ms says the stages came from a stamped repetition of their own).
+Table stage_sum(const prof::ProfileTrace& t, const Metrics& metrics = {});
 // ceilings: the run's measured ones (unknown: the rates are shown, the % and floor columns are empty).
 Table roofline(const prof::ProfileTrace& t, const prof::Ceilings& ceilings, TimeMode time = TimeMode::exclusive);
 // Two tables: phase_sum (per phase) and phase_sum_breakdown (profiled vs timed). mode: the point's mode

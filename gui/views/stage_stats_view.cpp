@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "gui/model/sweep.h"
 #include "gui/model/units.h"
 #include "gui/views/views.h"
 
@@ -65,12 +66,16 @@ void stage_rows(const StageTable& tb) {
 void draw_stage_stats_view(Store& store, UiState& ui) {
   if (!begin_point_view(store, ui, View::stages, false)) return;
   std::shared_ptr<const prof::ProfileTrace> trace;
+  const db::PointRecord* point = nullptr;  // the point's metrics (none for a pinned timeline)
   if (ui.timeline.pinned) {
     trace = ui.timeline.timeline.trace;
   } else {
     point_picker(store, ui, true);
     const std::int64_t pid = current_point(store, ui, true);
-    if (pid >= 0) trace = store.profile(run_a(ui), pid);
+    if (pid >= 0) {
+      trace = store.profile(run_a(ui), pid);
+      point = store.point(run_a(ui), pid);
+    }
   }
   StageStatsState& ss = ui.stages;
   if (trace != ss.trace) {
@@ -92,6 +97,16 @@ void draw_stage_stats_view(Store& store, UiState& ui) {
                        "stamps: a stage ends when the last block passes its boundary; barrier wait = the blocks' mean wait at the "
                        "barrier ending it. The numbers of `mocbench stats RUN --report stage_sum`.",
                        tb.launches, trace->steps, tb.coverage_pct);
+    if (point) {
+      const double rep_ms = metric_of(*point, "profile_stage_rep_ms");
+      if (rep_ms == rep_ms)  // not NaN: a profile since 2026-11-28
+        ImGui::TextWrapped("The profiled steps ran unstamped (stamping lengthens the kernels it splits); these stages are an "
+                           "untraced stamped repetition's (the median one, %.1f us), each launch placed on the same launch's "
+                           "record, ends aligned.", rep_ms * 1e3);
+      else
+        ImGui::TextWrapped("These stages were stamped in the profiled steps themselves (a profile written before 2026-11-28): "
+                           "the kernel times include what stamping costs (profile_stamp_overhead_pct).");
+    }
     ImGui::PopStyleColor();
     if (tb.unmatched) ImGui::TextColored(ImVec4(0.95f, 0.7f, 0.3f, 1), "%zu stage(s) have no kernel record in the trace", tb.unmatched);
     if (tb.dropped)
