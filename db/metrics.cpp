@@ -75,6 +75,7 @@ const std::vector<MetricInfo> kRegistry = {
     {"up_down_alone_us", "us", L, kNoise, "up + down projections timed alone"},
     {"unfused_us", "us", L, kNoise, "unfused latency"},
     {"weight_copies", "count", N, "", "weight copies rotated"},
+    {"calls_per_replay", "count", N, "", "calls per timed replay"},
     // topk
     {"rows_per_s", "rows/s", H, kNoise, "rows per second"},
     // Profiled points: the profile pass's own numbers, not the timed median (no noise estimate, no verdict).

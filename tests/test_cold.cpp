@@ -18,6 +18,7 @@ namespace {
 struct ColdRun {
   std::uint64_t flushes = 0;
   double weight_copies = -1;  // ffn-decode's metric (-1: none)
+  double calls_per_replay = -1;
   int reps = 0;
 };
 
@@ -39,6 +40,7 @@ ColdRun run_cold(const std::string& mode, bool cold) {
   r.reps = out.stats.reps;
   for (const auto& [k, v] : out.metrics)
     if (k == "weight_copies") r.weight_copies = v;
+    else if (k == "calls_per_replay") r.calls_per_replay = v;
   return r;
 }
 
@@ -62,6 +64,10 @@ TEST(ScenarioCold, FfnDecodeRotatesWeightCopiesInsteadOfFlushing) {
   EXPECT_EQ(warm.flushes, 0u);
   EXPECT_GE(cold.weight_copies, 2.0);  // more weight bytes than the cache, rotated within each repetition
   EXPECT_EQ(warm.weight_copies, 1.0);
+  // The CPU backend has no launch cost to hide: one round over the copies per repetition (the GPU's rule,
+  // at least 16 calls, is checked by GpuProfiling.FfnDecodePointProfilesTheDecodeStepsKernels).
+  EXPECT_EQ(cold.calls_per_replay, cold.weight_copies);
+  EXPECT_EQ(warm.calls_per_replay, 1.0);
 }
 
 }  // namespace

@@ -464,10 +464,19 @@ TEST(GpuProfiling, FfnDecodePointProfilesTheDecodeStepsKernels) {
     EXPECT_EQ(seen, kernels);
     // The profiled steps run unstamped; every record of a stamped kernel in each of them carries the stages
     // of the median stamped repetition, ending where the record ends.
-    double rep_ms = -1;
-    for (const auto& [name, v] : out.metrics)
+    double rep_ms = -1, copies = 0, calls = 0;
+    for (const auto& [name, v] : out.metrics) {
       if (name == "profile_stage_rep_ms") rep_ms = v;
+      if (name == "weight_copies") copies = v;
+      if (name == "calls_per_replay") calls = v;
+    }
     EXPECT_GT(rep_ms, 0.0) << "the stamped repetition the stages come from";
+    // A replay (the profiled step) is whole rounds over the weight copies, at least 16 calls, each call the
+    // FFN's kernels once.
+    ASSERT_GE(copies, 1.0);
+    EXPECT_GE(calls, 16.0);
+    EXPECT_EQ(std::fmod(calls, copies), 0.0);
+    EXPECT_EQ(static_cast<double>(t.kernels.size()), calls * static_cast<double>(kernels.size()) * t.steps);
     const auto owner = prof::stage_kernels(t);
     std::map<std::size_t, std::int64_t> last_end;  // kernel record -> its latest stage end
     for (std::size_t i = 0; i < t.stages.size(); ++i) {

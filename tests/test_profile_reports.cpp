@@ -436,6 +436,18 @@ TEST(ProfileStats, PhaseSumBreakdownOfAnFfnDecodePointIsPerCallInMicroseconds) {
   EXPECT_DOUBLE_EQ(num(bd.rows[1][4]), 50.0);
 }
 
+// Since 2026-11-28 a replay makes calls_per_replay calls (rounds over the copies): the profiled step is divided by
+// them, not by the copies.
+TEST(ProfileStats, PhaseSumDividesAnFfnDecodeStepByItsCallsPerReplay) {
+  const ProfileTrace t = sample_trace(0);
+  const stats::Metrics m = {{"latency_us", 2.0}, {"weight_copies", 4}, {"calls_per_replay", 16}};
+  const Table bd = stats::phase_sum(t, m, "ffn-decode")[1];
+  EXPECT_DOUBLE_EQ(num(bd.rows[0][1]), 600.0 / 32 / 1e3);  // 2 steps x 16 calls
+  bool said = false;
+  for (const auto& n : bd.notes) said = said || n.find("calls_per_replay") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
 TEST(ProfileStats, PhaseSumLeavesMissingTimedMetricsEmpty) {
   const Table bd = stats::phase_sum(sample_trace(0), {{"gate_ms", 0.001}}, "train")[1];
   EXPECT_DOUBLE_EQ(num(bd.rows[0][2]), 0.001);

@@ -1,6 +1,8 @@
 // ffn-decode: one FFN layer's decode call (Ops::ffn_decode) on batch rows, weights in the decode layout. Cold:
 // `copies` weight copies rotating through more bytes than the caches hold, each call on the next copy (the
-// harness does not flush). Needs the device's copy bandwidth (the floor's rate). Declares the paper's byte
+// harness does not flush). A repetition replays `calls` calls (rounds over the copies; on the GPU at least
+// kMinCallsGpu, so that a graph replay's own launch and completion, inside its timing events, stay small
+// against it) and is divided by them. Needs the device's copy bandwidth (the floor's rate). Declares the paper's byte
 // floor of a call (the weights it must read once) and the call's FLOPs (kernels/op_cost.h's ffn_decode);
 // reports the floor against the copy bandwidth and the paper's gate / top-K / up & down breakdown (parts that add
 // up to the call's latency).
@@ -17,29 +19,42 @@ namespace moc {
 
 namespace {
 
+// Calls per replay on the GPU: a graph replay timed by CUDA events also holds its launch and completion, 2-5 us
+// on an H100 beyond its kernels' busy time (about 1 us of it the host's launch latency), which 5 calls of ~20 us
+// did not hide: the one-layer profiles read up to 3.6% shorter than their timed medians (bench/RESULTS.md part
+// 20). 16 or more calls make it ~1% of a replay or less; a decode step's graph pays it once per step.
+constexpr int kMinCallsGpu = 16;
+
+// Calls per replay: whole rounds over the copies, at least kMinCallsGpu on the GPU (the CPU backend has no
+// launch cost to hide: one round).
+int calls_per_replay(int copies, bool gpu) {
+  return gpu ? (kMinCallsGpu + copies - 1) / copies * copies : copies;
+}
+
 struct FfnDecodeBench {
   PointState& st;
   FfnLayerBuffers& b;
   int copies;
+  int calls;  // per replay, call i on copy i % copies
   bool moc;
   MocSelect sel;
-  // One call per weight copy, captured as a graph (on a forced selection when force is set).
+  // `calls` calls, captured as a graph (on a forced selection when force is set).
   std::unique_ptr<OpGraph> graph_of(unsigned parts, const Tensor* force) {
     Ops* ops = &st.ops();
     return ops->capture([this, ops, parts, force] {
-      for (int c = 0; c < copies; ++c)
-        ops->ffn_decode(b.x, {&b.wg[static_cast<std::size_t>(c)], &b.wu[static_cast<std::size_t>(c)],
-                              &b.wd[static_cast<std::size_t>(c)]},
-                        moc ? &sel : nullptr, b.y, force, nullptr, parts);
+      for (int i = 0; i < calls; ++i) {
+        const auto c = static_cast<std::size_t>(i % copies);
+        ops->ffn_decode(b.x, {&b.wg[c], &b.wu[c], &b.wd[c]}, moc ? &sel : nullptr, b.y, force, nullptr, parts);
+      }
     });
   }
 };
 
 // A graph's replay timed alone, per call: at most half a second of repetitions.
-double part_us(PointState& st, OpGraph& g, int copies) {
+double part_us(PointState& st, OpGraph& g, int calls) {
   MeasureSettings part = st.spec().measure;
   part.time_bound_s = std::min(part.time_bound_s, 0.5);
-  return measure(part, [&] { return timed(st.ops(), [&] { g.replay(); }) / copies; }).median_s * 1e6;
+  return measure(part, [&] { return timed(st.ops(), [&] { g.replay(); }) / calls; }).median_s * 1e6;
 }
 
 // The paper's breakdown of a call, parts that add up to the call: the gate projection (its pass timed alone: it
@@ -60,22 +75,22 @@ Breakdown breakdown(FfnDecodeBench& fb, Tensor& idx, double total_us) {
   Ops& ops = st.ops();
   FfnLayerBuffers& b = fb.b;
   Breakdown r;
-  r.gate_us = part_us(st, *fb.graph_of(kFfnGate, nullptr), fb.copies);
+  r.gate_us = part_us(st, *fb.graph_of(kFfnGate, nullptr), fb.calls);
   if (fb.moc) {
     ops.ffn_decode(b.x, {&b.wg[0], &b.wu[0], &b.wd[0]}, &fb.sel, b.y, nullptr, &idx, kFfnGate | kFfnSelect);
-    r.topk_us = std::max(0.0, part_us(st, *fb.graph_of(kFfnGate | kFfnSelect, nullptr), fb.copies) - r.gate_us);
-    r.updown_alone_us = part_us(st, *fb.graph_of(kFfnUpDown, &idx), fb.copies);
+    r.topk_us = std::max(0.0, part_us(st, *fb.graph_of(kFfnGate | kFfnSelect, nullptr), fb.calls) - r.gate_us);
+    r.updown_alone_us = part_us(st, *fb.graph_of(kFfnUpDown, &idx), fb.calls);
   }
   r.updown_us = std::max(0.0, total_us - r.gate_us - r.topk_us);
   r.other_us = total_us - r.gate_us - r.topk_us - r.updown_us;
   Ffn ffn(ops, st.config(), 0);
   auto unfused = ops.capture([&] {
-    for (int c = 0; c < fb.copies; ++c)
-      ffn.forward(b.x, {&b.wg[static_cast<std::size_t>(c)], &b.wu[static_cast<std::size_t>(c)],
-                        &b.wd[static_cast<std::size_t>(c)], true},
-                  b.y, 1.0f, false);
+    for (int i = 0; i < fb.calls; ++i) {
+      const auto c = static_cast<std::size_t>(i % fb.copies);
+      ffn.forward(b.x, {&b.wg[c], &b.wu[c], &b.wd[c], true}, b.y, 1.0f, false);
+    }
   });
-  r.unfused_us = part_us(st, *unfused, fb.copies);
+  r.unfused_us = part_us(st, *unfused, fb.calls);
   return r;
 }
 
@@ -92,10 +107,11 @@ void run_ffn_decode(PointState& st) {
   const double copy_GBps = copy_bandwidth_GBps(ops);
   FfnLayerBuffers b = ffn_layer_buffers(st, /*train=*/false, rows, copies);
   const bool moc = cfg.ffn.kind == FfnKind::moc;
-  FfnDecodeBench fb{st, b, copies, moc, moc ? cfg.ffn.selection() : MocSelect{}};
+  const int calls = calls_per_replay(copies, ops.device() == DeviceKind::cuda);
+  FfnDecodeBench fb{st, b, copies, calls, moc, moc ? cfg.ffn.selection() : MocSelect{}};
   const int kept = moc ? fb.sel.kept(cfg.d_ffn) : cfg.d_ffn;
   Tensor idx = ops.empty({rows, kept}, DType::i16, workspace_tag());
-  // The latency of a call is a replay's time over the copies (launch gaps do not count, as inside a decode
+  // The latency of a call is a replay's time over its calls (launch gaps do not count, as inside a decode
   // step's graph), and with copies rotating through more bytes than the L2 the weights come from memory.
   // One call before the first capture: what the ops make at a first call and no capture may allocate (the zeroed
   // scratch the decode FFN keeps its counters in) exists when the graph is made, so that the graph holds what a
@@ -107,7 +123,7 @@ void run_ffn_decode(PointState& st) {
     return st.repetition([&] {
       ScopedRange sr(st.ranges(), "ffn.decode");
       full->replay();
-    }) / copies;
+    }) / calls;
   };
   ExecOptions eo;
   eo.recapture = [&] { full = fb.graph_of(kFfnAll, nullptr); };
@@ -143,6 +159,7 @@ void run_ffn_decode(PointState& st) {
   if (br.updown_alone_us) st.metric("up_down_alone_us", *br.updown_alone_us);
   st.metric("unfused_us", br.unfused_us);
   st.metric("weight_copies", copies);
+  st.metric("calls_per_replay", calls);
 }
 
 }  // namespace
@@ -151,7 +168,8 @@ extern const Mode kFfnDecodeMode;
 const Mode kFfnDecodeMode{
     .name = "ffn-decode",
     .needs = "one FFN layer's random weights in the decode layout, as many copies as cold needs; the copy bandwidth",
-    .repetition = "one FFN layer decode call on batch rows (a replay over the weight copies, divided by them)",
+    .repetition = "one FFN layer decode call on batch rows (a replay of calls_per_replay calls over the weight copies, "
+                  "divided by them)",
     .flush_when_cold = false,
     .refuse = nullptr,
     .run = run_ffn_decode,

@@ -356,10 +356,12 @@ Table breakdown_table(const prof::ProfileTrace& t, const prof::DeviceTimes& dt, 
                 column("Timed share", Unit::percent, false, 1)};
   double per = steps * 1e6;  // ns per step -> ms
   if (decode) {
+    // Calls per profiled step: calls_per_replay (since 2026-11-28; before, a replay made one call per copy).
     bool found = false;
-    double copies = metric(metrics, "weight_copies", &found);
-    if (!found || copies <= 0) copies = 1;
-    per = steps * copies * 1e3;  // ns per call -> us
+    double calls = metric(metrics, "calls_per_replay", &found);
+    if (!found || calls <= 0) calls = metric(metrics, "weight_copies", &found);
+    if (!found || calls <= 0) calls = 1;
+    per = steps * calls * 1e3;  // ns per call -> us
   }
   double prof_part[kParts];
   double prof_total = 0;
@@ -415,7 +417,7 @@ Table breakdown_table(const prof::ProfileTrace& t, const prof::DeviceTimes& dt, 
   bd.rows.push_back({std::string(decode ? "total (call)" : "total (step)"), prof_total, timed_total_cell,
                      Cell(prof_total > 0 ? 100.0 : 0.0), timed_total_share});
   if (decode)
-    bd.notes.push_back("per ffn-decode call: the profiled step divided by its weight copies; timed: gate_us, "
+    bd.notes.push_back("per ffn-decode call: the profiled step divided by its calls (calls_per_replay; weight_copies in older runs); timed: gate_us, "
                        "up_down_us, topk_us, other_us, latency_us (gate and top-K timed as passes of the call, "
                        "up & down what the rest of the call adds; MoC's up & down timed alone: up_down_alone_us)");
   else

@@ -83,8 +83,8 @@ Table stage_sum(const prof::ProfileTrace& t, const Metrics& metrics = {});
 Table roofline(const prof::ProfileTrace& t, const prof::Ceilings& ceilings, TimeMode time = TimeMode::exclusive);
 // Two tables: phase_sum (per phase) and phase_sum_breakdown (profiled vs timed). mode: the point's mode
 // ("ffn-decode" compares per call in us with gate_us/topk_us/up_down_us/other_us/latency_us, dividing
-// the profiled step by the weight_copies metric; others per step in ms with gate_ms/topk_ms/up_down_ms and
-// median_ms).
+// the profiled step by the calls_per_replay metric (weight_copies in older runs); others per step in ms
+// with gate_ms/topk_ms/up_down_ms and median_ms).
 std::vector<Table> phase_sum(const prof::ProfileTrace& t, const Metrics& metrics, const std::string& mode,
                              TimeMode time = TimeMode::exclusive);
 

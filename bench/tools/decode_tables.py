@@ -7,7 +7,7 @@ was retired also hold "persistent", shown beside it with its ratio to the kernel
 With --peer (bench/peers/torch_decode_peer.py's CSV, run in the same device call), a third table as RESULTS shows
 the study: per (ffn, batch) mocbench's ms per token and one-layer us beside the peer's fastest full-FFN variant that
 ran (dense; moc_k1024_*; moc28_*), and each profiled step's busy time against its timed median (one layer: the busy
-time of a replay over the weight copies, divided by them)."""
+time of a replay, divided by its calls: calls_per_replay, or weight_copies in runs before 2026-11-28)."""
 import csv
 import sqlite3
 import sys
@@ -117,7 +117,7 @@ def main():
                 pd = peer.get(("decode", ffn, b), (None, ""))[0]
                 pf = peer.get(("ffn-decode", ffn, b), (None, ""))[0]
                 row = [f(ms, 3), f(ratio(dd, ms), 2) + "x", f(pd / 1e3 if pd else None, 3), f(us),
-                       f(ratio(fd, us), 2) + "x", f(pf), over(dm, 1) + " / " + over(fm, fm.get("weight_copies") or 1)]
+                       f(ratio(fd, us), 2) + "x", f(pf), over(dm, 1) + " / " + over(fm, fm.get("calls_per_replay") or fm.get("weight_copies") or 1)]
                 print(f"| {ffn} | {b} | " + " | ".join(row) + " |")
     bad = [(k, s) for k, (s, _) in pts.items() if s != "ok"]
     if bad:

@@ -72,9 +72,9 @@ def main():
         timed = m.get("median_ms")
         busy = m["profile_gpu_busy_ms"]
         inc = m.get("profile_inclusive_sum_ms", float("nan"))
-        if mode == "ffn-decode":  # a profiled step replays every weight copy once
-            copies = m.get("weight_copies", 1) or 1
-            timed = timed * copies
+        if mode == "ffn-decode":  # a profiled step is one replay: calls_per_replay calls (before: one per copy)
+            calls = m.get("calls_per_replay") or m.get("weight_copies", 1) or 1
+            timed = timed * calls
         print(f"| {idx} | {mode} | {axes.get('ffn','')} | {axes.get('batch','')} | {axes.get('decode_impl','')} | "
               f"{timed:.4f} ms | {busy:.4f} ms | {100*busy/timed:.1f}% | {inc:.4f} ms | {100*inc/timed:.1f}% |")
 

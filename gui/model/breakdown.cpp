@@ -50,9 +50,11 @@ bool breakdown_bar(const db::PointRecord& p, const prof::ProfileTrace* profile, 
   if (profiled && !(pb.fused_decode && timed_parts)) {
     double per = profile->steps * 1e6;  // ns per step -> ms
     if (ffn_decode) {
-      double copies = metric_of(p, "weight_copies");
-      if (std::isnan(copies) || copies <= 0) copies = 1;
-      per = profile->steps * copies * 1e3;  // ns per call -> us
+      // Calls per profiled step: calls_per_replay (since 2026-11-28; before, one call per weight copy).
+      double calls = metric_of(p, "calls_per_replay");
+      if (std::isnan(calls) || calls <= 0) calls = metric_of(p, "weight_copies");
+      if (std::isnan(calls) || calls <= 0) calls = 1;
+      per = profile->steps * calls * 1e3;  // ns per call -> us
     }
     for (int i = 0; i < prof::kPaperParts; ++i) out->parts[static_cast<std::size_t>(i)] = pb.ns[static_cast<std::size_t>(i)] / per;
     // other also holds the device's idle time between ops (launch gaps), as the timed other does: the bar is
