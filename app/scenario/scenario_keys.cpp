@@ -100,8 +100,8 @@ const ScenarioKey kProfile[] = {
      "profile each point (`mocbench run --no-profile` turns it off for a run)",
      +[](P& p, const V& v) { p.profile_kernels = v.b; }},
     {"steps", KeyRule::pos_int, "1", "1",
-     "profiled repetitions (a training step, a decode step, one ffn-decode replay over its weight copies, a "
-     "selection)",
+     "profiled repetitions (a training step, a decode step, one ffn-decode replay of calls_per_replay calls over "
+     "its weight copies, a selection)",
      +[](P& p, const V& v) { p.profile_steps = as_int(v); }},
 };
 
