@@ -2,10 +2,10 @@
 // `copies` weight copies rotating through more bytes than the caches hold, each call on the next copy (the
 // harness does not flush). A repetition replays `calls` calls (rounds over the copies; on the GPU at least
 // kMinCallsGpu, so that a graph replay's own launch and completion, inside its timing events, stay small
-// against it) and is divided by them. Needs the device's copy bandwidth (the floor's rate). Declares the paper's byte
-// floor of a call (the weights it must read once) and the call's FLOPs (kernels/op_cost.h's ffn_decode);
-// reports the floor against the copy bandwidth and the paper's gate / top-K / up & down breakdown (parts that add
-// up to the call's latency).
+// against it) and is divided by them. Needs the device's copy bandwidth (the floor's rate). Declares the
+// paper's byte floor of a call (the weights it must read once) and the call's FLOPs (kernels/op_cost.h's
+// ffn_decode); reports the floor against the copy bandwidth and the paper's gate / top-K / up & down
+// breakdown (parts that add up to the call's latency).
 #include <algorithm>
 #include <optional>
 

@@ -417,9 +417,10 @@ Table breakdown_table(const prof::ProfileTrace& t, const prof::DeviceTimes& dt, 
   bd.rows.push_back({std::string(decode ? "total (call)" : "total (step)"), prof_total, timed_total_cell,
                      Cell(prof_total > 0 ? 100.0 : 0.0), timed_total_share});
   if (decode)
-    bd.notes.push_back("per ffn-decode call: the profiled step divided by its calls (calls_per_replay; weight_copies in older runs); timed: gate_us, "
-                       "up_down_us, topk_us, other_us, latency_us (gate and top-K timed as passes of the call, "
-                       "up & down what the rest of the call adds; MoC's up & down timed alone: up_down_alone_us)");
+    bd.notes.push_back("per ffn-decode call: the profiled step divided by its calls (calls_per_replay; weight_copies "
+                       "in older runs); timed: gate_us, up_down_us, topk_us, other_us, latency_us (gate and top-K "
+                       "timed as passes of the call, up & down what the rest of the call adds; MoC's up & down timed "
+                       "alone: up_down_alone_us)");
   else
     bd.notes.push_back("per step: profiled = device time of the ops under ffn.gate, ffn.up + ffn.down, ffn.topk "
                        "and the rest; timed = gate_ms, up_down_ms, topk_ms and median_ms (other = the remainder)");
