@@ -313,7 +313,7 @@ Harness::Harness(Ops& backend, const PointSpec& s, const Mode& m, ModelConfig c,
       tee({&timer, ops.device() == DeviceKind::cuda ? &nvtx : nullptr, &to_tracer}),
       // cold: flushes before each repetition, unless the mode makes its work cold itself (ffn-decode).
       rec{ops,    timer,    spec.measure.warmup, &out.memory_baseline_bytes, spec.stop, tracer.get(),
-          Recorder::Phase::timing, 0, {}, spec.cold && mode.flush_when_cold},
+          Recorder::Phase::timing, 0, {}, spec.cold && mode.flush_when_cold, {}, nullptr},
       rng(static_cast<std::uint32_t>(cfg.seed)) {}
 
 // After a mode's timed repetitions: its profile, from the same repetition function. recapture re-records the
