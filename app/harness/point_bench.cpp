@@ -88,7 +88,6 @@ struct Recorder {
   prof::Tracer* tracer = nullptr;
   Phase phase = Phase::timing;
   int calls = 0;
-  std::vector<double> stamped_kernel_ms;  // per stamped repetition: the stamped kernels' time
   bool flush = false;  // cold timing (every mode but ffn-decode): the caches evicted before each repetition
   // Per stamped repetition: its time and its launches' stamps (the profile's stages come from the median one).
   struct StampedRep {
@@ -110,14 +109,10 @@ struct Recorder {
         // kernels it splits); each gets the stages of the median stamped repetition, the same work.
         if (stages_from) tracer->add_stamps(stages_from->launches, stages_from->dropped);
       } else if (phase == Phase::stamped) {
-        // This repetition measures what stamping costs; its stamps say how long the stamped kernels ran
-        // without CUPTI attached (first block's start to last block's end, summed over launches), and
-        // are kept for the profiled steps' stages.
+        // This repetition measures what stamping costs; its stamps are kept for the profiled steps' stages
+        // and say how long the stamped kernels ran without CUPTI attached (profile_pass).
         StampedRep rep{t, {}, 0};
         rep.launches = ops.take_stamps(&rep.dropped);
-        double ns = 0;
-        for (const auto& l : rep.launches) ns += static_cast<double>(l.end_ns - l.start_ns);
-        if (ns > 0) stamped_kernel_ms.push_back(ns / 1e6);
         stamped_reps.push_back(std::move(rep));
       }
       return t;
@@ -228,9 +223,16 @@ void profile_pass(Ops& ops, Recorder& rec, const std::function<prof::Tracer*()>&
     m.push_back({"profile_stamped_ms", s_ms});
     m.push_back({"profile_unstamped_ms", u_ms});
     m.push_back({"profile_stamp_overhead_pct", 100.0 * (s_ms / u_ms - 1.0)});
-    // The stamped kernels' own time in those untraced repetitions (median): the stamped kernels as the
-    // timed runs see them, without CUPTI's overhead on the profiled steps.
-    if (!rec.stamped_kernel_ms.empty()) m.push_back({"profile_stamped_kernel_ms", median_of(rec.stamped_kernel_ms)});
+    // The stamped kernels' own time in those untraced repetitions (median; first block's start to last block's
+    // end, summed over a repetition's launches): the stamped kernels as the timed runs see them, without
+    // CUPTI's overhead on the profiled steps.
+    std::vector<double> kernel_ms;
+    for (const auto& r : rec.stamped_reps) {
+      double ns = 0;
+      for (const auto& l : r.launches) ns += static_cast<double>(l.end_ns - l.start_ns);
+      if (ns > 0) kernel_ms.push_back(ns / 1e6);
+    }
+    if (!kernel_ms.empty()) m.push_back({"profile_stamped_kernel_ms", median_of(kernel_ms)});
     if (rec.stages_from) m.push_back({"profile_stage_rep_ms", rec.stages_from->t * 1e3});
   }
   if (!trace.stages.empty()) {
@@ -313,7 +315,7 @@ Harness::Harness(Ops& backend, const PointSpec& s, const Mode& m, ModelConfig c,
       tee({&timer, ops.device() == DeviceKind::cuda ? &nvtx : nullptr, &to_tracer}),
       // cold: flushes before each repetition, unless the mode makes its work cold itself (ffn-decode).
       rec{ops,    timer,    spec.measure.warmup, &out.memory_baseline_bytes, spec.stop, tracer.get(),
-          Recorder::Phase::timing, 0, {}, spec.cold && mode.flush_when_cold, {}, nullptr},
+          Recorder::Phase::timing, 0, spec.cold && mode.flush_when_cold, {}, nullptr},
       rng(static_cast<std::uint32_t>(cfg.seed)) {}
 
 // After a mode's timed repetitions: its profile, from the same repetition function. recapture re-records the
