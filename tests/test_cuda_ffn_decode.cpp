@@ -684,6 +684,7 @@ TEST(GpuFfnDecode, TopKHandOffsAgree) {
           SCOPED_TRACE(std::string(list ? "list" : "masks") + (spare ? ", spare SM" : ", all SMs") +
                        (want_idx ? ", idx_out" : ""));
           cuda::ffn::Options opt;
+          opt.topk_ring = false;  // the kernels' hand-offs (the ring: TopKRingAgreesWithTheKernels)
           opt.topk_list = list;
           opt.spare_sm = spare;
           ASSERT_TRUE(cuda::ffn::fast_path(p, opt));
@@ -748,6 +749,7 @@ TEST(GpuFfnDecode, SpeculationOnTheThresholdBinSettlesEveryWay) {
     for (int spec : {0, 1, 2, 3, 1}) {
       SCOPED_TRACE("speculate " + std::to_string(spec));
       cuda::ffn::Options opt;
+      opt.topk_ring = false;  // the up/down kernel's speculation (the one-row default is the ring kernel)
       opt.topk_speculate = spec;
       const auto out = launch_out(*gpu, L, p, ws.raw(), bytes, st, opt);
       if (want.empty()) want = out;
@@ -865,6 +867,103 @@ TEST(GpuFfnDecode, AbRingAgreesWithTheGateAndUpDownKernels) {
         EXPECT_EQ(gpu->download_i32(ig), idx[1]);
         expect_same_out("against the default ring", o, outs[1], L.out0, L.dt);
       }
+  }
+#endif
+}
+
+// MoC row top-K at one row runs as one kernel (Options::topk_ring: gate, the grid's histogram and candidate list, up
+// and down; d <= 2048) against the gate, selection and up/down kernels on the same inputs: the same channels (idx_out,
+// poisoned first; near-ties aside: the ring sums the gate's dot products in another order), then the same output up to
+// the order of the fp32 atomics; without idx_out (the decode engine's call: no third grid meeting), and with rings of
+// 1, 2 and 4 slots, the same output again. Rules gate, silu and abs_silu; K 1, 1024, d_ffn; the 1b layer (clusters of
+// 2, 41-42 channels a block), d 64 / d_ffn 37 (one channel a block or none), d 136 / d_ffn 301 (clusters of 1); every
+// gate row equal (one bin of d_ffn candidates: ties to the lower channels), NaN rows, and the largest keys
+// concentrated in the first channels (blocks keeping more channels than their shared memory holds: rows read from
+// global memory). Two rows and d 2560 stay on the kernels.
+TEST(GpuFfnDecode, TopKRingAgreesWithTheKernels) {
+  MOC_GPU_OR_SKIP(gpu);
+#ifdef MOCBENCH_HAVE_CUDA
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto st = static_cast<cudaStream_t>(gpu->stream());
+  enum Shape { kPlain, kTied, kNaN, kFront };
+  struct Case {
+    Size s;
+    int R;
+    MocSelect sel;
+    Shape shape;
+    bool ring;  // norm_inside (the ring path) expected
+  };
+  const MocSelect t1024{1024, 0, 0, SelectRule::gate}, t1{1, 0, 0, SelectRule::gate},
+      tall{kPaper.F, 0, 0, SelectRule::gate}, t1024s{1024, 0, 0, SelectRule::silu}, t17{17, 0, 0, SelectRule::gate},
+      t17a{17, 0, 0, SelectRule::abs_silu}, t300{300, 0, 0, SelectRule::silu}, t40{40, 0, 0, SelectRule::gate};
+  const Case cases[] = {{kPaper, 1, t1024, kPlain, true},   {kPaper, 1, t1, kPlain, true},
+                        {kPaper, 1, tall, kPlain, true},    {kPaper, 1, t1024s, kPlain, true},
+                        {kPaper, 1, t1024, kTied, true},    {kPaper, 1, t1024, kFront, true},
+                        {{64, 37}, 1, t17, kPlain, true},   {{64, 37}, 1, t17a, kTied, true},
+                        {{136, 301}, 1, t300, kPlain, true}, {{136, 301}, 1, t40, kNaN, true},
+                        {{136, 301}, 1, t17, kTied, true},  {kPaper, 2, t1024, kPlain, false},
+                        {{2560, 301}, 1, t17, kPlain, false}};
+  for (const Case& c : cases) {
+    Layer L = make_layer(rng, c.R, c.s.d, c.s.F, DType::bf16);
+    if (c.shape == kTied) tie_gate_rows(L);
+    if (c.shape == kNaN)
+      for (int j : {0, 5, 100, 300})
+        std::fill_n(L.wg.begin() + static_cast<std::ptrdiff_t>(j) * L.d, L.d, std::numeric_limits<float>::quiet_NaN());
+    if (c.shape == kFront)  // channels [0, 600) with gate rows 8x larger: the first blocks keep all of theirs
+      for (std::size_t i = 0; i < static_cast<std::size_t>(600) * L.d; ++i) L.wg[i] = bf16_to_f32(f32_to_bf16(8.f * L.wg[i]));
+    upload_layer(*gpu, *cpu, L);
+    const char* shapes[] = {"", " tied", " NaN rows", " front-loaded"};
+    const std::string what = sel_str(&c.sel) + " rows " + std::to_string(c.R) + " d " + std::to_string(c.s.d) +
+                             " d_ffn " + std::to_string(c.s.F) + shapes[c.shape];
+    SCOPED_TRACE(what);
+    cuda::ffn::Problem p = launch_problem(L);
+    p.kind = cuda::ffn::SelKind::topk;
+    p.k = c.sel.k;
+    p.rule = c.sel.rule;
+    EXPECT_EQ(cuda::ffn::norm_inside(p), c.ring);
+    EXPECT_EQ(cuda::ffn::uses_zeroed(p), c.ring);
+    const int kept = c.sel.kept(L.F);
+    const std::size_t bytes = cuda::ffn::workspace_bytes(p);
+    Tensor ws = gpu->empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
+    std::vector<float> outs[2];
+    std::vector<std::int32_t> idx[2];
+    for (int ring = 0; ring < 2; ++ring) {
+      cuda::ffn::Options opt;
+      opt.topk_ring = ring == 1;
+      ASSERT_TRUE(cuda::ffn::fast_path(p, opt));
+      Tensor ig = poisoned_idx(*gpu, L.R, kept);
+      p.idx_out = ig.data<std::uint16_t>();
+      outs[ring] = launch_out(*gpu, L, p, ws.raw(), bytes, st, opt);
+      idx[ring] = gpu->download_i32(ig);
+    }
+    expect_same_selection("ring against the kernels", idx[1], idx[0], host_gate(L), L.R, L.F, c.sel);
+    if (c.shape == kTied) {
+      for (int i = 0; i < kept; ++i) {
+        ASSERT_EQ(idx[1][static_cast<std::size_t>(i)], i) << "ties go to the lower channels";
+      }
+    }
+    if (c.shape == kNaN) {
+      for (std::int32_t j : idx[1]) {
+        EXPECT_TRUE(j != 0 && j != 5 && j != 100 && j != 300) << "NaN kept";
+      }
+    }
+    if (idx[1] == idx[0]) expect_same_out("ring against the kernels", outs[1], outs[0], L.out0, L.dt);
+    if (!c.ring) continue;
+    for (int slots : {0, 1, 2, 4}) {  // 0: the default, without idx_out
+      SCOPED_TRACE("slots " + std::to_string(slots) + (slots ? ", idx_out" : ", no idx_out"));
+      cuda::ffn::Options opt;
+      opt.topk_ring_slots = slots;
+      Tensor ig = poisoned_idx(*gpu, L.R, kept);
+      p.idx_out = slots ? ig.data<std::uint16_t>() : nullptr;
+      const std::vector<float> o = launch_out(*gpu, L, p, ws.raw(), bytes, st, opt);
+      if (slots) {
+        EXPECT_EQ(gpu->download_i32(ig), idx[1]);
+      }
+      expect_same_out("against the first ring call", o, outs[1], L.out0, L.dt);
+    }
   }
 #endif
 }

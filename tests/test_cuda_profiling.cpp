@@ -237,8 +237,9 @@ TEST(GpuProfiling, StampedSpinKernelMatchesCudaEvents) {
 }
 
 // The decode step (one kernel per op, chained with PDL, replayed from a graph): the decode FFN's own kernels
-// stamp themselves -- k_gate ("gate"), k_select ("top-K"), k_updown ("gate & up" or "up", then "down"; the
-// dense and a:b ring kernels' "gate & up" holds everything until the last z) --
+// stamp themselves -- at batch 1 each FFN is one ring kernel, k_updown: dense and a:b "gate & up" (everything until
+// the last z), then "down"; row top-K "gate", "top-K", "up", "down" (the gate, selection and up/down kernels stamp
+// "gate", "top-K" and "up" / "down" each, as at batch 2: ManyLaunchesFillTheSlotsInOrderAndCountTheRestDropped) --
 // from their first block past its dependency wait to their last block's end, one launch per kernel per
 // layer in order, each inside its CUPTI record and ending where it ends (to the stamp's alignment). Three
 // layers of the 1b shape (vocab 512), batch 1. Off, nothing stamps.
@@ -249,7 +250,7 @@ TEST(GpuStageStamps, DecodeFfnKernelsStampTheirWorkAfterTheirWait) {
   const int layers = 3;
   const std::map<std::string, std::vector<std::pair<std::string, std::vector<std::string>>>> expected = {
       {"dense", {{"k_updown", {"gate & up", "down"}}}},
-      {"moc", {{"k_gate", {"gate"}}, {"k_select", {"top-K"}}, {"k_updown", {"up", "down"}}}},
+      {"moc", {{"k_updown", {"gate", "top-K", "up", "down"}}}},  // the top-K ring: one kernel, four stages
       {"moc_2:8", {{"k_updown", {"gate & up", "down"}}}}};  // the a:b ring: gate, selection and up, then down
   for (const auto& [ffn, per_layer] : expected) {
     SCOPED_TRACE(ffn);
@@ -437,11 +438,11 @@ TEST(GpuProfiling, DecodePointOfThe1bModelDropsNothingAndAttributesEveryKernel) 
 // The one-layer point (mode ffn-decode) times the graph of what a decode step runs for its FFN: the decode FFN keeps
 // its counters in the ops' zeroed scratch, which no capture may allocate, so the mode makes one call before it
 // captures -- before, the dense and 2:8 graphs held a prep kernel (~0.7-1.1 us a call on an H100) that no decode
-// step has. Dense and 2:8 at batch 1 (one ring kernel a call), MoC top-K (gate, selection, up/down).
+// step has. Dense, 2:8 and MoC top-K at batch 1: one ring kernel a call.
 TEST(GpuProfiling, FfnDecodePointProfilesTheDecodeStepsKernels) {
   MOC_GPU_OR_SKIP(ops);
   const std::map<std::string, std::set<std::string>> want = {
-      {"dense", {"k_updown"}}, {"moc_2:8", {"k_updown"}}, {"moc", {"k_gate", "k_select", "k_updown"}}};
+      {"dense", {"k_updown"}}, {"moc_2:8", {"k_updown"}}, {"moc", {"k_updown"}}};
   for (const auto& [ffn, kernels] : want) {
     SCOPED_TRACE(ffn);
     PointSpec spec;

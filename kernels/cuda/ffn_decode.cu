@@ -29,6 +29,7 @@
 #include "kernels/cuda/ffn_decode_updown.cuh"
 #include "kernels/cuda/ffn_decode_ring.cuh"
 #include "kernels/cuda/ffn_decode_ring_ab.cuh"
+#include "kernels/cuda/ffn_decode_ring_topk.cuh"
 #include "kernels/op_cost.h"
 
 namespace moc::cuda {
@@ -41,6 +42,7 @@ namespace {
 struct Layout {
   int R = 1, Fp = 128, Wp = 4, umax = 1;
   std::size_t ctrl = 0, acc = 0, zero = 0, g = 0, mask = 0, list = 0, info = 0, z = 0, total = 0;
+  std::size_t tr = 0, tkeys = 0, tcounts = 0;  // row top-K's ring kernel: histogram and counters, keys, counts
 };
 
 int rows_pad(int R) { return R <= 1 ? 1 : R <= 2 ? 2 : R <= 4 ? 4 : 8; }
@@ -58,6 +60,10 @@ Layout make_layout(const Problem& p) {
   off += kCtrlBytes;
   L.acc = off;
   off += align256(R * static_cast<std::size_t>(p.d) * 4);
+  if (p.kind == SelKind::topk) {  // the top-K ring kernel's histogram and counters (ffn_decode_ring_topk.cuh)
+    L.tr = off;
+    off += align256(kTrZeroBytes);
+  }
   L.zero = off;  // [0, zero): counters and accumulator, zeroed by the kernel before the up/down kernel
   L.g = off;
   off += align256(R * static_cast<std::size_t>(L.Fp) * 4);
@@ -69,6 +75,12 @@ Layout make_layout(const Problem& p) {
   off += 256;  // [0] union length, [32] the threshold-bin word (Buffers::spec)
   L.z = off;
   off += align256(static_cast<std::size_t>(L.umax) * kMaxRows * 4);
+  if (p.kind == SelKind::topk) {
+    L.tkeys = off;
+    off += align256(static_cast<std::size_t>(L.Fp) * 4);
+    L.tcounts = off;
+    off += align256(1024 * 4);  // one count per block (grids of at most 1024 SMs)
+  }
   L.total = off;
   return L;
 }
@@ -184,6 +196,9 @@ struct Buffers {
   uint4* zero;
   unsigned zero_n16;
   unsigned* spec;  // the selection's threshold-bin word (Options::topk_speculate): its own line of the info area
+  unsigned* tr;                // the top-K ring kernel's histogram and counters (zeroed)
+  unsigned* tkeys;             // ... its key array
+  unsigned* tcounts;           // ... its per-block kept counts
 };
 Buffers buffers(const Layout& L, void* ws) {
   auto* b = static_cast<unsigned char*>(ws);
@@ -191,7 +206,9 @@ Buffers buffers(const Layout& L, void* ws) {
           reinterpret_cast<float*>(b + L.g),       b + L.mask,
           reinterpret_cast<unsigned*>(b + L.list), reinterpret_cast<unsigned*>(b + L.info),
           reinterpret_cast<float*>(b + L.z),       reinterpret_cast<uint4*>(b),
-          static_cast<unsigned>(L.zero / 16),      reinterpret_cast<unsigned*>(b + L.info) + 32};
+          static_cast<unsigned>(L.zero / 16),      reinterpret_cast<unsigned*>(b + L.info) + 32,
+          reinterpret_cast<unsigned*>(b + L.tr),   reinterpret_cast<unsigned*>(b + L.tkeys),
+          reinterpret_cast<unsigned*>(b + L.tcounts)};
 }
 
 // Sequential launches of one call: the first may overlap the stream's previous kernel (entry_pdl), the
@@ -238,6 +255,7 @@ Buffers zeroed_or_prep(const Buffers& B, const Layout& L, void* zeroed, Chain& c
   Buffers U = B;
   U.ctrl = static_cast<unsigned*>(zeroed);
   U.acc = reinterpret_cast<float*>(static_cast<unsigned char*>(zeroed) + L.acc);
+  U.tr = reinterpret_cast<unsigned*>(static_cast<unsigned char*>(zeroed) + L.tr);
   return U;
 }
 
@@ -622,6 +640,74 @@ void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options
   MOC_CUDA_LAUNCHED("k_updown");
 }
 
+// MoC row top-K at one row as one kernel (ffn_decode_ring_topk.cuh): d <= kDownCols, a grid whose blocks are all
+// resident at once (one per SM; clusters of 2 where that many fit), W_gate through S slots, the kept area of kcap
+// channels in the shared memory left.
+struct RingTopkPlan {
+  int cpg = 0, nb = 1, nmax = 0, S = 0, kcap = 0;
+  std::size_t smem = 0;
+};
+RingTopkPlan ring_topk_plan(const Problem& p, int nb, int slots) {
+  RingTopkPlan pl;
+  const unsigned row = static_cast<unsigned>(p.d) * 2u;
+  pl.cpg = static_cast<int>(std::min<unsigned>(16u, kRingSlotBytes / row));
+  if (pl.cpg < 1) return pl;
+  pl.nb = std::max(1, std::min(nb, p.d_ffn));
+  pl.nmax = (p.d_ffn + pl.nb - 1) / pl.nb;
+  const int items = (pl.nmax + pl.cpg - 1) / pl.cpg;
+  pl.S = std::min(slots, items);
+  const std::size_t fixed = ring_topk_smem_bytes(pl.S, p.d, pl.nmax, 0);
+  const std::size_t optin = device_limits().smem_optin;
+  const std::size_t per = static_cast<std::size_t>(p.d) * 4 + 8;
+  pl.kcap = fixed >= optin ? -1 : static_cast<int>(std::min<std::size_t>(pl.nmax, (optin - fixed) / per));
+  pl.smem = ring_topk_smem_bytes(pl.S, p.d, pl.nmax, std::max(0, pl.kcap));
+  return pl;
+}
+int ring_topk_slots(const Options& opt) {
+  return opt.topk_ring_slots > 0 ? std::min(opt.topk_ring_slots, kRingMaxSlots) : kRingTopkSlots;
+}
+bool ring_topk_ok(const Problem& p, const Options& opt) {
+  if (!opt.topk_ring || p.kind != SelKind::topk || p.force_idx || p.rows != 1 || p.d > kDownCols) return false;
+  if ((p.parts & (kFfnSelect | kFfnUpDown)) != (kFfnSelect | kFfnUpDown)) return false;
+  const RingTopkPlan pl = ring_topk_plan(p, device_limits().sms, ring_topk_slots(opt));
+  // (the key array [d_ffn] is read into the ring: u32 keys rounded up to 16 bytes)
+  const bool keys_fit = static_cast<std::size_t>((p.d_ffn + 3) / 4) * 16 <= static_cast<std::size_t>(pl.S) * kRingSlotBytes;
+  return pl.cpg >= 1 && pl.S >= 1 && pl.kcap >= 0 && pl.nb <= 1024 && keys_fit;
+}
+
+void launch_ring_topk(const Problem& p, const Buffers& B, Chain& ch, const Options& opt) {
+  MOC_OP_COST(named(cost::plus(cost::plus(cost::ffn_decode_gate(cost_shape(p)), cost::ffn_decode_select(cost_shape(p))),
+                               cost::ffn_decode_up_down(cost_shape(p))),
+                    "ffn_decode.ring_topk"));
+  RingTopkArgs a{};
+  ring_io(a, p, B);
+  a.idx_out = p.idx_out;
+  a.hist = B.tr;
+  a.keys = B.tkeys;
+  a.counts = B.tcounts;
+  a.k = p.k;
+  a.rule = static_cast<int>(p.rule);
+  void (*kernel)(RingTopkArgs) = k_updown<TopK, -1>;
+  if (opt.specialized && p.rule == SelectRule::gate) kernel = k_updown<TopK, static_cast<int>(SelectRule::gate)>;
+  const int slots = ring_topk_slots(opt);
+  RingTopkPlan pl = ring_topk_plan(p, device_limits().sms, slots);
+  int C = pl.nb >= 2 && p.d % 16 == 0 ? 2 : 1;  // cluster of 2: slices of d / 2 columns, 8-aligned
+  if (C == 2) {
+    // The grid meets on counters, so every block must be resident at once: whole clusters, as many as fit.
+    const int clusters = max_active_clusters(kernel, pl.smem, 2, kRingThreads);
+    const RingTopkPlan p2 = clusters >= 1 ? ring_topk_plan(p, std::min(pl.nb / 2 * 2, clusters * 2), slots) : pl;
+    if (clusters < 1 || p2.nb < 2 || p2.kcap < 0) C = 1;
+    else pl = p2;
+  }
+  a.C = C;
+  a.cpg = pl.cpg;
+  a.S = pl.S;
+  a.nmax = pl.nmax;
+  a.kcap = pl.kcap;
+  launch_ex(kernel, static_cast<unsigned>(pl.nb), kRingThreads, pl.smem, ch.st, C, ch.next(), a);
+  MOC_CUDA_LAUNCHED("k_updown");
+}
+
 // The generic path for one chunk.
 template <class T>
 void run_generic(const Problem& p, const Layout& L, const Buffers& B, cudaStream_t st) {
@@ -731,6 +817,10 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
     if (updown) launch_updown(p, L, B, false, kMaskChannels, ch, opt);
     return;
   }
+  if (ring_topk_ok(p, opt)) {
+    launch_ring_topk(p, zeroed_or_prep(B, L, zeroed, ch), ch, opt);
+    return;
+  }
   const bool masks = topk_masks(p, opt), spare = topk_spare(p, opt);
   launch_gate(p, L, B, kGateOnly, false, ch, opt, spare);
   const bool spec = launch_select(p, L, B, p.kind == SelKind::topk ? kSelTopK : kSelGroup, updown, updown, ch, opt,
@@ -779,7 +869,7 @@ bool fast_path(const Problem& p, const Options& opt) {
 bool norm_inside(const Problem& p, const Options& opt) {
   if (p.rows < 1 || !fast_path(p, opt) || (p.norm && !aligned16(p.norm))) return false;
   if (p.kind == SelKind::dense) return (p.parts & kFfnUpDown) && ring_ok(p, opt);
-  return ring_ab_ok(p, opt);
+  return ring_ab_ok(p, opt) || ring_topk_ok(p, opt);
 }
 
 bool uses_zeroed(const Problem& p, const Options& opt) {
@@ -787,7 +877,7 @@ bool uses_zeroed(const Problem& p, const Options& opt) {
   if (p.kind == SelKind::dense) return true;
   Problem c = p;
   c.rows = std::min(p.rows, kMaxRows);
-  return fast_path(c, opt) && ring_ab_ok(c, opt);
+  return fast_path(c, opt) && (ring_ab_ok(c, opt) || ring_topk_ok(c, opt));
 }
 
 void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaStream_t stream, const Options& opt,
@@ -819,6 +909,8 @@ void launch_updown_only(const Problem& p, void* workspace, cudaStream_t stream, 
           "ffn_decode", "launch_updown_only needs the fast path, 1..8 rows and a MoC selection");
   require(!ring_ab_ok(p, opt), "ffn_decode",
           "launch_updown_only: the a:b ring leaves no selection in the workspace (Options::ab_ring = false)");
+  require(!ring_topk_ok(p, opt), "ffn_decode",
+          "launch_updown_only: the top-K ring leaves no selection in the workspace (Options::topk_ring = false)");
   const Layout L = make_layout(p);
   const Buffers B = buffers(L, workspace);
   const bool local = p.kind == SelKind::grouped && kGroup % p.group_b == 0;

@@ -18,7 +18,12 @@
 //          (ffn_decode_ring_ab.cuh) -- each block owns whole groups, streams their W_gate rows through a ring of
 //          shared-memory slots (a producer warp, bulk copies), ranks each group as its rows arrive and copies the
 //          kept channels' W_up and W_down rows at once, then z, the down projection and the dense ring's way out;
-//          it can normalize x itself and keeps its accumulator in `zeroed` like the dense path. Otherwise:
+//          it can normalize x itself and keeps its accumulator in `zeroed` like the dense path.
+//   MoC row top-K at one row, d <= 2048 (the decode engine's batch 1): one kernel too (ffn_decode_ring_topk.cuh) --
+//          the same W_gate stream; the blocks (all resident at once) write their keys into a grid-wide key array
+//          and histogram, meet once on a counter, each finds the threshold bin and ranks its channels of that bin
+//          against every key, then copies its kept channels' W_up and W_down rows, z, the down projection and the
+//          dense ring's way out; it normalizes x itself and keeps its histogram and counters in `zeroed`. Otherwise:
 //   MoC:   gate GEMV kernel (balanced channel ranges, 3 blocks per SM) writing the fp32 gate values [rows,
 //          d_ffn]; a:b with b | 16 is selected in its epilogue (idx_out, a row mask per channel). Row top-K
 //          (and other a:b, and force_idx) run in a selection kernel: one 512-thread block per row: a
@@ -112,6 +117,12 @@ struct Options {
   // can normalize x itself. false: the gate kernel (selecting in its epilogue) and the up/down kernel, for A/B.
   bool ab_ring = true;
   int ab_ring_slots = 0;  // its ring's slots for W_gate (0: kRingAbSlots, 2)
+  // MoC row top-K at one row, d <= 2048: gate, selection, up and down in one kernel (ffn_decode_ring_topk.cuh: W_gate
+  // rows through a shared-memory ring, the blocks meeting on a grid-wide histogram of their keys for the threshold
+  // bin and, where the bin must be split, on a grid-wide list of its candidates; each kept channel's W_up and W_down
+  // rows copied once it is known), which can normalize x itself. false: the gate, selection and up/down kernels.
+  bool topk_ring = true;
+  int topk_ring_slots = 0;  // its ring's slots for W_gate (0: kRingTopkSlots, 3)
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).

@@ -1,0 +1,393 @@
+// MoC row top-K at decode (one row) as one kernel (ffn_decode.cu launches it; measurements in bench/micro/NOTES.md).
+#pragma once
+#include "kernels/cuda/ffn_decode_ring.cuh"
+
+namespace moc::cuda {
+namespace ffn {
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------
+// Top-K ring kernel (one row, d <= kDownCols; named k_updown for the profile, as every kernel of the decode FFN
+// that ends with the down projection). Row top-K needs every channel's gate value before any channel is known to be
+// kept, so unlike the a:b kernel (ffn_decode_ring_ab.cuh) the blocks hand their keys over through the grid: the
+// grid is one block per SM (or per SM of a resident cluster), all resident at once, and meets once on a counter in
+// global memory (twice when idx_out is asked):
+//   1. gate: block b owns channels [b F / nb, (b + 1) F / nb) and streams their W_gate rows through the dense ring's
+//      shared-memory ring (a producer warp's bulk copies, items of cpg rows, the first S before the PDL wait); the
+//      consumers' dot products give its gate values, whose keys (select_key.cuh sel_key: the rule, NaN as -inf, -0
+//      as +0) it writes into a grid-wide key array [F] and adds into a grid-wide histogram of their top kTrBits bits;
+//      then it arrives on the counter and waits for the grid.
+//   2. top-K: every block reads, in one L2 round trip, the whole histogram (8 KB: thread t its bins [8t, 8t + 8)) and
+//      the whole key array (into its idle ring), and finds the same threshold bin tb (the bin of the K-th largest
+//      key), need (channels to take from it) and cnt (channels in it). Its channels above tb -- and those in tb when
+//      need == cnt -- are kept; where need < cnt, each of its channels in tb is ranked against every key by all of
+//      the block's threads (larger key first, then the lower channel: the selection kernel's rule, ffn_topk.cuh) and
+//      kept below K. Warp 0 then lists the kept channels in channel order and copies their W_up and W_down rows into
+//      the kept area (a lane a channel, one mbarrier per channel).
+//   3. (only when idx_out is asked) each block publishes its kept count, meets the grid again on a second counter,
+//      and writes its kept channels after those of the blocks below it (idx_out ascending, as the selection kernel).
+// Then each kept channel's W_up row times x (a channel per warp), z = SiLU(g) u, the kept W_down rows times z into
+// each thread's columns [8t, 8t + 8), and the dense ring kernel's way out (the cluster's reduction, fp32 atomics, the
+// last block of a column slice adds into out). A block keeps at most kcap channels' rows in shared memory; kept
+// channels past kcap (a block whose range holds unusually many of the largest keys) read their rows from global
+// memory. The last block done with the grid's histogram, counters and keys (a ticket on a third counter) zeroes the
+// histogram and counters again: they live in the zeroed scratch (or the workspace head the prep kernel zeroes).
+// The steps after the meeting are each one short pass over shared memory by every consumer warp: the first forms
+// (a grid-wide candidate list with a second meeting; a warp per candidate) left one warp's chain of dependent
+// steps on the critical path, ~9 us a layer (bench/micro/NOTES.md, twenty-second session).
+
+constexpr int kTrBits = 11;
+constexpr int kTrBins = 1 << kTrBits;  // 8 bins per consumer thread
+constexpr int kTrShift = 32 - kTrBits;
+// Counters after the histogram, one 128-byte line each.
+enum TrCounter : int { kTrHist = 0, kTrCounts = 1, kTrDone = 2, kTrCounters = 3 };
+constexpr std::size_t kTrZeroBytes = static_cast<std::size_t>(kTrBins) * 4 + static_cast<std::size_t>(kTrCounters) * kLine * 4;
+static_assert(kTrBins == 8 * kRingConsumers, "threshold_scan: 8 bins per consumer thread");
+
+struct RingTopkArgs : RingIo {
+  std::uint16_t* idx_out;    // [1, k] or null
+  unsigned* hist;            // [kTrBins] then the counters (kTrCounters lines of kLine): zero on entry and exit
+  unsigned* keys;            // [F rounded up to 4]: every channel's key
+  unsigned* counts;          // [gridDim.x]: kept channels per block (idx_out)
+  int k, rule;
+  int cpg;   // W_gate rows of one gate item
+  int S;     // ring slots
+  int nmax;  // most channels of one block
+  int kcap;  // kept channels whose rows a block holds in shared memory
+};
+
+// Ring slots of the top-K kernel (Options::topk_ring_slots): at the 1b layer a block's 41-42 W_gate rows are 3
+// items of 16, all in flight at once with 3 slots.
+constexpr int kRingTopkSlots = 3;
+
+// Shared memory: the ring (after the gate items: the key array), the kept area [kcap][2][d] bf16, x [d] bf16, gv and
+// zs [nmax] fp32, the keys [nmax], the kept list [nmax],
+// the channels' states [nmax] bytes, the ring's 2 S mbarriers and the kcap of the kept area, misc (16 ints for the
+// way out), info (16 ints), red (32 floats: the norm's per-warp sums, the scan's warp totals).
+__host__ __device__ inline std::size_t ring_topk_smem_bytes(int S, int d, int nmax, int kcap) {
+  std::size_t b = static_cast<std::size_t>(S) * kRingSlotBytes;
+  b += static_cast<std::size_t>(kcap) * 2 * d * 2;
+  b += align16(static_cast<std::size_t>(d) * 2);
+  b += 4 * align16(static_cast<std::size_t>(nmax) * 4);
+  b += align16(static_cast<std::size_t>(nmax) * 4);
+  b += align16(static_cast<std::size_t>(nmax));
+  b += static_cast<std::size_t>(2 * kRingMaxSlots + kcap) * 8;
+  b += 64 + 64 + 128;
+  return b;
+}
+
+// Consumers (the caller's barrier passed): this block arrives on the grid counter and waits until all nb have.
+// Thread 0's fence orders the block's earlier global writes and atomics (ordered before it by that barrier) before
+// its arrival; readers afterwards use L2 loads (__ldcg), never an L1 line left by an earlier call.
+__device__ __forceinline__ void tr_grid_meet(unsigned* ctr, unsigned nb) {
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(ctr, 1u);
+    while (*reinterpret_cast<volatile unsigned*>(ctr) < nb) {
+    }
+    __threadfence();
+  }
+  consumers_sync<kRingConsumers>();
+}
+
+// channel state bytes
+constexpr unsigned char kTrOut = 0, kTrKept = 1, kTrCandidate = 2, kTrKeptCandidate = 3;
+
+// (Tag: TopK, so that the name's other templates -- template <int RP, ...> -- stay unambiguous.)
+struct TopK {};
+template <class Tag, int RULE>
+__global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, d = a.d, S = a.S;
+  const int rule = RULE >= 0 ? RULE : a.rule;
+  bf16* ring = reinterpret_cast<bf16*>(smem);
+  unsigned char* p = smem + static_cast<std::size_t>(S) * kRingSlotBytes;
+  bf16* kept = reinterpret_cast<bf16*>(p);  // [kcap][2][d]: W_up row, W_down row
+  p += static_cast<std::size_t>(a.kcap) * 2 * d * 2;
+  bf16* xs = reinterpret_cast<bf16*>(p);
+  p += align16(static_cast<std::size_t>(d) * 2);
+  float* gv = reinterpret_cast<float*>(p);  // [nmax] gate values
+  p += align16(static_cast<std::size_t>(a.nmax) * 4);
+  float* zs = reinterpret_cast<float*>(p);  // [nmax] z of the kept list's entries
+  p += align16(static_cast<std::size_t>(a.nmax) * 4);
+  unsigned* ks = reinterpret_cast<unsigned*>(p);  // [nmax] keys
+  p += align16(static_cast<std::size_t>(a.nmax) * 4);
+  int* cand = reinterpret_cast<int*>(p);  // [nmax] this block's channels to rank within the threshold bin
+  p += align16(static_cast<std::size_t>(a.nmax) * 4);
+  int* list = reinterpret_cast<int*>(p);  // [nmax] kept channels (block-local index)
+  p += align16(static_cast<std::size_t>(a.nmax) * 4);
+  unsigned char* state = p;  // [nmax] kTrOut / kTrKept / kTrCandidate / kTrKeptCandidate
+  p += align16(static_cast<std::size_t>(a.nmax));
+  auto* full = reinterpret_cast<unsigned long long*>(p);
+  unsigned long long* empty = full + kRingMaxSlots;
+  unsigned long long* kfull = empty + kRingMaxSlots;  // [kcap]
+  int* misc = reinterpret_cast<int*>(kfull + a.kcap);  // 16 ints: the way out
+  int* info = misc + 16;                               // 16 ints
+  float* red = reinterpret_cast<float*>(info + 16);    // [8] the norm's warp sums; [16, 24) the scan's warp totals
+  unsigned* wtot = reinterpret_cast<unsigned*>(red + 16);
+
+  const unsigned nb = gridDim.x, b = blockIdx.x;
+  const int c0 = static_cast<int>(static_cast<long long>(b) * a.F / nb);
+  const int n = static_cast<int>(static_cast<long long>(b + 1) * a.F / nb) - c0;
+  const int ngi = (n + a.cpg - 1) / a.cpg;
+  const std::size_t slot_elems = kRingSlotBytes / 2;
+  const unsigned row_bytes = static_cast<unsigned>(d) * 2u;
+  unsigned* ctr = a.hist + kTrBins;
+  step::StampScope stamp(a.stamps);
+
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(full + s, 1);
+      mbar_init(empty + s, kRingConsumers);
+    }
+    for (int e = 0; e < a.kcap; ++e) mbar_init(kfull + e, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == kRingConsumers / 32) {
+    // Producer: the W_gate rows do not depend on the previous kernel, so no wait.
+    if (lane == 0) {
+      const unsigned long long pol = l2_stream_policy();
+      for (int i = 0; i < ngi; ++i) {
+        const int s = i % S, j0 = i * a.cpg, cnt = min(a.cpg, n - j0);
+        if (i >= S) mbar_wait(empty + s, static_cast<unsigned>((i / S) - 1) & 1u);
+        mbar_expect_tx(full + s, static_cast<unsigned>(cnt) * row_bytes);
+        bulk_copy(ring + s * slot_elems, a.wg + static_cast<std::size_t>(c0 + j0) * d,
+                  static_cast<unsigned>(cnt) * row_bytes, full + s, pol);
+      }
+    }
+    __syncwarp();
+    griddep_launch();  // as the a:b kernel: the next kernel's loads after this layer's W_gate requests
+  } else {
+    griddep_wait();
+    stamp.start(step::StampKernel::k_updown, step::StageId::down);
+    ring_stage_x<1>(a.x, a.norm, a.eps, a.R, d, xs, red);
+    consumers_sync<kRingConsumers>();
+    stamp.claim();
+    for (int i = 0; i < ngi; ++i) {
+      const int s = i % S, j0 = i * a.cpg, cnt = min(a.cpg, n - j0);
+      mbar_wait(full + s, static_cast<unsigned>(i / S) & 1u);
+      const bf16* slot = ring + s * slot_elems;
+      for (int u = warp; u < cnt; u += kRingConsumers / 32) {
+        float g[1];
+        ring_row_dot<1>(slot + static_cast<std::size_t>(u) * d, xs, d, g);
+        if (lane == 0) gv[j0 + u] = g[0];
+      }
+      mbar_arrive(empty + s);  // every consumer thread, after its own reads of the slot
+    }
+    consumers_sync<kRingConsumers>();
+    // 1. The block's keys into the grid's histogram and key array.
+    for (int j = tid; j < n; j += kRingConsumers) {
+      const unsigned key = sel_key<RULE>(gv[j], rule);
+      ks[j] = key;
+      a.keys[c0 + j] = key;
+      atomicAdd(a.hist + (key >> kTrShift), 1u);
+    }
+    if (tid == 0) info[6] = 0;  // below: this block's channels to rank within the threshold bin
+    consumers_sync<kRingConsumers>();
+    stamp.mark_synced(step::StageId::gate);
+    tr_grid_meet(ctr + kTrHist * kLine, nb);
+    // 2. Every load of the grid's state at once, one L2 round trip: thread t's bins [8t, 8t + 8) and, into the idle
+    // ring, its share of the key array (needed where this block holds channels of a threshold bin that must be split;
+    // read regardless, so that no second round trip follows). Key arrays past the ring's room are ranked from L2.
+    unsigned* sk = reinterpret_cast<unsigned*>(smem);  // (the launch checks that the keys fit: ring_topk_ok)
+    const int n4 = (a.F + 3) / 4;
+    const uint4 h0 = __ldcg(reinterpret_cast<const uint4*>(a.hist) + 2 * tid);
+    const uint4 h1 = __ldcg(reinterpret_cast<const uint4*>(a.hist) + 2 * tid + 1);
+    {
+      constexpr int kBatch = 8;  // uint4 loads in flight per thread
+#pragma unroll 1
+      for (int i0 = 0; i0 < n4; i0 += kBatch * kRingConsumers) {
+        uint4 v[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int i = i0 + u * kRingConsumers + tid;
+          if (i < n4) v[u] = __ldcg(reinterpret_cast<const uint4*>(a.keys) + i);
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int i = i0 + u * kRingConsumers + tid;
+          if (i < n4) reinterpret_cast<uint4*>(sk)[i] = v[u];
+        }
+      }
+    }
+    {
+      const unsigned hb[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+      unsigned sum = 0;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum += hb[e];
+      const unsigned incl = warp_incl_scan(sum, lane);
+      if (lane == 31) wtot[warp] = incl;
+      consumers_sync<kRingConsumers>();
+      unsigned tot = 0, before = 0;
+#pragma unroll
+      for (int w = 0; w < kRingConsumers / 32; ++w) {
+        tot += wtot[w];
+        before += w < warp ? wtot[w] : 0u;
+      }
+      const unsigned above = tot - (before + incl);  // keys in the bins of higher threads
+      const unsigned K = static_cast<unsigned>(a.k);
+      if (above < K && above + sum >= K) {
+        unsigned run = above;
+        bool found = false;
+#pragma unroll
+        for (int e = 7; e >= 0; --e)
+          if (!found) {
+            if (run + hb[e] >= K) {
+              found = true;
+              info[0] = 8 * tid + e;
+              info[1] = static_cast<int>(K - run);  // channels to take from the bin
+              info[2] = static_cast<int>(hb[e]);    // channels in it
+            } else {
+              run += hb[e];
+            }
+          }
+      }
+      consumers_sync<kRingConsumers>();
+    }
+    const unsigned tb = static_cast<unsigned>(info[0]);
+    const int need = info[1], cnt = info[2];
+    const bool partial = need < cnt;
+    // The block's channels: kept (above the bin, or in it when the whole bin is taken), out, or to rank (cand [nc]).
+    for (int j = tid; j < n; j += kRingConsumers) {
+      const unsigned bin = ks[j] >> kTrShift;
+      unsigned char st = bin > tb || (bin == tb && !partial) ? kTrKept : kTrOut;
+      if (bin == tb && partial) {
+        st = kTrCandidate;
+        const int c = atomicAdd(info + 6, 1);
+        cand[c] = j;
+      }
+      state[j] = st;
+    }
+    consumers_sync<kRingConsumers>();
+    const int nc = info[6];
+    if (nc > 0) {
+      // Each candidate's rank among all keys (larger first, ties: the lower channel first), the block's threads over
+      // the key array in shared memory (four keys a load, four candidates at a time), summed per warp into rank[]:
+      // kept below K. (A warp per candidate measured ~9 us a layer: one warp's chain of dependent steps.)
+      unsigned* rank = reinterpret_cast<unsigned*>(zs);  // [nc] (zs is written only by the up GEMV)
+      for (int c = tid; c < nc; c += kRingConsumers) rank[c] = 0;
+      consumers_sync<kRingConsumers>();
+      const uint4* sk4 = reinterpret_cast<const uint4*>(sk);
+      for (int cb = 0; cb < nc; cb += 4) {
+        unsigned mine[4], r[4] = {0u, 0u, 0u, 0u};
+        int me[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const bool ok = cb + u < nc;
+          const int j = ok ? cand[cb + u] : 0;
+          mine[u] = ok ? ks[j] : 0xffffffffu;  // (no key is above it, none ties before channel -1)
+          me[u] = ok ? c0 + j : -1;
+        }
+        for (int i = tid; i < n4; i += kRingConsumers) {
+          const uint4 v = sk4[i];
+          const unsigned kv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int q = 4 * i + e;
+            const unsigned valid = q < a.F ? 1u : 0u;
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+              r[u] += valid & ((kv[e] > mine[u] ? 1u : 0u) | (kv[e] == mine[u] && q < me[u] ? 1u : 0u));
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const unsigned t = warp_sum(r[u]);
+          if (lane == 0 && t && cb + u < nc) atomicAdd(rank + cb + u, t);
+        }
+      }
+      consumers_sync<kRingConsumers>();
+      for (int c = tid; c < nc; c += kRingConsumers)
+        if (rank[c] < static_cast<unsigned>(a.k)) state[cand[c]] = kTrKeptCandidate;
+    }
+    consumers_sync<kRingConsumers>();
+    // The kept channels, in channel order: listed, and their W_up and W_down rows asked for (warp 0, a channel a lane).
+    if (warp == 0) {
+      const unsigned long long pol = l2_stream_policy();
+      int e0 = 0;
+      for (int j0 = 0; j0 < n; j0 += 32) {
+        const int j = j0 + lane;
+        const bool k = j < n && (state[j] == kTrKept || state[j] == kTrKeptCandidate);
+        const unsigned m = __ballot_sync(0xffffffffu, k);
+        if (k) {
+          const int e = e0 + __popc(m & ((1u << lane) - 1u));
+          list[e] = j;
+          if (e < a.kcap) {
+            const int ch = c0 + j;
+            bf16* dst = kept + static_cast<std::size_t>(e) * 2 * d;
+            mbar_expect_tx(kfull + e, 2u * row_bytes);
+            bulk_copy(dst, a.wu + static_cast<std::size_t>(ch) * d, row_bytes, kfull + e, pol);
+            bulk_copy(dst + d, a.wd + static_cast<std::size_t>(ch) * d, row_bytes, kfull + e, pol);
+          }
+        }
+        e0 += __popc(m);
+      }
+      if (lane == 0) info[4] = e0;
+    }
+    consumers_sync<kRingConsumers>();
+    const int known = info[4];
+    if (a.idx_out) {
+      // 3. idx_out ascending: this block's kept channels after those of the blocks below it.
+      if (tid == 0) a.counts[b] = static_cast<unsigned>(known);
+      consumers_sync<kRingConsumers>();
+      tr_grid_meet(ctr + kTrCounts * kLine, nb);
+      if (warp == 0) {
+        unsigned base = 0;
+        for (unsigned q = lane; q < b; q += 32) base += __ldcg(a.counts + q);
+        base = warp_sum(base);
+        if (lane == 0)
+          for (int j = 0; j < n; ++j)
+            if (state[j] == kTrKept || state[j] == kTrKeptCandidate)
+              a.idx_out[base++] = static_cast<std::uint16_t>(c0 + j);
+      }
+      consumers_sync<kRingConsumers>();
+    }
+    stamp.mark_synced(step::StageId::topk);
+    griddep_launch();
+    // Done with the grid's histogram, counters and keys (every load above has returned): a ticket, whose answer thread
+    // 0 needs only after the up GEMV; the last block zeroes the histogram and counters for the next call.
+    unsigned ticket = 0;
+    if (tid == 0) ticket = atomicAdd(ctr + kTrDone * kLine, 1u);
+    // Up: a kept channel per warp.
+    for (int e = warp; e < known; e += kRingConsumers / 32) {
+      const int j = list[e];
+      const bf16* row = a.wu + static_cast<std::size_t>(c0 + j) * d;
+      if (e < a.kcap) {
+        mbar_wait(kfull + e, 0u);
+        row = kept + static_cast<std::size_t>(e) * 2 * d;
+      }
+      float uv[1];
+      ring_row_dot<1>(row, xs, d, uv);
+      if (lane == 0) zs[e] = silu_f(gv[j]) * uv[0];
+    }
+    if (tid == 0) info[5] = ticket == nb - 1 ? 1 : 0;
+    consumers_sync<kRingConsumers>();
+    stamp.mark_synced(step::StageId::up);
+    if (info[5]) {  // every block has passed its last read of them
+      for (int i = tid; i < kTrBins / 4; i += kRingConsumers)
+        __stcg(reinterpret_cast<uint4*>(a.hist) + i, make_uint4(0, 0, 0, 0));
+      if (tid < kTrCounters) ctr[tid * kLine] = 0;
+    }
+    // Down: thread t owns columns [8t, 8t + 8) (d <= kDownCols).
+    float acc[1][8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[0][e] = 0.f;
+    for (int e = 0; e < known; ++e) {
+      const bf16* row = a.wd + static_cast<std::size_t>(c0 + list[e]) * d;
+      if (e < a.kcap) {
+        mbar_wait(kfull + e, 0u);
+        row = kept + static_cast<std::size_t>(e) * 2 * d + d;
+      }
+      ring_down_rows<1>(row, zs + e, 1, d, acc);
+    }
+    consumers_sync<kRingConsumers>();  // every copy consumed: the ring is free and holds the partials
+    ring_partials<1>(acc, reinterpret_cast<float*>(smem), a.acc, a.R, d, a.C);
+  }
+  ring_out(a.out, a.acc, a.ctrl, a.R, a.d, a.C, smem, misc);
+}
+
+}  // namespace
+}  // namespace ffn
+}  // namespace moc::cuda
