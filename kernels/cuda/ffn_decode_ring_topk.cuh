@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     tr_grid_meet(ctr + kTrHist * kLine, nb);
     // 2. Every load of the grid's state at once, one L2 round trip: thread t's bins [8t, 8t + 8) and, into the idle
     // ring, its share of the key array (needed where this block holds channels of a threshold bin that must be split;
-    // read regardless, so that no second round trip follows). Key arrays past the ring's room are ranked from L2.
+    // read regardless, so that no second round trip follows).
     unsigned* sk = reinterpret_cast<unsigned*>(smem);  // (the launch checks that the keys fit: ring_topk_ok)
     const int n4 = (a.F + 3) / 4;
     const uint4 h0 = __ldcg(reinterpret_cast<const uint4*>(a.hist) + 2 * tid);
