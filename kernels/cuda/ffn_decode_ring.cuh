@@ -131,6 +131,35 @@ __device__ __forceinline__ void ring_stage_x(const bf16* x, const bf16* norm, fl
   }
 }
 
+// Thread 0 of a ring kernel: the ring's S full / empty mbarriers, nk more with one arrival each (the a:b and top-K
+// kernels' kept rows; kfull may be null when nk is 0), and the fence that publishes them (the caller's block barrier
+// follows).
+__device__ __forceinline__ void ring_init_bars(unsigned long long* full, unsigned long long* empty, int S,
+                                               unsigned long long* kfull, int nk) {
+  for (int s = 0; s < S; ++s) {
+    mbar_init(full + s, 1);
+    mbar_init(empty + s, kRingConsumers);
+  }
+  for (int e = 0; e < nk; ++e) mbar_init(kfull + e, 1);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// The producer lane of the a:b and top-K kernels: rows [c0, c0 + n) of w (d columns), items of cpg rows, item i into
+// slot i % S as soon as the consumers have freed it (the first S at once).
+__device__ __forceinline__ void ring_produce_rows(bf16* ring, unsigned long long* full, unsigned long long* empty, int S,
+                                                  const bf16* w, int c0, int n, int cpg, int d) {
+  const unsigned long long pol = l2_stream_policy();
+  const unsigned row_bytes = static_cast<unsigned>(d) * 2u;
+  const int items = (n + cpg - 1) / cpg;
+  for (int i = 0; i < items; ++i) {
+    const int s = i % S, j0 = i * cpg, cnt = min(cpg, n - j0);
+    if (i >= S) mbar_wait(empty + s, static_cast<unsigned>((i / S) - 1) & 1u);
+    mbar_expect_tx(full + s, static_cast<unsigned>(cnt) * row_bytes);
+    bulk_copy(ring + static_cast<std::size_t>(s) * (kRingSlotBytes / 2), w + static_cast<std::size_t>(c0 + j0) * d,
+              static_cast<unsigned>(cnt) * row_bytes, full + s, pol);
+  }
+}
+
 // One warp: a weight row in shared memory times each of the RP rows of xs, summed over the warp (every lane).
 template <int RP>
 __device__ __forceinline__ void ring_row_dot(const bf16* row, const bf16* xs, int d, float (&acc)[RP]) {
@@ -226,13 +255,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   const std::size_t slot_elems = kRingSlotBytes / 2;
   step::StampScope stamp(a.stamps);
 
-  if (tid == 0) {
-    for (int s = 0; s < S; ++s) {
-      mbar_init(full + s, 1);
-      mbar_init(empty + s, kRingConsumers);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  if (tid == 0) ring_init_bars(full, empty, S, nullptr, 0);
   __syncthreads();
   griddep_launch();
 

@@ -135,28 +135,12 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
   unsigned* ctr = a.hist + kTrBins;
   step::StampScope stamp(a.stamps);
 
-  if (tid == 0) {
-    for (int s = 0; s < S; ++s) {
-      mbar_init(full + s, 1);
-      mbar_init(empty + s, kRingConsumers);
-    }
-    for (int e = 0; e < a.kcap; ++e) mbar_init(kfull + e, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  if (tid == 0) ring_init_bars(full, empty, S, kfull, a.kcap);
   __syncthreads();
 
   if (warp == kRingConsumers / 32) {
     // Producer: the W_gate rows do not depend on the previous kernel, so no wait.
-    if (lane == 0) {
-      const unsigned long long pol = l2_stream_policy();
-      for (int i = 0; i < ngi; ++i) {
-        const int s = i % S, j0 = i * a.cpg, cnt = min(a.cpg, n - j0);
-        if (i >= S) mbar_wait(empty + s, static_cast<unsigned>((i / S) - 1) & 1u);
-        mbar_expect_tx(full + s, static_cast<unsigned>(cnt) * row_bytes);
-        bulk_copy(ring + s * slot_elems, a.wg + static_cast<std::size_t>(c0 + j0) * d,
-                  static_cast<unsigned>(cnt) * row_bytes, full + s, pol);
-      }
-    }
+    if (lane == 0) ring_produce_rows(ring, full, empty, S, a.wg, c0, n, a.cpg, d);
     __syncwarp();
     griddep_launch();  // as the a:b kernel: the next kernel's loads after this layer's W_gate requests
   } else {
