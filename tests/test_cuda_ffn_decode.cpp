@@ -878,8 +878,8 @@ TEST(GpuFfnDecode, AbRingAgreesWithTheGateAndUpDownKernels) {
 // 1, 2 and 4 slots, the same output again. Rules gate, silu and abs_silu; K 1, 1024, d_ffn; the 1b layer (clusters of
 // 2, 41-42 channels a block), d 64 / d_ffn 37 (one channel a block or none), d 136 / d_ffn 301 (clusters of 1); every
 // gate row equal (one bin of d_ffn candidates: ties to the lower channels), NaN rows, and the largest keys
-// concentrated in the first channels (blocks keeping more channels than their shared memory holds: rows read from
-// global memory). Two rows and d 2560 stay on the kernels.
+// concentrated in the first channels (blocks keeping more channels than their kept area holds: rows in the ring past
+// the key array, then rows read from global memory). Two rows and d 2560 stay on the kernels.
 TEST(GpuFfnDecode, TopKRingAgreesWithTheKernels) {
   MOC_GPU_OR_SKIP(gpu);
 #ifdef MOCBENCH_HAVE_CUDA

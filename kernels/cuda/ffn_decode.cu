@@ -644,7 +644,7 @@ void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options
 // resident at once (one per SM; clusters of 2 where that many fit), W_gate through S slots, the kept area of kcap
 // channels in the shared memory left.
 struct RingTopkPlan {
-  int cpg = 0, nb = 1, nmax = 0, S = 0, kcap = 0;
+  int cpg = 0, nb = 1, nmax = 0, S = 0, kcap = 0, xcap = 0, xoff = 0;
   std::size_t smem = 0;
 };
 RingTopkPlan ring_topk_plan(const Problem& p, int nb, int slots) {
@@ -660,7 +660,29 @@ RingTopkPlan ring_topk_plan(const Problem& p, int nb, int slots) {
   const std::size_t optin = device_limits().smem_optin;
   const std::size_t per = static_cast<std::size_t>(p.d) * 4 + 8;
   pl.kcap = fixed >= optin ? -1 : static_cast<int>(std::min<std::size_t>(pl.nmax, (optin - fixed) / per));
-  pl.smem = ring_topk_smem_bytes(pl.S, p.d, pl.nmax, std::max(0, pl.kcap));
+  // Kept rows past the kept area: in the ring after the key array (the ring's slots are idle by then), as many as
+  // fit there and leave room for their mbarriers (8 bytes each: one kept-area row fewer where those do not fit).
+  // At the 1b layer kcap 15 + xcap 9: a block keeps ~8 channels on average, the most loaded of 132 up to ~15-16,
+  // whose rows past kcap were read from global memory in the down loop; decode 0.9919 -> 0.9781 ms (H200,
+  // bench/micro/NOTES.md twenty-third session).
+  pl.xoff = static_cast<int>(align16(static_cast<std::size_t>((p.d_ffn + 3) / 4) * 16));
+  const std::size_t ring_bytes = static_cast<std::size_t>(pl.S) * kRingSlotBytes;
+  auto fit_x = [&] {
+    pl.xcap = 0;
+    if (pl.kcap >= 0 && ring_bytes > static_cast<std::size_t>(pl.xoff))
+      pl.xcap = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(pl.nmax - pl.kcap),
+                                                       (ring_bytes - pl.xoff) / (static_cast<std::size_t>(p.d) * 4)));
+    pl.smem = ring_topk_smem_bytes(pl.S, p.d, pl.nmax, std::max(0, pl.kcap), pl.xcap);
+  };
+  fit_x();
+  if (pl.smem > optin && pl.kcap > 0) {
+    --pl.kcap;
+    fit_x();
+  }
+  if (pl.smem > optin) {
+    pl.xcap = 0;
+    pl.smem = ring_topk_smem_bytes(pl.S, p.d, pl.nmax, std::max(0, pl.kcap));
+  }
   return pl;
 }
 int ring_topk_slots(const Options& opt) {
@@ -704,6 +726,8 @@ void launch_ring_topk(const Problem& p, const Buffers& B, Chain& ch, const Optio
   a.S = pl.S;
   a.nmax = pl.nmax;
   a.kcap = pl.kcap;
+  a.xcap = pl.xcap;
+  a.xoff = pl.xoff;
   launch_ex(kernel, static_cast<unsigned>(pl.nb), kRingThreads, pl.smem, ch.st, C, ch.next(), a);
   MOC_CUDA_LAUNCHED("k_updown");
 }

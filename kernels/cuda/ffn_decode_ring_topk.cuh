@@ -20,16 +20,18 @@ namespace {
 //   2. top-K: every block reads, in one L2 round trip, the whole histogram (8 KB: thread t its bins [8t, 8t + 8)) and
 //      the whole key array (into its idle ring), and finds the same threshold bin tb (the bin of the K-th largest
 //      key), need (channels to take from it) and cnt (channels in it). Its channels above tb -- and those in tb when
-//      need == cnt -- are kept; where need < cnt, each of its channels in tb is ranked against every key by all of
-//      the block's threads (larger key first, then the lower channel: the selection kernel's rule, ffn_topk.cuh) and
-//      kept below K. Warp 0 then lists the kept channels in channel order and copies their W_up and W_down rows into
-//      the kept area (a lane a channel, one mbarrier per channel).
+//      need == cnt -- are kept; where need < cnt, each of its channels in tb is a candidate, ranked against every key
+//      by all of the consumer threads (larger key first, then the lower channel: the selection kernel's rule,
+//      ffn_topk.cuh) and kept below K. Meanwhile the producer warp, idle since its W_gate rows, lists the kept
+//      channels and the candidates in channel order and copies their W_up and W_down rows into the kept area (a lane
+//      a channel, one mbarrier per channel); a candidate ranked out is skipped (its rows waited for, unused).
 //   3. (only when idx_out is asked) each block publishes its kept count, meets the grid again on a second counter,
 //      and writes its kept channels after those of the blocks below it (idx_out ascending, as the selection kernel).
 // Then each kept channel's W_up row times x (a channel per warp), z = SiLU(g) u, the kept W_down rows times z into
 // each thread's columns [8t, 8t + 8), and the dense ring kernel's way out (the cluster's reduction, fp32 atomics, the
-// last block of a column slice adds into out). A block keeps at most kcap channels' rows in shared memory; kept
-// channels past kcap (a block whose range holds unusually many of the largest keys) read their rows from global
+// last block of a column slice adds into out). A block keeps at most kcap channels' rows in its kept area and xcap
+// more in the ring past the key array; kept channels past those (a block whose range holds unusually many of the
+// largest keys) read their rows from global
 // memory. The last block done with the grid's histogram, counters and keys (a ticket on a third counter) zeroes the
 // histogram and counters again: they live in the zeroed scratch (or the workspace head the prep kernel zeroes).
 // The steps after the meeting are each one short pass over shared memory by every consumer warp: the first forms
@@ -53,7 +55,9 @@ struct RingTopkArgs : RingIo {
   int cpg;   // W_gate rows of one gate item
   int S;     // ring slots
   int nmax;  // most channels of one block
-  int kcap;  // kept channels whose rows a block holds in shared memory
+  int kcap;  // kept channels whose rows a block holds in its kept area
+  int xcap;  // and then in the ring, after the key array (idle once the gate items are consumed)
+  int xoff;  // bytes: where in the ring (16-aligned, past the key array)
 };
 
 // Ring slots of the top-K kernel (Options::topk_ring_slots): at the 1b layer a block's 41-42 W_gate rows are 3
@@ -64,14 +68,14 @@ constexpr int kRingTopkSlots = 3;
 // zs [nmax] fp32, the keys [nmax], the kept list [nmax],
 // the channels' states [nmax] bytes, the ring's 2 S mbarriers and the kcap of the kept area, misc (16 ints for the
 // way out), info (16 ints), red (32 floats: the norm's per-warp sums, the scan's warp totals).
-__host__ __device__ inline std::size_t ring_topk_smem_bytes(int S, int d, int nmax, int kcap) {
+__host__ __device__ inline std::size_t ring_topk_smem_bytes(int S, int d, int nmax, int kcap, int xcap = 0) {
   std::size_t b = static_cast<std::size_t>(S) * kRingSlotBytes;
   b += static_cast<std::size_t>(kcap) * 2 * d * 2;
   b += align16(static_cast<std::size_t>(d) * 2);
   b += 4 * align16(static_cast<std::size_t>(nmax) * 4);
   b += align16(static_cast<std::size_t>(nmax) * 4);
   b += align16(static_cast<std::size_t>(nmax));
-  b += static_cast<std::size_t>(2 * kRingMaxSlots + kcap) * 8;
+  b += static_cast<std::size_t>(2 * kRingMaxSlots + kcap + xcap) * 8;
   b += 64 + 64 + 128;
   return b;
 }
@@ -79,17 +83,34 @@ __host__ __device__ inline std::size_t ring_topk_smem_bytes(int S, int d, int nm
 // Consumers (the caller's barrier passed): this block arrives on the grid counter and waits until all nb have.
 // Thread 0's fence orders the block's earlier global writes and atomics (ordered before it by that barrier) before
 // its arrival; readers afterwards use L2 loads (__ldcg), never an L1 line left by an earlier call.
+// The launch makes every block resident at once (one per SM, whole clusters only as many as fit), and within the
+// engine nothing else holds SMs for long. Where something does -- a GPU shared through MPS with fewer SMs than the
+// device reports, another such kernel on a second stream -- the meeting would never complete: after
+// kTrMeetTimeoutNs the block says so and traps (the launch fails with an error instead of hanging). A cooperative
+// launch would have the runtime check residency instead, but cost 2% of a MoC decode step (H200,
+// bench/micro/NOTES.md twenty-third session).
+constexpr unsigned long long kTrMeetTimeoutNs = 10ull * 1000 * 1000 * 1000;
 __device__ __forceinline__ void tr_grid_meet(unsigned* ctr, unsigned nb) {
   if (threadIdx.x == 0) {
     __threadfence();
     atomicAdd(ctr, 1u);
+    const unsigned long long t0 = step::globaltimer();
+    unsigned polls = 0;
     while (*reinterpret_cast<volatile unsigned*>(ctr) < nb) {
+      if ((++polls & 1023u) == 0 && step::globaltimer() - t0 > kTrMeetTimeoutNs) {
+        printf("mocbench k_updown (MoC top-K at batch 1): block %u waited 10 s for the grid's %u blocks to meet; they "
+               "are not all resident (a GPU shared through MPS?). Aborting the kernel.\n",
+               blockIdx.x, nb);
+        __trap();
+      }
     }
     __threadfence();
   }
   consumers_sync<kRingConsumers>();
 }
 
+// Named barriers of the consumers' hand-over to the producer warp (1 is consumers_sync).
+constexpr int kTrClassified = 2, kTrListed = 3;
 // channel state bytes
 constexpr unsigned char kTrOut = 0, kTrKept = 1, kTrCandidate = 2, kTrKeptCandidate = 3;
 
@@ -120,8 +141,8 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
   p += align16(static_cast<std::size_t>(a.nmax));
   auto* full = reinterpret_cast<unsigned long long*>(p);
   unsigned long long* empty = full + kRingMaxSlots;
-  unsigned long long* kfull = empty + kRingMaxSlots;  // [kcap]
-  int* misc = reinterpret_cast<int*>(kfull + a.kcap);  // 16 ints: the way out
+  unsigned long long* kfull = empty + kRingMaxSlots;  // [kcap + xcap]
+  int* misc = reinterpret_cast<int*>(kfull + a.kcap + a.xcap);  // 16 ints: the way out
   int* info = misc + 16;                               // 16 ints
   float* red = reinterpret_cast<float*>(info + 16);    // [8] the norm's warp sums; [16, 24) the scan's warp totals
   unsigned* wtot = reinterpret_cast<unsigned*>(red + 16);
@@ -135,14 +156,48 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
   unsigned* ctr = a.hist + kTrBins;
   step::StampScope stamp(a.stamps);
 
-  if (tid == 0) ring_init_bars(full, empty, S, kfull, a.kcap);
+  if (tid == 0) ring_init_bars(full, empty, S, kfull, a.kcap + a.xcap);
+  // Kept entry e's W_up row (its W_down row follows): the kept area, then the ring past the key array, else none.
+  const int kall = a.kcap + a.xcap;
+  auto kept_row = [&](int e) {
+    return e < a.kcap ? kept + static_cast<std::size_t>(e) * 2 * d
+                      : ring + a.xoff / 2 + static_cast<std::size_t>(e - a.kcap) * 2 * d;
+  };
   __syncthreads();
 
   if (warp == kRingConsumers / 32) {
     // Producer: the W_gate rows do not depend on the previous kernel, so no wait.
     if (lane == 0) ring_produce_rows(ring, full, empty, S, a.wg, c0, n, a.cpg, d);
+    // Then, once the consumers have classified the block's channels (barrier kTrClassified), the rows of every channel
+    // that may be kept -- above the threshold bin, or in it (a candidate the consumers are ranking meanwhile) -- are
+    // listed in channel order and asked for (a channel a lane); the list goes back on barrier kTrListed. Asked for
+    // before the ranking, not after: decode 1.0098 -> 0.9952 ms (H200, bench/micro/NOTES.md twenty-third session).
+    named_sync<kTrClassified, kRingThreads>();
+    const unsigned long long pol = l2_stream_policy();
+    int e0 = 0;
+    for (int j0 = 0; j0 < n; j0 += 32) {
+      const int j = j0 + lane;
+      const bool k = j < n && state[j] != kTrOut;
+      const unsigned m = __ballot_sync(0xffffffffu, k);
+      if (k) {
+        const int e = e0 + __popc(m & ((1u << lane) - 1u));
+        list[e] = j;
+        if (e < kall) {
+          const int ch = c0 + j;
+          bf16* dst = kept_row(e);
+          mbar_expect_tx(kfull + e, 2u * row_bytes);
+          bulk_copy(dst, a.wu + static_cast<std::size_t>(ch) * d, row_bytes, kfull + e, pol);
+          bulk_copy(dst + d, a.wd + static_cast<std::size_t>(ch) * d, row_bytes, kfull + e, pol);
+        }
+      }
+      e0 += __popc(m);
+    }
+    if (lane == 0) info[4] = e0;
+    named_arrive<kTrListed, kRingThreads>();
+    // The next kernel's launch after these requests (its early loads would queue before them otherwise): decode 1.0031
+    // -> 0.9942 ms against a launch right after the W_gate requests (H200, same session).
     __syncwarp();
-    griddep_launch();  // as the a:b kernel: the next kernel's loads after this layer's W_gate requests
+    griddep_launch();
   } else {
     griddep_wait();
     stamp.start(step::StampKernel::k_updown, step::StageId::down);
@@ -245,12 +300,13 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
       state[j] = st;
     }
     consumers_sync<kRingConsumers>();
+    named_arrive<kTrClassified, kRingThreads>();  // the producer warp lists and asks for the rows (above)
     const int nc = info[6];
+    unsigned* rank = reinterpret_cast<unsigned*>(zs);  // [nc] (zs is written only by the up GEMV)
     if (nc > 0) {
       // Each candidate's rank among all keys (larger first, ties: the lower channel first), the block's threads over
       // the key array in shared memory (four keys a load, four candidates at a time), summed per warp into rank[]:
       // kept below K. (A warp per candidate measured ~9 us a layer: one warp's chain of dependent steps.)
-      unsigned* rank = reinterpret_cast<unsigned*>(zs);  // [nc] (zs is written only by the up GEMV)
       for (int c = tid; c < nc; c += kRingConsumers) rank[c] = 0;
       consumers_sync<kRingConsumers>();
       const uint4* sk4 = reinterpret_cast<const uint4*>(sk);
@@ -282,39 +338,20 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
           if (lane == 0 && t && cb + u < nc) atomicAdd(rank + cb + u, t);
         }
       }
-      consumers_sync<kRingConsumers>();
-      for (int c = tid; c < nc; c += kRingConsumers)
-        if (rank[c] < static_cast<unsigned>(a.k)) state[cand[c]] = kTrKeptCandidate;
+    }
+    if (tid == 0) info[7] = 0;
+    named_sync<kTrListed, kRingThreads>();  // the list of channels whose rows were asked for (the producer warp)
+    // The ranked candidates: kept below K; the others stay kTrCandidate and are skipped below (their rows, asked for
+    // already, are waited for but unused).
+    for (int c = tid; c < nc; c += kRingConsumers) {
+      if (rank[c] < static_cast<unsigned>(a.k)) state[cand[c]] = kTrKeptCandidate;
+      else atomicAdd(info + 7, 1);
     }
     consumers_sync<kRingConsumers>();
-    // The kept channels, in channel order: listed, and their W_up and W_down rows asked for (warp 0, a channel a lane).
-    if (warp == 0) {
-      const unsigned long long pol = l2_stream_policy();
-      int e0 = 0;
-      for (int j0 = 0; j0 < n; j0 += 32) {
-        const int j = j0 + lane;
-        const bool k = j < n && (state[j] == kTrKept || state[j] == kTrKeptCandidate);
-        const unsigned m = __ballot_sync(0xffffffffu, k);
-        if (k) {
-          const int e = e0 + __popc(m & ((1u << lane) - 1u));
-          list[e] = j;
-          if (e < a.kcap) {
-            const int ch = c0 + j;
-            bf16* dst = kept + static_cast<std::size_t>(e) * 2 * d;
-            mbar_expect_tx(kfull + e, 2u * row_bytes);
-            bulk_copy(dst, a.wu + static_cast<std::size_t>(ch) * d, row_bytes, kfull + e, pol);
-            bulk_copy(dst + d, a.wd + static_cast<std::size_t>(ch) * d, row_bytes, kfull + e, pol);
-          }
-        }
-        e0 += __popc(m);
-      }
-      if (lane == 0) info[4] = e0;
-    }
-    consumers_sync<kRingConsumers>();
-    const int known = info[4];
+    const int known = info[4];  // listed: kept channels and ranked-out candidates
     if (a.idx_out) {
       // 3. idx_out ascending: this block's kept channels after those of the blocks below it.
-      if (tid == 0) a.counts[b] = static_cast<unsigned>(known);
+      if (tid == 0) a.counts[b] = static_cast<unsigned>(known - info[7]);
       consumers_sync<kRingConsumers>();
       tr_grid_meet(ctr + kTrCounts * kLine, nb);
       if (warp == 0) {
@@ -337,10 +374,14 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     // Up: a kept channel per warp.
     for (int e = warp; e < known; e += kRingConsumers / 32) {
       const int j = list[e];
+      if (state[j] == kTrCandidate) {  // ranked out: z 0 (its W_down row is skipped below)
+        if (lane == 0) zs[e] = 0.0f;
+        continue;
+      }
       const bf16* row = a.wu + static_cast<std::size_t>(c0 + j) * d;
-      if (e < a.kcap) {
+      if (e < kall) {
         mbar_wait(kfull + e, 0u);
-        row = kept + static_cast<std::size_t>(e) * 2 * d;
+        row = kept_row(e);
       }
       float uv[1];
       ring_row_dot<1>(row, xs, d, uv);
@@ -360,10 +401,11 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     for (int e = 0; e < 8; ++e) acc[0][e] = 0.f;
     for (int e = 0; e < known; ++e) {
       const bf16* row = a.wd + static_cast<std::size_t>(c0 + list[e]) * d;
-      if (e < a.kcap) {
-        mbar_wait(kfull + e, 0u);
-        row = kept + static_cast<std::size_t>(e) * 2 * d + d;
+      if (e < kall) {
+        mbar_wait(kfull + e, 0u);  // also for a ranked-out candidate: no copy may be in flight past the block's end
+        row = kept_row(e) + d;
       }
+      if (state[list[e]] == kTrCandidate) continue;
       ring_down_rows<1>(row, zs + e, 1, d, acc);
     }
     consumers_sync<kRingConsumers>();  // every copy consumed: the ring is free and holds the partials
