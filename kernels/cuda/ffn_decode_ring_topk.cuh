@@ -65,7 +65,7 @@ struct RingTopkArgs : RingIo {
 constexpr int kRingTopkSlots = 3;
 
 // Shared memory: the ring (after the gate items: the key array), the kept area [kcap][2][d] bf16, x [d] bf16, gv and
-// zs [nmax] fp32, the keys [nmax], the kept list [nmax],
+// zs [nmax] fp32, the keys [nmax], the candidates [nmax], the kept list [nmax], the down loop's rows [nmax] (pointers),
 // the channels' states [nmax] bytes, the ring's 2 S mbarriers and the kcap of the kept area, misc (16 ints for the
 // way out), info (16 ints), red (32 floats: the norm's per-warp sums, the scan's warp totals).
 __host__ __device__ inline std::size_t ring_topk_smem_bytes(int S, int d, int nmax, int kcap, int xcap = 0) {
@@ -74,6 +74,7 @@ __host__ __device__ inline std::size_t ring_topk_smem_bytes(int S, int d, int nm
   b += align16(static_cast<std::size_t>(d) * 2);
   b += 4 * align16(static_cast<std::size_t>(nmax) * 4);
   b += align16(static_cast<std::size_t>(nmax) * 4);
+  b += align16(static_cast<std::size_t>(nmax) * 8);
   b += align16(static_cast<std::size_t>(nmax));
   b += static_cast<std::size_t>(2 * kRingMaxSlots + kcap + xcap) * 8;
   b += 64 + 64 + 128;
@@ -137,6 +138,8 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
   p += align16(static_cast<std::size_t>(a.nmax) * 4);
   int* list = reinterpret_cast<int*>(p);  // [nmax] kept channels (block-local index)
   p += align16(static_cast<std::size_t>(a.nmax) * 4);
+  const bf16** drow = reinterpret_cast<const bf16**>(p);  // [nmax] list entry e's W_down row, null: ranked out
+  p += align16(static_cast<std::size_t>(a.nmax) * 8);
   unsigned char* state = p;  // [nmax] kTrOut / kTrKept / kTrCandidate / kTrKeptCandidate
   p += align16(static_cast<std::size_t>(a.nmax));
   auto* full = reinterpret_cast<unsigned long long*>(p);
@@ -371,21 +374,27 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     // 0 needs only after the up GEMV; the last block zeroes the histogram and counters for the next call.
     unsigned ticket = 0;
     if (tid == 0) ticket = atomicAdd(ctr + kTrDone * kLine, 1u);
-    // Up: a kept channel per warp.
+    // Up: a kept channel per warp. The warp of entry e waits for its rows even where e was ranked out (no copy may be
+    // in flight past the block's end) and leaves the down loop its W_down row (null: ranked out), so that after the
+    // barrier below every copy has landed and the down loop is loads and FMAs only.
     for (int e = warp; e < known; e += kRingConsumers / 32) {
       const int j = list[e];
-      if (state[j] == kTrCandidate) {  // ranked out: z 0 (its W_down row is skipped below)
-        if (lane == 0) zs[e] = 0.0f;
+      const bool in_smem = e < kall;
+      if (in_smem) mbar_wait(kfull + e, 0u);
+      if (state[j] == kTrCandidate) {  // ranked out
+        if (lane == 0) {
+          zs[e] = 0.0f;
+          drow[e] = nullptr;
+        }
         continue;
       }
-      const bf16* row = a.wu + static_cast<std::size_t>(c0 + j) * d;
-      if (e < kall) {
-        mbar_wait(kfull + e, 0u);
-        row = kept_row(e);
-      }
+      const bf16* row = in_smem ? kept_row(e) : a.wu + static_cast<std::size_t>(c0 + j) * d;
       float uv[1];
       ring_row_dot<1>(row, xs, d, uv);
-      if (lane == 0) zs[e] = silu_f(gv[j]) * uv[0];
+      if (lane == 0) {
+        zs[e] = silu_f(gv[j]) * uv[0];
+        drow[e] = in_smem ? row + d : a.wd + static_cast<std::size_t>(c0 + j) * d;
+      }
     }
     if (tid == 0) info[5] = ticket == nb - 1 ? 1 : 0;
     consumers_sync<kRingConsumers>();
@@ -399,14 +408,22 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     float acc[1][8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[0][e] = 0.f;
-    for (int e = 0; e < known; ++e) {
-      const bf16* row = a.wd + static_cast<std::size_t>(c0 + list[e]) * d;
-      if (e < kall) {
-        mbar_wait(kfull + e, 0u);  // also for a ranked-out candidate: no copy may be in flight past the block's end
-        row = kept_row(e) + d;
+    if (tid * 8 < d) {
+      // Independent entries, four in flight. (The former loop read list[e], state[list[e]], waited on the entry's
+      // mbarrier, then read the row: a chain of shared-memory accesses per entry, ~2.4 us a layer for the most loaded
+      // block's entries; this loop: decode 1.0102 -> 0.9755 ms, H200, bench/micro/NOTES.md twenty-third session.)
+      const int c = tid * 8;
+#pragma unroll 4
+      for (int e = 0; e < known; ++e) {
+        const bf16* row = drow[e];
+        if (row) {
+          const uint4 w = *reinterpret_cast<const uint4*>(row + c);
+          const float z = zs[e];
+          const float wf[8] = {bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y), bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w)};
+#pragma unroll
+          for (int q = 0; q < 8; ++q) acc[0][q] = fmaf(z, wf[q], acc[0][q]);
+        }
       }
-      if (state[list[e]] == kTrCandidate) continue;
-      ring_down_rows<1>(row, zs + e, 1, d, acc);
     }
     consumers_sync<kRingConsumers>();  // every copy consumed: the ring is free and holds the partials
     ring_partials<1>(acc, reinterpret_cast<float*>(smem), a.acc, a.R, d, a.C);
