@@ -634,8 +634,6 @@ void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options
       a.S = pl.S;
       a.nmax = pl.nmax;
       a.kmax = pl.kmax;
-      static const int xdown_x = [] { const char* e = std::getenv("MOCBENCH_AB_XDOWN"); return e && *e == '1' ? 1 : 0; }();
-      a.xdown = xdown_x;  // EXPERIMENT
       launch_ex(kernel, static_cast<unsigned>(pl.nb), kRingThreads, pl.smem, ch.st, C, pdl, a);
     }
   });

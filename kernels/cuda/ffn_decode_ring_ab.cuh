@@ -38,7 +38,6 @@ struct RingAbArgs : RingIo {
   int S;     // ring slots
   int nmax;  // most channels of one block
   int kmax;  // most kept channels of one block (the kept area's entries)
-  int xdown;  // EXPERIMENT (MOCBENCH_AB_XDOWN): 1 = the down loop without per-entry mbarrier waits
 };
 
 // Ring slots of the a:b kernel (Options::ab_ring_slots): 2 measured faster than 3 in the H100 decode step (1.067 vs
@@ -200,26 +199,9 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
     for (int r = 0; r < RP; ++r)
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc[r][e] = 0.f;
-    if (!a.xdown) {
-      for (int e = 0; e < known; ++e) {
-        mbar_wait(kfull + e, 0u);  // (complete: its up warp waited for it; this thread's own view of the copy)
-        ring_down_rows<RP>(kept + static_cast<std::size_t>(e) * 2 * d + d, zs + e * RP, 1, d, acc);
-      }
-    } else if (tid * 8 < d) {
-      // Every copy landed before the barrier above (each entry's up warp waited on it): loads and FMAs only, four
-      // entries in flight (the top-K ring's down loop, bench/micro/NOTES.md twenty-third session).
-      const int c = tid * 8;
-#pragma unroll 4
-      for (int e = 0; e < known; ++e) {
-        const uint4 w = *reinterpret_cast<const uint4*>(kept + static_cast<std::size_t>(e) * 2 * d + d + c);
-        const float wf[8] = {bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y), bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w)};
-#pragma unroll
-        for (int r = 0; r < RP; ++r) {
-          const float zr = zs[e * RP + r];
-#pragma unroll
-          for (int q = 0; q < 8; ++q) acc[r][q] = fmaf(zr, wf[q], acc[r][q]);
-        }
-      }
+    for (int e = 0; e < known; ++e) {
+      mbar_wait(kfull + e, 0u);  // (complete: its up warp waited for it; this thread's own view of the copy)
+      ring_down_rows<RP>(kept + static_cast<std::size_t>(e) * 2 * d + d, zs + e * RP, 1, d, acc);
     }
     consumers_sync<kRingConsumers>();  // every copy consumed: the ring is free and holds the partials
     ring_partials<RP>(acc, reinterpret_cast<float*>(smem), a.acc, a.R, d, a.C);
