@@ -175,6 +175,8 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     // that may be kept -- above the threshold bin, or in it (a candidate the consumers are ranking meanwhile) -- are
     // listed in channel order and asked for (a channel a lane); the list goes back on barrier kTrListed. Asked for
     // before the ranking, not after: decode 1.0098 -> 0.9952 ms (H200, bench/micro/NOTES.md twenty-third session).
+    // (bar.sync / bar.arrive are .aligned: the warp reaches them converged, lane 0 back from its copies.)
+    __syncwarp();
     named_sync<kTrClassified, kRingThreads>();
     const unsigned long long pol = l2_stream_policy();
     int e0 = 0;
@@ -196,10 +198,10 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
       e0 += __popc(m);
     }
     if (lane == 0) info[4] = e0;
+    __syncwarp();
     named_arrive<kTrListed, kRingThreads>();
     // The next kernel's launch after these requests (its early loads would queue before them otherwise): decode 1.0031
     // -> 0.9942 ms against a launch right after the W_gate requests (H200, same session).
-    __syncwarp();
     griddep_launch();
   } else {
     griddep_wait();
@@ -376,7 +378,9 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     if (tid == 0) ticket = atomicAdd(ctr + kTrDone * kLine, 1u);
     // Up: a kept channel per warp. The warp of entry e waits for its rows even where e was ranked out (no copy may be
     // in flight past the block's end) and leaves the down loop its W_down row (null: ranked out), so that after the
-    // barrier below every copy has landed and the down loop is loads and FMAs only.
+    // barrier below every copy has landed and the down loop is loads and FMAs only. (One warp's wait suffices: the
+    // mbarrier's phase completion makes the copy visible to the waiting warp, and the barrier after the loop orders
+    // that for every consumer thread.)
     for (int e = warp; e < known; e += kRingConsumers / 32) {
       const int j = list[e];
       const bool in_smem = e < kall;
