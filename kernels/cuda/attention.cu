@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include <cooperative_groups.h>
@@ -17,7 +16,6 @@
 #include "kernels/cuda/cuda_ops_impl.cuh"
 #include "kernels/cuda/cudnn_sdpa.h"
 #include "kernels/cuda/kernels.h"
-#include "kernels/cuda/stage_stamps.cuh"
 
 namespace moc::cuda {
 namespace {
@@ -544,9 +542,8 @@ __device__ __forceinline__ void unpack16(const uint4& v, float (&f)[4], const fl
 template <class T, int TPK, int NH>
 __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
     const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, const std::int32_t* __restrict__ pos,
-    T* __restrict__ out, int h, int kvh, int T_len, int hd, int chunk, float scale_log2, step::StampBuf* stamps) {
+    T* __restrict__ out, int h, int kvh, int T_len, int hd, int chunk, float scale_log2) {
   constexpr int E = 16 / sizeof(T);   // elements per 16-byte word
-  step::StampScope stamp(stamps);  // EXPERIMENT (MOCBENCH_ATTN_STAMPS=1): the stages of the decode attention
   constexpr int KPS = 32 / TPK;       // keys per warp load step
   constexpr int TK = KPS * kFdRounds; // keys per warp tile
   __shared__ float wst[kFdWarps][NH][2];        // per warp: max (log2 units), sum
@@ -557,7 +554,6 @@ __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
   const bool clustered = gridDim.x > 1;  // the cluster spans the gridDim.x splits
   if (clustered) cluster_arrive_relaxed();  // "started": waited for before the first remote store
   pdl_wait();
-  stamp.start(step::StampKernel::attn, step::StageId::attn_out);
   const int split = blockIdx.x, bi = blockIdx.z;
   const int group = h / kvh;
   const int nhc = cdiv(group, NH);
@@ -655,7 +651,6 @@ __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
     }
   }
   __syncthreads();
-  stamp.mark_synced(step::StageId::attn_kv);
   // The block's state, pushed straight to the ranks that own its outputs: rank r finishes outputs
   // [r * per, (r + 1) * per) of the nh * hd of this block group (distributed shared memory), then one
   // cluster barrier (release / acquire), then each owner merges the ns states in rank order.
@@ -687,7 +682,6 @@ __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
   }
   if (clustered) cluster.sync();  // release / acquire: the pushed states are visible
   else __syncthreads();
-  stamp.mark_synced(step::StageId::attn_push);
   for (int j = threadIdx.x; j < min(per, total - rank * per); j += kFdThreads) {
     const int o = rank * per + j, hh = o / hd, d = o % hd;
     float M = -INFINITY;
@@ -718,8 +712,6 @@ bool launch_decode_fast(cudaStream_t st, const T* q, const T* kc, const T* vc, c
   while (ns < kFdMaxSplit && ns * kFdKeysPerSplit < T_len) ns *= 2;
   const int chunk = ceil_div(T_len, ns);
   const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(hd));
-  static const bool stamp_x = [] { const char* e = std::getenv("MOCBENCH_ATTN_STAMPS"); return e && *e == '1'; }();
-  step::StampBuf* stamps = stamp_x ? step::stamp_buffer_if_made() : nullptr;  // EXPERIMENT
   const dim3 grid(static_cast<unsigned>(ns), static_cast<unsigned>(kvh * ceil_div(group, NHr)),
                   static_cast<unsigned>(b));
   auto go = [&](auto tpk_tag, auto nh_tag) {
@@ -727,7 +719,7 @@ bool launch_decode_fast(cudaStream_t st, const T* q, const T* kc, const T* vc, c
     if constexpr (TPK * E <= kDecMaxHd)  // always true at run time: hd <= 128
     launch_pdl_cluster("attn_decode_fast_kernel", attn_decode_fast_kernel<T, TPK, NH>, grid, dim3(kFdThreads), 0, st,
                        dim3(static_cast<unsigned>(ns), 1, 1), q, kc, vc, pos, out, h, kvh, T_len, hd, chunk,
-                       scale_log2, stamps);
+                       scale_log2);
   };
   auto with_nh = [&](auto tpk_tag) {
     if (NHr == 1) go(tpk_tag, std::integral_constant<int, 1>{});

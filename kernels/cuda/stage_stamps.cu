@@ -36,9 +36,6 @@ const char* stage_name(StageId s) {
     case StageId::up: return "up";
     case StageId::down: return "down";
     case StageId::work: return "work";
-    case StageId::attn_kv: return "attn: q, K/V";
-    case StageId::attn_push: return "attn: push";
-    case StageId::attn_out: return "attn: out";
   }
   return "?";
 }
@@ -49,7 +46,6 @@ const char* stamp_kernel_name(StampKernel k) {
     case StampKernel::k_gate: return "k_gate";
     case StampKernel::k_select: return "k_select";
     case StampKernel::k_updown: return "k_updown";
-    case StampKernel::attn: return "attn_decode_fast_kernel";
   }
   return "?";
 }

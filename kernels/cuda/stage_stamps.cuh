@@ -25,13 +25,10 @@ enum class StageId : unsigned {
   up,        // k_updown, MoC: the kept channels' up GEMV and z
   down,      // k_updown: W_down rows of the kept channels, added to the output
   work,      // a kernel stamped whole (no stage marks): its first block's start to its last block's end
-  attn_kv,     // EXPERIMENT attn_decode_fast_kernel: q, the K/V loop and each warp's softmax state
-  attn_push,   // EXPERIMENT: the block's state merged over its warps and pushed to the cluster's owners
-  attn_out,    // EXPERIMENT: the owners' merge and the output written
 };
 // Which kernel a slot holds (its CUPTI short name: stamp_kernel_name). 0 is not used (it was the retired
 // persistent decode step's k_step).
-enum class StampKernel : unsigned { spin = 1, k_gate = 2, k_select = 3, k_updown = 4, attn = 5 /* EXPERIMENT */ };
+enum class StampKernel : unsigned { spin = 1, k_gate = 2, k_select = 3, k_updown = 4 };
 const char* stamp_kernel_name(StampKernel k);  // "spin_kernel", "k_gate", "k_select", "k_updown"
 const char* stage_name(StageId s);  // "gate", "gate & up", "top-K", "up", "down", "work"
 
