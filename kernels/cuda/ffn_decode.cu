@@ -662,9 +662,9 @@ RingTopkPlan ring_topk_plan(const Problem& p, int nb, int slots) {
   pl.kcap = fixed >= optin ? -1 : static_cast<int>(std::min<std::size_t>(pl.nmax, (optin - fixed) / per));
   // Kept rows past the kept area: in the ring after the key array (the ring's slots are idle by then), as many as
   // fit there and leave room for their mbarriers (8 bytes each: one kept-area row fewer where those do not fit).
-  // At the 1b layer kcap 15 + xcap 9: a block keeps ~8 channels on average, the most loaded of 132 up to ~15-16,
-  // whose rows past kcap were read from global memory in the down loop; decode 0.9919 -> 0.9781 ms (H200,
-  // bench/micro/NOTES.md twenty-third session).
+  // At the 1b layer kcap 15 + xcap 9: a block keeps ~8 channels on average, the most loaded of 132 some 15-16 (a
+  // binomial estimate, not counted on the device), whose rows past kcap were read from global memory in the down
+  // loop; decode 0.9919 -> 0.9781 ms (H200, bench/micro/NOTES.md twenty-third session).
   pl.xoff = static_cast<int>(align16(static_cast<std::size_t>((p.d_ffn + 3) / 4) * 16));
   const std::size_t ring_bytes = static_cast<std::size_t>(pl.S) * kRingSlotBytes;
   auto fit_x = [&] {
