@@ -728,8 +728,6 @@ void launch_ring_topk(const Problem& p, const Buffers& B, Chain& ch, const Optio
   a.kcap = pl.kcap;
   a.xcap = pl.xcap;
   a.xoff = pl.xoff;
-  static const int diag_x = [] { const char* e = std::getenv("MOCBENCH_TR_DIAG"); return e && *e == '1' ? 1 : 0; }();
-  a.diag = diag_x;  // EXPERIMENT
   launch_ex(kernel, static_cast<unsigned>(pl.nb), kRingThreads, pl.smem, ch.st, C, ch.next(), a);
   MOC_CUDA_LAUNCHED("k_updown");
 }

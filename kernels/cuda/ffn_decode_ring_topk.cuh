@@ -58,8 +58,6 @@ struct RingTopkArgs : RingIo {
   int kcap;  // kept channels whose rows a block holds in its kept area
   int xcap;  // and then in the ring, after the key array (idle once the gate items are consumed)
   int xoff;  // bytes: where in the ring (16-aligned, past the key array)
-  int diag;  // EXPERIMENT (MOCBENCH_TR_DIAG=1): stage marks "top-K" = gate + meeting + top-K, "up", "gate" = the down
-             // loop, "work" = the cluster reduction and atomics, "down" = the last blocks' finish
 };
 
 // Ring slots of the top-K kernel (Options::topk_ring_slots): at the 1b layer a block's 41-42 W_gate rows are 3
@@ -232,7 +230,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     }
     if (tid == 0) info[6] = 0;  // below: this block's channels to rank within the threshold bin
     consumers_sync<kRingConsumers>();
-    if (!a.diag) stamp.mark_synced(step::StageId::gate);
+    stamp.mark_synced(step::StageId::gate);
     tr_grid_meet(ctr + kTrHist * kLine, nb);
     // 2. Every load of the grid's state at once, one L2 round trip: thread t's bins [8t, 8t + 8) and, into the idle
     // ring, its share of the key array (needed where this block holds channels of a threshold bin that must be split;
@@ -432,27 +430,9 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
       }
     }
     consumers_sync<kRingConsumers>();  // every copy consumed: the ring is free and holds the partials
-    if (a.diag) stamp.mark_synced(step::StageId::gate);
     ring_partials<1>(acc, reinterpret_cast<float*>(smem), a.acc, a.R, d, a.C);
   }
-  if (!a.diag) {
-    ring_out(a.out, a.acc, a.ctrl, a.R, a.d, a.C, smem, misc);
-  } else {  // ring_out's body with a mark between its two steps
-    UpDownArgs u{};
-    u.out = a.out;
-    u.acc = a.acc;
-    u.ctrl = a.ctrl;
-    u.R = a.R;
-    u.d = a.d;
-    UdSmem us{};
-    us.part = reinterpret_cast<float*>(smem);
-    us.misc = misc;
-    UdSlice sl{0, a.d, 0};
-    if (a.C > 1) sl = ud_cluster_reduce(u, us, a.C);
-    else __syncthreads();
-    stamp.mark_synced(step::StageId::work);
-    ud_finish(u, us, sl, a.C);
-  }
+  ring_out(a.out, a.acc, a.ctrl, a.R, a.d, a.C, smem, misc);
 }
 
 }  // namespace
