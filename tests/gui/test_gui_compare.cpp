@@ -181,9 +181,12 @@ void expect_same_comparison(const std::string& db, const std::string& extra, con
   const Cells cli = cli_cells(rows), gui = gui_cells(t);
   EXPECT_EQ(cli, gui);
   EXPECT_GT(cli.size(), t.rows.size()) << "more than one metric per point";
+  std::string latency_rows;  // said on failure: it failed in a loaded clean-clone CI run (2026-11-28), not on re-runs
+  for (const auto& r : rows)
+    if (r["metric"] == "latency_us") latency_rows += "\n  " + r.dump();
   EXPECT_TRUE(std::any_of(gui.begin(), gui.end(), [](const auto& kv) {
     return kv.first.second == "latency_us" && kv.second == "better";
-  })) << "B's latencies cut a thousandfold";
+  })) << "B's latencies cut a thousandfold; the CLI's latency_us rows:" << latency_rows;
   // The view draws (and copies) compare_tables: the shared table model, with the same values, ratios and
   // verdicts as the CLI's rows, every matched point once.
   std::size_t table_rows = 0;
