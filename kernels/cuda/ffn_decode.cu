@@ -656,33 +656,23 @@ RingTopkPlan ring_topk_plan(const Problem& p, int nb, int slots) {
   pl.nmax = (p.d_ffn + pl.nb - 1) / pl.nb;
   const int items = (pl.nmax + pl.cpg - 1) / pl.cpg;
   pl.S = std::min(slots, items);
-  const std::size_t fixed = ring_topk_smem_bytes(pl.S, p.d, pl.nmax, 0);
+  // Kept rows past the kept area go into the ring after the key array (the ring's slots are idle by then): as many as
+  // fit there, their mbarriers reserved before the kept area is sized. At the 1b layer kcap 15 + xcap 9: a block keeps
+  // ~8 channels on average, the most loaded of 132 some 15-16 (a binomial estimate, not counted on the device), whose
+  // rows past kcap were read from global memory in the down loop; decode 0.9919 -> 0.9781 ms (H200,
+  // bench/micro/NOTES.md twenty-third session).
+  pl.xoff = static_cast<int>(align16(static_cast<std::size_t>((p.d_ffn + 3) / 4) * 16));
+  const std::size_t ring_bytes = static_cast<std::size_t>(pl.S) * kRingSlotBytes;
+  const int xmax = ring_bytes > static_cast<std::size_t>(pl.xoff)
+                       ? static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(pl.nmax),
+                                                                (ring_bytes - pl.xoff) / (static_cast<std::size_t>(p.d) * 4)))
+                       : 0;
+  const std::size_t fixed = ring_topk_smem_bytes(pl.S, p.d, pl.nmax, 0, xmax);
   const std::size_t optin = device_limits().smem_optin;
   const std::size_t per = static_cast<std::size_t>(p.d) * 4 + 8;
   pl.kcap = fixed >= optin ? -1 : static_cast<int>(std::min<std::size_t>(pl.nmax, (optin - fixed) / per));
-  // Kept rows past the kept area: in the ring after the key array (the ring's slots are idle by then), as many as
-  // fit there and leave room for their mbarriers (8 bytes each: one kept-area row fewer where those do not fit).
-  // At the 1b layer kcap 15 + xcap 9: a block keeps ~8 channels on average, the most loaded of 132 some 15-16 (a
-  // binomial estimate, not counted on the device), whose rows past kcap were read from global memory in the down
-  // loop; decode 0.9919 -> 0.9781 ms (H200, bench/micro/NOTES.md twenty-third session).
-  pl.xoff = static_cast<int>(align16(static_cast<std::size_t>((p.d_ffn + 3) / 4) * 16));
-  const std::size_t ring_bytes = static_cast<std::size_t>(pl.S) * kRingSlotBytes;
-  auto fit_x = [&] {
-    pl.xcap = 0;
-    if (pl.kcap >= 0 && ring_bytes > static_cast<std::size_t>(pl.xoff))
-      pl.xcap = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(pl.nmax - pl.kcap),
-                                                       (ring_bytes - pl.xoff) / (static_cast<std::size_t>(p.d) * 4)));
-    pl.smem = ring_topk_smem_bytes(pl.S, p.d, pl.nmax, std::max(0, pl.kcap), pl.xcap);
-  };
-  fit_x();
-  if (pl.smem > optin && pl.kcap > 0) {
-    --pl.kcap;
-    fit_x();
-  }
-  if (pl.smem > optin) {
-    pl.xcap = 0;
-    pl.smem = ring_topk_smem_bytes(pl.S, p.d, pl.nmax, std::max(0, pl.kcap));
-  }
+  pl.xcap = pl.kcap >= 0 ? std::min(xmax, pl.nmax - pl.kcap) : 0;
+  pl.smem = ring_topk_smem_bytes(pl.S, p.d, pl.nmax, std::max(0, pl.kcap), pl.xcap);
   return pl;
 }
 int ring_topk_slots(const Options& opt) {
