@@ -23,6 +23,7 @@
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/stage_stamps.cuh"
 #include "kernels/cuda/ffn_decode_device.cuh"
+#include "kernels/cuda/ffn_decode_ring_plan.h"
 #include "kernels/cuda/ffn_decode_gate.cuh"
 #include "kernels/cuda/ffn_decode_generic.cuh"
 #include "kernels/cuda/ffn_decode_select.cuh"
@@ -79,7 +80,7 @@ Layout make_layout(const Problem& p) {
     L.tkeys = off;
     off += align256(static_cast<std::size_t>(L.Fp) * 4);
     L.tcounts = off;
-    off += align256(1024 * 4);  // one count per block (grids of at most 1024 SMs)
+    off += align256(static_cast<std::size_t>(kRingMaxGrid) * 4);  // one kept count per block of the top-K ring
   }
   L.total = off;
   return L;
@@ -516,18 +517,26 @@ void ring_io(RingIo& a, const Problem& p, const Buffers& B) {
   a.F = p.d_ffn;
 }
 
-// The dense FFN through the ring kernel (ffn_decode_ring.cuh): rows <= kRingMaxRows (2) and d <= kDownCols (one pass of the
-// down projection in registers), at least two slots beside x and the block's gate values.
-// (launch_ring falls back to clusters of 1 on the grid of every SM, which this checks.)
+// The ring kernels' plans (ffn_decode_ring_plan.h) on this device: its SMs and shared memory; the grid of clusters of 2
+// from the occupancy query of the kernel launched.
+template <class Kernel>
+auto ring_fit(Kernel kernel) {
+  return [kernel](std::size_t smem) { return max_active_clusters(kernel, smem, 2, kRingThreads); };
+}
+
+// The dense FFN through the ring kernel (ffn_decode_ring.cuh): rows <= kRingMaxRows (2) and d <= kDownCols (one pass of
+// the down projection in registers), at least two slots beside x and the block's gate values on the grid of every SM
+// (where clusters of 2 do not fit, the launch takes that grid).
+RingDensePlan ring_dense_plan_on(const Problem& p, int nb, int rp) {
+  return ring_dense_plan(p.d, p.d_ffn, rp, nb, kRingSlots, device_limits().smem_optin);
+}
 bool ring_ok(const Problem& p, const Options& opt) {
   if (!opt.dense_ring || p.rows > kRingMaxRows || p.d > kDownCols) return false;
-  const int nb = std::max(1, std::min(device_limits().sms, p.d_ffn));
-  return ring_smem_bytes(2, p.d, kRingMaxRows, (p.d_ffn + nb - 1) / nb) <= device_limits().smem_optin;
+  return ring_dense_plan_on(p, device_limits().sms, kRingMaxRows).ok();
 }
 
 void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
   MOC_OP_COST(cost::ffn_decode_dense(cost_shape(p)));
-  const DeviceLimits lim = device_limits();
   RingArgs a{};
   ring_io(a, p, B);
   const unsigned row = static_cast<unsigned>(p.d) * 2u;
@@ -538,27 +547,14 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
     constexpr int RP = decltype(rp)::value;
     if constexpr (RP <= kRingMaxRows) {
       auto kernel = k_updown<RP>;
-      int nb = std::max(1, std::min(lim.sms, p.d_ffn));
-      int C = nb >= 2 && p.d % 16 == 0 ? 2 : 1;  // cluster of 2: slices of d / 2 columns, 8-aligned
-      auto plan = [&]() {
-        a.nmax = (p.d_ffn + nb - 1) / nb;
-        const std::size_t fixed = ring_smem_bytes(0, p.d, RP, a.nmax);
-        a.S = static_cast<int>(std::min<std::size_t>(kRingSlots, (lim.smem_optin - fixed) / kRingSlotBytes));
-        return ring_smem_bytes(a.S, p.d, RP, a.nmax);
-      };
-      if (C == 2) {
-        const int all = nb;
-        nb = nb / 2 * 2;
-        const int clusters = max_active_clusters(kernel, plan(), 2, kRingThreads);
-        if (clusters >= 1) nb = std::min(nb, clusters * 2);
-        if (clusters < 1 || (plan(), a.S < 2)) {
-          C = 1;
-          nb = all;
-        }
-      }
+      int C = 1;
+      const RingDensePlan pl = ring_cluster_grid(
+          ring_dense_plan_on(p, device_limits().sms, RP), p.d, [&](int nb) { return ring_dense_plan_on(p, nb, RP); },
+          ring_fit(kernel), C);
       a.C = C;
-      const std::size_t smem = plan();
-      launch_ex(kernel, static_cast<unsigned>(nb), kRingThreads, smem, ch.st, C, pdl, a);
+      a.S = pl.S;
+      a.nmax = pl.nmax;
+      launch_ex(kernel, static_cast<unsigned>(pl.nb), kRingThreads, pl.smem, ch.st, C, pdl, a);
     }
   });
   MOC_CUDA_LAUNCHED("k_updown");
@@ -568,37 +564,18 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
 // group's W_gate rows in a 32 KB slot (items of cpg rows, at most kRingAbMaxCpg), two slots beside a block's kept rows
 // (a group keeps at most min(b, R a) channels over the rows); the selection and the up/down together (no forced
 // selection).
-struct RingAbPlan {
-  int cpg = 0, nb = 1, nmax = 0, kmax = 0, S = 0;
-  std::size_t smem = 0;
-};
-RingAbPlan ring_ab_plan(const Problem& p, int nb, int rp, int slots) {
-  RingAbPlan pl;
-  const unsigned row = static_cast<unsigned>(p.d) * 2u;
-  const int rows = static_cast<int>(std::min<unsigned>(kRingAbMaxCpg, kRingSlotBytes / row));
-  pl.cpg = p.group_b > 0 ? rows / p.group_b * p.group_b : 0;
-  if (pl.cpg < std::max(1, p.group_b)) return pl;
-  const int groups = (p.d_ffn + p.group_b - 1) / p.group_b;
-  pl.nb = std::max(1, std::min(nb, groups));
-  const int gpb = (groups + pl.nb - 1) / pl.nb;
-  pl.nmax = gpb * p.group_b;
-  pl.kmax = gpb * std::min(p.group_b, p.rows * p.group_a);
-  const std::size_t fixed = ring_ab_smem_bytes(0, p.d, rp, pl.nmax, pl.kmax);
-  const std::size_t optin = device_limits().smem_optin;
-  pl.S = fixed >= optin ? 0 : static_cast<int>(std::min<std::size_t>(slots, (optin - fixed) / kRingSlotBytes));
-  pl.smem = ring_ab_smem_bytes(pl.S, p.d, rp, pl.nmax, pl.kmax);
-  return pl;
-}
 int ring_ab_slots(const Options& opt) {
   return opt.ab_ring_slots > 0 ? std::min(opt.ab_ring_slots, kRingMaxSlots) : kRingAbSlots;
+}
+RingAbPlan ring_ab_plan_on(const Problem& p, int nb, int rp, const Options& opt) {
+  return ring_ab_plan(p.d, p.d_ffn, p.rows, p.group_a, p.group_b, rp, nb, ring_ab_slots(opt), device_limits().smem_optin);
 }
 bool ring_ab_ok(const Problem& p, const Options& opt) {
   if (!opt.ab_ring || p.kind != SelKind::grouped || p.force_idx || p.rows < 1 || p.rows > kRingMaxRows ||
       p.d > kDownCols)
     return false;
   if ((p.parts & (kFfnSelect | kFfnUpDown)) != (kFfnSelect | kFfnUpDown)) return false;
-  const RingAbPlan pl = ring_ab_plan(p, device_limits().sms, rows_pad(p.rows), ring_ab_slots(opt));
-  return pl.cpg >= p.group_b && pl.S >= std::min(2, ring_ab_slots(opt));
+  return ring_ab_plan_on(p, device_limits().sms, rows_pad(p.rows), opt).ok();
 }
 
 void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options& opt) {
@@ -620,15 +597,10 @@ void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options
       constexpr int kGateRule = static_cast<int>(SelectRule::gate);
       void (*kernel)(RingAbArgs) = k_updown<RP, -1>;
       if (opt.specialized && p.rule == SelectRule::gate) kernel = k_updown<RP, kGateRule>;
-      const int slots = ring_ab_slots(opt);
-      RingAbPlan pl = ring_ab_plan(p, device_limits().sms, RP, slots);
-      int C = pl.nb >= 2 && p.d % 16 == 0 ? 2 : 1;  // cluster of 2: slices of d / 2 columns, 8-aligned
-      if (C == 2) {  // a grid of whole clusters, all resident at once; else clusters of 1 on every SM (as checked)
-        const int clusters = max_active_clusters(kernel, pl.smem, 2, kRingThreads);
-        const RingAbPlan p2 = clusters >= 1 ? ring_ab_plan(p, std::min(pl.nb / 2 * 2, clusters * 2), RP, slots) : pl;
-        if (clusters < 1 || p2.S < std::min(2, slots)) C = 1;
-        else pl = p2;
-      }
+      int C = 1;
+      const RingAbPlan pl = ring_cluster_grid(
+          ring_ab_plan_on(p, device_limits().sms, RP, opt), p.d,
+          [&](int nb) { return ring_ab_plan_on(p, nb, RP, opt); }, ring_fit(kernel), C);
       a.C = C;
       a.cpg = pl.cpg;
       a.S = pl.S;
@@ -642,49 +614,17 @@ void launch_ring_ab(const Problem& p, const Buffers& B, Chain& ch, const Options
 
 // MoC row top-K at one row as one kernel (ffn_decode_ring_topk.cuh): d <= kDownCols, a grid whose blocks are all
 // resident at once (one per SM; clusters of 2 where that many fit), W_gate through S slots, the kept area of kcap
-// channels in the shared memory left.
-struct RingTopkPlan {
-  int cpg = 0, nb = 1, nmax = 0, S = 0, kcap = 0, xcap = 0, xoff = 0;
-  std::size_t smem = 0;
-};
-RingTopkPlan ring_topk_plan(const Problem& p, int nb, int slots) {
-  RingTopkPlan pl;
-  const unsigned row = static_cast<unsigned>(p.d) * 2u;
-  pl.cpg = static_cast<int>(std::min<unsigned>(16u, kRingSlotBytes / row));
-  if (pl.cpg < 1) return pl;
-  pl.nb = std::max(1, std::min(nb, p.d_ffn));
-  pl.nmax = (p.d_ffn + pl.nb - 1) / pl.nb;
-  const int items = (pl.nmax + pl.cpg - 1) / pl.cpg;
-  pl.S = std::min(slots, items);
-  // Kept rows past the kept area go into the ring after the key array (the ring's slots are idle by then): as many as
-  // fit there, their mbarriers reserved before the kept area is sized. At the 1b layer kcap 15 + xcap 9: a block keeps
-  // ~8 channels on average, the most loaded of 132 some 15-16 (a binomial estimate, not counted on the device), whose
-  // rows past kcap were read from global memory in the down loop; decode 0.9919 -> 0.9781 ms (H200,
-  // bench/micro/NOTES.md twenty-third session).
-  pl.xoff = static_cast<int>(align16(static_cast<std::size_t>((p.d_ffn + 3) / 4) * 16));
-  const std::size_t ring_bytes = static_cast<std::size_t>(pl.S) * kRingSlotBytes;
-  const int xmax = ring_bytes > static_cast<std::size_t>(pl.xoff)
-                       ? static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(pl.nmax),
-                                                                (ring_bytes - pl.xoff) / (static_cast<std::size_t>(p.d) * 4)))
-                       : 0;
-  const std::size_t fixed = ring_topk_smem_bytes(pl.S, p.d, pl.nmax, 0, xmax);
-  const std::size_t optin = device_limits().smem_optin;
-  const std::size_t per = static_cast<std::size_t>(p.d) * 4 + 8;
-  pl.kcap = fixed >= optin ? -1 : static_cast<int>(std::min<std::size_t>(pl.nmax, (optin - fixed) / per));
-  pl.xcap = pl.kcap >= 0 ? std::min(xmax, pl.nmax - pl.kcap) : 0;
-  pl.smem = ring_topk_smem_bytes(pl.S, p.d, pl.nmax, std::max(0, pl.kcap), pl.xcap);
-  return pl;
-}
+// channels in the shared memory left (ffn_decode_ring_plan.h ring_topk_plan).
 int ring_topk_slots(const Options& opt) {
   return opt.topk_ring_slots > 0 ? std::min(opt.topk_ring_slots, kRingMaxSlots) : kRingTopkSlots;
+}
+RingTopkPlan ring_topk_plan_on(const Problem& p, int nb, const Options& opt) {
+  return ring_topk_plan(p.d, p.d_ffn, nb, ring_topk_slots(opt), device_limits().smem_optin);
 }
 bool ring_topk_ok(const Problem& p, const Options& opt) {
   if (!opt.topk_ring || p.kind != SelKind::topk || p.force_idx || p.rows != 1 || p.d > kDownCols) return false;
   if ((p.parts & (kFfnSelect | kFfnUpDown)) != (kFfnSelect | kFfnUpDown)) return false;
-  const RingTopkPlan pl = ring_topk_plan(p, device_limits().sms, ring_topk_slots(opt));
-  // (the key array [d_ffn] is read into the ring: u32 keys rounded up to 16 bytes)
-  const bool keys_fit = static_cast<std::size_t>((p.d_ffn + 3) / 4) * 16 <= static_cast<std::size_t>(pl.S) * kRingSlotBytes;
-  return pl.cpg >= 1 && pl.S >= 1 && pl.kcap >= 0 && pl.nb <= 1024 && keys_fit;
+  return ring_topk_plan_on(p, device_limits().sms, opt).ok();
 }
 
 void launch_ring_topk(const Problem& p, const Buffers& B, Chain& ch, const Options& opt) {
@@ -701,16 +641,9 @@ void launch_ring_topk(const Problem& p, const Buffers& B, Chain& ch, const Optio
   a.rule = static_cast<int>(p.rule);
   void (*kernel)(RingTopkArgs) = k_updown<TopK, -1>;
   if (opt.specialized && p.rule == SelectRule::gate) kernel = k_updown<TopK, static_cast<int>(SelectRule::gate)>;
-  const int slots = ring_topk_slots(opt);
-  RingTopkPlan pl = ring_topk_plan(p, device_limits().sms, slots);
-  int C = pl.nb >= 2 && p.d % 16 == 0 ? 2 : 1;  // cluster of 2: slices of d / 2 columns, 8-aligned
-  if (C == 2) {
-    // The grid meets on counters, so every block must be resident at once: whole clusters, as many as fit.
-    const int clusters = max_active_clusters(kernel, pl.smem, 2, kRingThreads);
-    const RingTopkPlan p2 = clusters >= 1 ? ring_topk_plan(p, std::min(pl.nb / 2 * 2, clusters * 2), slots) : pl;
-    if (clusters < 1 || p2.nb < 2 || p2.kcap < 0) C = 1;
-    else pl = p2;
-  }
+  int C = 1;
+  const RingTopkPlan pl = ring_cluster_grid(ring_topk_plan_on(p, device_limits().sms, opt), p.d,
+                                            [&](int nb) { return ring_topk_plan_on(p, nb, opt); }, ring_fit(kernel), C);
   a.C = C;
   a.cpg = pl.cpg;
   a.S = pl.S;

@@ -1,6 +1,7 @@
 // The dense decode FFN as one weight stream (ffn_decode.cu launches it; measurements in bench/micro/NOTES.md).
 #pragma once
 #include "kernels/cuda/bulk_ring.cuh"
+#include "kernels/cuda/ffn_decode_ring_plan.h"
 #include "kernels/cuda/ffn_decode_updown.cuh"
 
 namespace moc::cuda {
@@ -24,17 +25,13 @@ namespace {
 // (thread t: columns [8t, 8t + 8)). The partial [R, d] outputs then take the up/down kernel's way out: the
 // cluster's reduction in distributed shared memory, fp32 atomics, the last block of a column slice adds into out.
 
+// (kRingSlotBytes, kRingMaxSlots, kRingMaxRows and the shared-memory layouts: ffn_decode_ring_plan.h)
 constexpr int kRingConsumers = kThreads;             // 8 consumer warps
 constexpr int kRingThreads = kThreads + 32;          // + the producer warp
-constexpr unsigned kRingSlotBytes = 32u * 1024u;     // one slot: 4 gate+up channels or 8 W_down rows at d 2048
-constexpr int kRingMaxSlots = 8;
+static_assert(kRingConsumers == kRingConsumerWarps * 32);
 // Slots the launch uses (fewer where shared memory is short): on the H100's decode step 4 (128 KB) measured faster
 // than 6 (the most that fit), 3 or 2 (1.281 vs 1.302 / 1.307 / 1.312 ms per token, dense batch 1, bench/RESULTS.md).
 constexpr int kRingSlots = 4;
-// Rows 1-2: in the H100 decode study the ring at 3-4 rows made the dense step 5-7% slower than the up/down kernel
-// with its norm kernel (1.62 / 1.63 vs 1.515 / 1.556 ms per token; one layer alone: the same 34.1 / 34.8 us), while at
-// 1-2 rows it is faster (1.25 / 1.41 vs 1.334 / 1.451): bench/RESULTS.md part 11.
-constexpr int kRingMaxRows = 2;
 // Items past the ring's first kRingSlots that the producer warms into L2 (cp.async.bulk.prefetch.L2) right after the
 // ring's first copies, before its first wait for a free slot -- slots free up only once the consumers, who wait for
 // the previous kernel (PDL), read them. The attention / O window before the FFN runs the step's DRAM at about half
@@ -64,17 +61,6 @@ struct RingArgs : RingIo {
   int S;           // ring slots
   int nmax;        // most channels of one block
 };
-
-// Shared memory: the ring, then x [RP, d] bf16, gu [nmax, 2, RP] and z [nmax, RP] fp32, the 2 S mbarriers, misc.
-__host__ __device__ inline std::size_t ring_smem_bytes(int S, int d, int rp, int nmax) {
-  std::size_t b = static_cast<std::size_t>(S) * kRingSlotBytes;
-  b += align16(static_cast<std::size_t>(rp) * d * 2);
-  b += align16(static_cast<std::size_t>(nmax) * rp * 3 * 4);
-  b += static_cast<std::size_t>(2 * kRingMaxSlots) * 8;
-  b += 64;                                          // misc
-  b += static_cast<std::size_t>(kRingConsumers / 32) * kRingMaxRows * 4;  // the norm's per-warp sums
-  return b;
-}
 
 // Consumers, after the PDL wait: x [R, d] (the previous kernel's output) into xs [RP, d] (rows past R zero), and
 // with norm the FFN's RMSNorm applied in place, as rmsnorm_forward computes it (rounded to bf16): each block for
@@ -237,17 +223,15 @@ template <int RP>
 __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, d = a.d, S = a.S;
+  const auto m = ring_dense_smem(S, d, RP, a.nmax);
   bf16* ring = reinterpret_cast<bf16*>(smem);
-  unsigned char* p = smem + static_cast<std::size_t>(S) * kRingSlotBytes;
-  bf16* xs = reinterpret_cast<bf16*>(p);
-  p += align16(static_cast<std::size_t>(RP) * d * 2);
-  float* gu = reinterpret_cast<float*>(p);  // [nmax][2][RP]
+  bf16* xs = reinterpret_cast<bf16*>(smem + m.xs);
+  float* gu = reinterpret_cast<float*>(smem + m.gu);  // [nmax][2][RP]
   float* zs = gu + static_cast<std::size_t>(a.nmax) * 2 * RP;  // [nmax][RP]
-  p += align16(static_cast<std::size_t>(a.nmax) * RP * 3 * 4);
-  auto* full = reinterpret_cast<unsigned long long*>(p);
+  auto* full = reinterpret_cast<unsigned long long*>(smem + m.bars);
   unsigned long long* empty = full + kRingMaxSlots;
-  int* misc = reinterpret_cast<int*>(empty + kRingMaxSlots);
-  float* red = reinterpret_cast<float*>(misc + 16);  // [8 warps][RP]
+  int* misc = reinterpret_cast<int*>(smem + m.misc);
+  float* red = reinterpret_cast<float*>(smem + m.red);  // [8 warps][RP]
 
   const long long nb = gridDim.x, b = blockIdx.x;
   const int c0 = static_cast<int>(b * a.F / nb), c1 = static_cast<int>((b + 1) * a.F / nb), n = c1 - c0;

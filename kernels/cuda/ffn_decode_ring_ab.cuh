@@ -44,48 +44,26 @@ struct RingAbArgs : RingIo {
 // 1.082 ms per token, 2:8 batch 1).
 constexpr int kRingAbSlots = 2;
 
-// Shared memory: the ring, the kept area [kmax][2][d] bf16, x [RP, d] bf16, gv [nmax][RP] and zs [kmax][RP] fp32,
-// the kept list [kmax], the group ranks' flags [kRingAbMaxCpg][RP], the ring's 2 S mbarriers and the kmax of the
-// kept area, misc (16 ints for the way out), the norm's per-warp sums.
-constexpr int kRingAbMaxCpg = 16;
-__host__ __device__ inline std::size_t ring_ab_smem_bytes(int S, int d, int rp, int nmax, int kmax) {
-  std::size_t b = static_cast<std::size_t>(S) * kRingSlotBytes;
-  b += static_cast<std::size_t>(kmax) * 2 * d * 2;
-  b += align16(static_cast<std::size_t>(rp) * d * 2);
-  b += align16(static_cast<std::size_t>(nmax) * rp * 4);
-  b += align16(static_cast<std::size_t>(kmax) * rp * 4);
-  b += align16(static_cast<std::size_t>(kmax) * 4);
-  b += align16(static_cast<std::size_t>(kRingAbMaxCpg) * kRingMaxRows);
-  b += static_cast<std::size_t>(2 * kRingMaxSlots + kmax) * 8;
-  b += 64;
-  b += static_cast<std::size_t>(kRingConsumers / 32) * kRingMaxRows * 4;
-  return b;
-}
+// (Shared memory: ffn_decode_ring_plan.h ring_ab_smem.)
 
 template <int RP, int RULE>
 __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, d = a.d, S = a.S;
   const int rule = RULE >= 0 ? RULE : a.rule;
+  const auto m = ring_ab_smem(S, d, RP, a.nmax, a.kmax);
   bf16* ring = reinterpret_cast<bf16*>(smem);
-  unsigned char* p = smem + static_cast<std::size_t>(S) * kRingSlotBytes;
-  bf16* kept = reinterpret_cast<bf16*>(p);  // [kmax][2][d]: W_up row, W_down row
-  p += static_cast<std::size_t>(a.kmax) * 2 * d * 2;
-  bf16* xs = reinterpret_cast<bf16*>(p);
-  p += align16(static_cast<std::size_t>(RP) * d * 2);
-  float* gv = reinterpret_cast<float*>(p);  // [nmax][RP] gate values
-  p += align16(static_cast<std::size_t>(a.nmax) * RP * 4);
-  float* zs = reinterpret_cast<float*>(p);  // [kmax][RP] z of the kept list's entries
-  p += align16(static_cast<std::size_t>(a.kmax) * RP * 4);
-  unsigned* list = reinterpret_cast<unsigned*>(p);  // [kmax] kept channel | row mask << 16
-  p += align16(static_cast<std::size_t>(a.kmax) * 4);
-  unsigned char* on = p;  // [cpg][RP] kept flags of one gate item
-  p += align16(static_cast<std::size_t>(kRingAbMaxCpg) * kRingMaxRows);
-  auto* full = reinterpret_cast<unsigned long long*>(p);
+  bf16* kept = reinterpret_cast<bf16*>(smem + m.kept);  // [kmax][2][d]: W_up row, W_down row
+  bf16* xs = reinterpret_cast<bf16*>(smem + m.xs);
+  float* gv = reinterpret_cast<float*>(smem + m.gv);        // [nmax][RP] gate values
+  float* zs = reinterpret_cast<float*>(smem + m.zs);        // [kmax][RP] z of the kept list's entries
+  unsigned* list = reinterpret_cast<unsigned*>(smem + m.list);  // [kmax] kept channel | row mask << 16
+  unsigned char* on = smem + m.on;                          // [cpg][RP] kept flags of one gate item
+  auto* full = reinterpret_cast<unsigned long long*>(smem + m.bars);
   unsigned long long* empty = full + kRingMaxSlots;
   unsigned long long* kfull = empty + kRingMaxSlots;  // [kmax]
-  int* misc = reinterpret_cast<int*>(kfull + a.kmax);  // 16 ints: the way out
-  float* red = reinterpret_cast<float*>(misc + 16);    // [8 warps][RP]
+  int* misc = reinterpret_cast<int*>(smem + m.misc);  // 16 ints: the way out
+  float* red = reinterpret_cast<float*>(smem + m.red);  // [8 warps][RP]
 
   const long long nb = gridDim.x, b = blockIdx.x;
   const int gb = a.gb;

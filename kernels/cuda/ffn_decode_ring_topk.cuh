@@ -64,22 +64,7 @@ struct RingTopkArgs : RingIo {
 // items of 16, all in flight at once with 3 slots.
 constexpr int kRingTopkSlots = 3;
 
-// Shared memory: the ring (after the gate items: the key array), the kept area [kcap][2][d] bf16, x [d] bf16, gv and
-// zs [nmax] fp32, the keys [nmax], the candidates [nmax], the kept list [nmax], the down loop's rows [nmax] (pointers),
-// the channels' states [nmax] bytes, the ring's 2 S mbarriers and the kcap of the kept area, misc (16 ints for the
-// way out), info (16 ints), red (32 floats: the norm's per-warp sums, the scan's warp totals).
-__host__ __device__ inline std::size_t ring_topk_smem_bytes(int S, int d, int nmax, int kcap, int xcap = 0) {
-  std::size_t b = static_cast<std::size_t>(S) * kRingSlotBytes;
-  b += static_cast<std::size_t>(kcap) * 2 * d * 2;
-  b += align16(static_cast<std::size_t>(d) * 2);
-  b += 4 * align16(static_cast<std::size_t>(nmax) * 4);
-  b += align16(static_cast<std::size_t>(nmax) * 4);
-  b += align16(static_cast<std::size_t>(nmax) * 8);
-  b += align16(static_cast<std::size_t>(nmax));
-  b += static_cast<std::size_t>(2 * kRingMaxSlots + kcap + xcap) * 8;
-  b += 64 + 64 + 128;
-  return b;
-}
+// (Shared memory: ffn_decode_ring_plan.h ring_topk_smem.)
 
 // Consumers (the caller's barrier passed): this block arrives on the grid counter and waits until all nb have.
 // Thread 0's fence orders the block's earlier global writes and atomics (ordered before it by that barrier) before
@@ -122,33 +107,24 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, d = a.d, S = a.S;
   const int rule = RULE >= 0 ? RULE : a.rule;
+  const auto m = ring_topk_smem(S, d, a.nmax, a.kcap, a.xcap);
   bf16* ring = reinterpret_cast<bf16*>(smem);
-  unsigned char* p = smem + static_cast<std::size_t>(S) * kRingSlotBytes;
-  bf16* kept = reinterpret_cast<bf16*>(p);  // [kcap][2][d]: W_up row, W_down row
-  p += static_cast<std::size_t>(a.kcap) * 2 * d * 2;
-  bf16* xs = reinterpret_cast<bf16*>(p);
-  p += align16(static_cast<std::size_t>(d) * 2);
-  float* gv = reinterpret_cast<float*>(p);  // [nmax] gate values
-  p += align16(static_cast<std::size_t>(a.nmax) * 4);
-  float* zs = reinterpret_cast<float*>(p);  // [nmax] z of the kept list's entries
-  p += align16(static_cast<std::size_t>(a.nmax) * 4);
-  unsigned* ks = reinterpret_cast<unsigned*>(p);  // [nmax] keys
-  p += align16(static_cast<std::size_t>(a.nmax) * 4);
-  int* cand = reinterpret_cast<int*>(p);  // [nmax] this block's channels to rank within the threshold bin
-  p += align16(static_cast<std::size_t>(a.nmax) * 4);
-  int* list = reinterpret_cast<int*>(p);  // [nmax] kept channels (block-local index)
-  p += align16(static_cast<std::size_t>(a.nmax) * 4);
-  const bf16** drow = reinterpret_cast<const bf16**>(p);  // [nmax] list entry e's W_down row, null: ranked out
-  p += align16(static_cast<std::size_t>(a.nmax) * 8);
-  unsigned char* state = p;  // [nmax] kTrOut / kTrKept / kTrCandidate / kTrKeptCandidate
-  p += align16(static_cast<std::size_t>(a.nmax));
-  auto* full = reinterpret_cast<unsigned long long*>(p);
+  bf16* kept = reinterpret_cast<bf16*>(smem + m.kept);  // [kcap][2][d]: W_up row, W_down row
+  bf16* xs = reinterpret_cast<bf16*>(smem + m.xs);
+  float* gv = reinterpret_cast<float*>(smem + m.gv);        // [nmax] gate values
+  float* zs = reinterpret_cast<float*>(smem + m.zs);        // [nmax] z of the kept list's entries
+  unsigned* ks = reinterpret_cast<unsigned*>(smem + m.ks);  // [nmax] keys
+  int* cand = reinterpret_cast<int*>(smem + m.cand);        // [nmax] this block's channels to rank within the threshold bin
+  int* list = reinterpret_cast<int*>(smem + m.list);        // [nmax] kept channels (block-local index)
+  const bf16** drow = reinterpret_cast<const bf16**>(smem + m.drow);  // [nmax] list entry e's W_down row, null: ranked out
+  unsigned char* state = smem + m.state;  // [nmax] kTrOut / kTrKept / kTrCandidate / kTrKeptCandidate
+  auto* full = reinterpret_cast<unsigned long long*>(smem + m.bars);
   unsigned long long* empty = full + kRingMaxSlots;
   unsigned long long* kfull = empty + kRingMaxSlots;  // [kcap + xcap]
-  int* misc = reinterpret_cast<int*>(kfull + a.kcap + a.xcap);  // 16 ints: the way out
-  int* info = misc + 16;                               // 16 ints
-  float* red = reinterpret_cast<float*>(info + 16);    // [8] the norm's warp sums; [16, 24) the scan's warp totals
-  unsigned* wtot = reinterpret_cast<unsigned*>(red + 16);
+  int* misc = reinterpret_cast<int*>(smem + m.misc);  // 16 ints: the way out
+  int* info = reinterpret_cast<int*>(smem + m.info);  // 16 ints
+  float* red = reinterpret_cast<float*>(smem + m.red);           // [8] the norm's warp sums
+  unsigned* wtot = reinterpret_cast<unsigned*>(smem + m.wtot);   // [8] the scan's warp totals
 
   const unsigned nb = gridDim.x, b = blockIdx.x;
   const int c0 = static_cast<int>(static_cast<long long>(b) * a.F / nb);
