@@ -275,4 +275,14 @@ class Ops {
 // The backend for a device: "cpu" always; "cuda" when built with the CUDA backend and a GPU is present.
 std::unique_ptr<Ops> make_cpu_ops(std::size_t memory_limit_bytes = 0);
 
+// The CPU backend's GEMM library as built and loaded: its version and configuration, whose threads run its GEMMs
+// ("OpenMP": the CPU backend's own OpenMP team, as the build asks for; "pthreads": a pool of its own, which competes
+// with that team for the cores; "sequential") and how many. Recorded with every run (the machine's description).
+struct CpuBlasInfo {
+  std::string config;     // OpenBLAS's own description, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Zen MAX_THREADS=64"
+  std::string threading;  // "OpenMP", "pthreads" or "sequential"
+  int threads = 0;
+};
+CpuBlasInfo cpu_blas();
+
 }  // namespace moc

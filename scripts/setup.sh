@@ -8,7 +8,7 @@ debian_packages=(
   # the pinned PyPI wheels below: pip, and the CA certificates its HTTPS needs (not pulled in: apt runs with
   # --no-install-recommends, so a plain Debian 12 had neither)
   python3-pip ca-certificates
-  libopenblas-dev      # CPU backend GEMMs (cblas)
+  libopenblas-openmp-dev  # CPU backend GEMMs (cblas), on the backend's own OpenMP threads (CMakeLists.txt)
   libgtest-dev         # tests
   libcli11-dev         # command line
   libtomlplusplus-dev  # scenario files

@@ -210,7 +210,7 @@ TEST_F(Cli, RunListShowExportCompare) {
 // `mocbench keys`: every section's keys from the declaration the parser uses; one section as README markdown;
 // an unknown section refused with the list.
 // The run record's JSON fields (written through nlohmann-json) parse and say what they hold: the overrides
-// applied, the machine, the run's configuration; a name with quotes and a backslash survives.
+// applied, the machine (with the CPU backend's GEMM library and its threading), the run's configuration; a name with quotes and a backslash survives.
 TEST_F(Cli, TheRunRecordsJsonFieldsParseAndHoldWhatRan) {
   const std::string sc = write("json.toml",
                                "name = \"say \\\"hi\\\" \\\\ there\"\nmode = \"topk\"\ndevice = \"cpu\"\n[model]\n"
@@ -232,6 +232,11 @@ TEST_F(Cli, TheRunRecordsJsonFieldsParseAndHoldWhatRan) {
   EXPECT_EQ(machine["backend"], "cpu");
   EXPECT_GT(machine["threads"].get<int>(), 0);
   EXPECT_TRUE(machine["cpu"].is_string());
+  // The CPU backend's GEMMs run on its own OpenMP team: the binary links OpenBLAS's OpenMP build (its pthread build
+  // kept a second pool that fought the team for the cores: CMakeLists.txt).
+  EXPECT_EQ(machine["blas"]["threading"], "OpenMP") << machine.dump();
+  EXPECT_EQ(machine["blas"]["config"].get<std::string>().rfind("OpenBLAS", 0), 0u) << machine.dump();
+  EXPECT_GT(machine["blas"]["threads"].get<int>(), 0);
   EXPECT_TRUE(nlohmann::json::parse(run.config_json).is_object());
 }
 

@@ -105,7 +105,10 @@ std::string ceilings_key(const std::string& backend, int gpu) {
 #endif
   (void)backend;
   (void)gpu;
-  return "cpu|" + cpu_model() + "|" + std::to_string(std::thread::hardware_concurrency()) + " threads";
+  // (the GEMM library's build and threading: their GEMM rate is a different ceiling)
+  const CpuBlasInfo blas = cpu_blas();
+  return "cpu|" + cpu_model() + "|" + std::to_string(std::thread::hardware_concurrency()) + " threads|" + blas.config +
+         "|" + blas.threading;
 }
 
 namespace {
@@ -141,7 +144,11 @@ void record_ceilings(db::ResultsDb& store, std::int64_t run_id, const std::strin
 }
 
 std::string machine_json(const std::string& backend) {
-  nlohmann::ordered_json o{{"cpu", cpu_model()}, {"threads", std::thread::hardware_concurrency()}, {"backend", backend}};
+  const CpuBlasInfo blas = cpu_blas();
+  nlohmann::ordered_json o{{"cpu", cpu_model()},
+                           {"threads", std::thread::hardware_concurrency()},
+                           {"backend", backend},
+                           {"blas", {{"config", blas.config}, {"threading", blas.threading}, {"threads", blas.threads}}}};
 #ifdef MOCBENCH_HAVE_CUDA
   std::string why;
   nlohmann::ordered_json gpus = nlohmann::ordered_json::array();

@@ -339,3 +339,18 @@ void CpuOps::increment(Tensor& t, int by) {
 }
 
 }  // namespace moc::cpu
+
+namespace moc {
+
+CpuBlasInfo cpu_blas() {
+  CpuBlasInfo b;
+  const char* config = openblas_get_config();
+  b.config = config != nullptr ? config : "OpenBLAS";
+  while (!b.config.empty() && b.config.back() == ' ') b.config.pop_back();
+  const int parallel = openblas_get_parallel();
+  b.threading = parallel == 2 ? "OpenMP" : parallel == 1 ? "pthreads" : "sequential";
+  b.threads = openblas_get_num_threads();
+  return b;
+}
+
+}  // namespace moc
