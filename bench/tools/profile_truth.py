@@ -60,6 +60,11 @@ def main():
         n_layers = int(layers.get("model", {}).get("layers"))
     except Exception:
         pass
+    # A device override of the model's layers (the CPU runs of decode_bs1_4.toml: 1 layer) is in the run's overrides.
+    overrides = json.loads(con.execute("SELECT overrides_json FROM runs WHERE id=?", (run,)).fetchone()[0] or "[]")
+    for o in overrides if isinstance(overrides, list) else []:
+        if o.get("section") == "model" and o.get("key") == "layers":
+            n_layers = int(o["value"])
     if not n_layers:
         n_layers = 24  # the 1b preset
 
