@@ -279,7 +279,7 @@ std::unique_ptr<Ops> make_cpu_ops(std::size_t memory_limit_bytes = 0);
 // ("OpenMP": the CPU backend's own OpenMP team, as the build asks for; "pthreads": a pool of its own, which competes
 // with that team for the cores; "sequential") and how many. Recorded with every run (the machine's description).
 struct CpuBlasInfo {
-  std::string config;     // OpenBLAS's own description, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Zen MAX_THREADS=64"
+  std::string config;     // OpenBLAS's own description, e.g. "OpenBLAS 0.3.21 ... USE_OPENMP Haswell MAX_THREADS=64"
   std::string threading;  // "OpenMP", "pthreads" or "sequential"
   int threads = 0;
 };

@@ -118,7 +118,8 @@ MOC_RING_HD inline RingTopkSmem ring_topk_smem(int S, int d, int nmax, int kcap,
 // Slots that fit beside the fixed parts (`fixed` = the layout at 0 slots), at most `slots`; 0 where none fit.
 inline int ring_slots_fitting(std::size_t fixed, std::size_t optin, int slots) {
   if (fixed >= optin) return 0;
-  return static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(0, slots)), (optin - fixed) / kRingSlotBytes));
+  const std::size_t fit = (optin - fixed) / kRingSlotBytes;
+  return static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(0, slots)), fit));
 }
 
 // Dense: a block per channel range of ceil(F / nb), S slots (at least 2 to launch).
@@ -194,7 +195,8 @@ inline RingTopkPlan ring_topk_plan(int d, int F, int nb, int slots, std::size_t 
                                      : 0;
   const std::size_t fixed = ring_topk_smem(pl.S, d, pl.nmax, 0, xmax).total;
   const std::size_t per = entry + 8;  // + its mbarrier
-  pl.kcap = fixed >= optin ? -1 : static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(pl.nmax), (optin - fixed) / per));
+  const std::size_t nmax = static_cast<std::size_t>(pl.nmax);
+  pl.kcap = fixed >= optin ? -1 : static_cast<int>(std::min<std::size_t>(nmax, (optin - fixed) / per));
   pl.xcap = pl.kcap >= 0 ? std::min(xmax, pl.nmax - pl.kcap) : 0;
   pl.smem = ring_topk_smem(pl.S, d, pl.nmax, std::max(0, pl.kcap), pl.xcap).total;
   return pl;
