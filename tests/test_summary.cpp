@@ -107,6 +107,32 @@ class Summary : public ::testing::Test {
   std::int64_t run_ = 0;
 };
 
+// A CPU run's heading names its GEMM library and threading (recorded in the machine description since
+// 2026-11-28); a GPU run's and an older CPU run's do not.
+TEST(SummaryHeading, ACpuRunNamesItsBlasAndItsThreading) {
+  const std::string path =
+      (fs::temp_directory_path() / ("mocbench_summary_blas_" + std::to_string(::getpid()) + ".db")).string();
+  fs::remove(path);
+  {
+    auto store = ResultsDb::open(path, db::OpenMode::read_write);
+    RunRecord cpu = run_record("smoke", "s.toml", "sha256:0", "cpu", "AMD EPYC");
+    cpu.machine_json = R"({"cpu":"AMD EPYC","threads":2,"backend":"cpu","blas":{"config":)"
+                       R"("OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY USE_OPENMP Haswell MAX_THREADS=64",)"
+                       R"("threading":"OpenMP","threads":2}})";
+    store.begin_run(cpu);
+    store.begin_run(run_record("smoke", "s.toml", "sha256:0", "cpu", "AMD EPYC"));  // machine_json "{}"
+    RunRecord gpu = run_record("smoke", "s.toml", "sha256:0", "cuda", "NVIDIA H200");
+    gpu.machine_json = cpu.machine_json;
+    store.begin_run(gpu);
+  }
+  auto store = ResultsDb::open(path, db::OpenMode::read_only);
+  const std::string heading = summarize_run(store, 1).heading;
+  EXPECT_EQ(heading.rfind("run 1: smoke on cpu AMD EPYC (OpenBLAS 0.3.21, OpenMP, 2 threads), ", 0), 0u) << heading;
+  EXPECT_EQ(summarize_run(store, 2).heading.find("OpenBLAS"), std::string::npos);
+  EXPECT_EQ(summarize_run(store, 3).heading.find("OpenBLAS"), std::string::npos);
+  fs::remove(path);
+}
+
 TEST_F(Summary, OneTablePerModeWithUnitsInTheHeaders) {
   const auto s = summary();
   ASSERT_EQ(s.tables.size(), 2u);

@@ -338,6 +338,26 @@ void print_json(const RunSummary& s, std::ostream& out) {
   out << doc.dump(-1, ' ', false, J::error_handler_t::replace) << "\n";
 }
 
+// A CPU run's GEMM library as its machine description recorded it (runs since 2026-11-28): " (OpenBLAS 0.3.21,
+// OpenMP, 2 threads)" -- CPU timings depend on it (its pthread build ran the decode step 2x slower, bench/RESULTS.md
+// part 23). Empty for GPU runs and for runs without it.
+std::string cpu_blas_note(const db::RunRecord& run) {
+  if (run.device_kind != "cpu") return "";
+  const auto m = nlohmann::json::parse(run.machine_json, nullptr, /*allow_exceptions=*/false);
+  if (!m.is_object() || !m.contains("blas") || !m["blas"].is_object()) return "";
+  const auto& b = m["blas"];
+  std::string name = b.value("config", std::string("BLAS"));
+  // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ...": the library and its version
+  const auto first = name.find(' ');
+  const auto second = first == std::string::npos ? first : name.find(' ', first + 1);
+  if (second != std::string::npos) name.resize(second);
+  std::string note = " (" + name;
+  if (b.contains("threading") && b["threading"].is_string()) note += ", " + b["threading"].get<std::string>();
+  if (b.contains("threads") && b["threads"].is_number_integer())
+    note += ", " + std::to_string(b["threads"].get<int>()) + " thread" + (b["threads"].get<int>() == 1 ? "" : "s");
+  return note + ")";
+}
+
 }  // namespace
 
 RunSummary summarize_run(const db::ResultsDb& store, std::int64_t run_id) {
@@ -347,8 +367,8 @@ RunSummary summarize_run(const db::ResultsDb& store, std::int64_t run_id) {
   RunSummary s;
   s.run_id = run_id;
   s.heading = "run " + std::to_string(run_id) + ": " + run->scenario_name + " on " + run->device_kind +
-              (run->device_name.empty() ? "" : " " + run->device_name) + ", " + run->status + ", " +
-              std::to_string(points.size()) + " point" + (points.size() == 1 ? "" : "s");
+              (run->device_name.empty() ? "" : " " + run->device_name) + cpu_blas_note(*run) + ", " + run->status +
+              ", " + std::to_string(points.size()) + " point" + (points.size() == 1 ? "" : "s");
   s.error = run->error;
   s.environment = db::run_environment(*run);  // none for runs recorded before the environment was stored
   std::vector<std::string> modes;
