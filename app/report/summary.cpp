@@ -346,7 +346,7 @@ std::string cpu_blas_note(const db::RunRecord& run) {
   const auto m = nlohmann::json::parse(run.machine_json, nullptr, /*allow_exceptions=*/false);
   if (!m.is_object() || !m.contains("blas") || !m["blas"].is_object()) return "";
   const auto& b = m["blas"];
-  std::string name = b.value("config", std::string("BLAS"));
+  std::string name = b.contains("config") && b["config"].is_string() ? b["config"].get<std::string>() : "BLAS";
   // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ...": the library and its version
   const auto first = name.find(' ');
   const auto second = first == std::string::npos ? first : name.find(' ', first + 1);
