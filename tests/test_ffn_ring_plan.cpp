@@ -15,8 +15,7 @@ constexpr std::size_t kOptin = 232448;  // H100 / H200: 227 KB of shared memory 
 constexpr int kSms = 132;
 constexpr int kD = 2048, kF = 5461;  // the 1b model's FFN layer
 
-// Each piece starts where the one before it ends (rounded up to 16 where it is an array of 16-byte loads), the
-// mbarriers 8-aligned, and the total is the end of the last piece.
+// The pieces come in order, none past the total (their sizes and alignment: the tests below).
 void expect_packed(const std::vector<std::size_t>& offsets, std::size_t total) {
   for (std::size_t i = 1; i < offsets.size(); ++i) EXPECT_LE(offsets[i - 1], offsets[i]) << "piece " << i;
   EXPECT_LE(offsets.back(), total);

@@ -46,14 +46,15 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
       "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(pol)
       : "memory");
 }
-// A barrier of the first N threads only (a ring's consumer warps: the producer warp may be waiting for a slot).
-template <int N>
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(N) : "memory"); }
-// A hand-over between warps of one block on named barrier ID (2-15) of N threads: the writers arrive (no wait; their
+// A hand-over between warps of one block on named barrier ID (1-15) of N threads: the writers arrive (no wait; their
 // earlier shared-memory writes are visible to the waiters after the barrier), the readers wait.
 template <int ID, int N>
 __device__ __forceinline__ void named_arrive() { asm volatile("bar.arrive %0, %1;" ::"n"(ID), "n"(N) : "memory"); }
 template <int ID, int N>
 __device__ __forceinline__ void named_sync() { asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(N) : "memory"); }
+// A barrier of the first N threads only (a ring's consumer warps: the producer warp may be waiting for a slot):
+// named barrier 1.
+template <int N>
+__device__ __forceinline__ void consumers_sync() { named_sync<1, N>(); }
 
 }  // namespace moc::cuda::dev
