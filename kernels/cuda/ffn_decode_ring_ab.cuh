@@ -177,9 +177,23 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
     for (int r = 0; r < RP; ++r)
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc[r][e] = 0.f;
-    for (int e = 0; e < known; ++e) {
-      mbar_wait(kfull + e, 0u);  // (complete: its up warp waited for it; this thread's own view of the copy)
-      ring_down_rows<RP>(kept + static_cast<std::size_t>(e) * 2 * d + d, zs + e * RP, 1, d, acc);
+    if (tid * 8 < d) {
+      // Every entry's copy landed before the barrier above (its up warp waited on the entry's mbarrier): loads and
+      // FMAs only, four entries in flight. (The former loop waited on each entry's mbarrier before its row, a chain
+      // per entry; this loop: 2:8 decode at batch 1 0.9220 -> 0.9037 ms, H200, bench/micro/NOTES.md twenty-fifth
+      // session -- the top-K ring's down loop, twenty-third session.)
+      const int c = tid * 8;
+#pragma unroll 4
+      for (int e = 0; e < known; ++e) {
+        const uint4 w = *reinterpret_cast<const uint4*>(kept + static_cast<std::size_t>(e) * 2 * d + d + c);
+        const float wf[8] = {bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y), bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w)};
+#pragma unroll
+        for (int r = 0; r < RP; ++r) {
+          const float zr = zs[e * RP + r];
+#pragma unroll
+          for (int q = 0; q < 8; ++q) acc[r][q] = fmaf(zr, wf[q], acc[r][q]);
+        }
+      }
     }
     consumers_sync<kRingConsumers>();  // every copy consumed: the ring is free and holds the partials
     ring_partials<RP>(acc, reinterpret_cast<float*>(smem), a.acc, a.R, d, a.C);
