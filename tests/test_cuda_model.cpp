@@ -102,7 +102,11 @@ TEST(GpuDecode, KvCacheDecodingReproducesTheFullForwardAndTheGraphReplaysIt) {
     for (int i = 0; i < batch; ++i)
       want.insert(want.end(), full.begin() + (static_cast<std::ptrdiff_t>(i) * S + t) * V,
                   full.begin() + (static_cast<std::ptrdiff_t>(i) * S + t + 1) * V);
-    EXPECT_LT(rel_err(lg, want), 2e-2) << "position " << t;
+    // bf16 weights and activations on both sides, summed in different orders (the full forward's GEMMs, the decode
+    // GEMVs and attention): 2e-2 failed 9 of 3000 fresh seeds on an H200 (largest 0.0293; seed 2523705769 gives
+    // 0.0243 at position 5 with 93d30f8's kernels and c213056's alike). GpuModel's decode bound above; a wrong
+    // kernel or cache position gives errors of order 1.
+    EXPECT_LT(rel_err(lg, want), 5e-2) << "position " << t;
   }
   // Greedy generation: the captured step replayed equals stepping eagerly.
   Decoder a(m, 2, 16), b(m, 2, 16);

@@ -86,6 +86,7 @@ TEST(GpuNccl, OneRankCommunicatorKeepsValuesAndTraining) {
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -206,7 +207,10 @@ TEST(GpuNccl, TwoProcessesAllReduceExactlyAndTrainLikeOneGpuOnTheWholeBatch) {
                                   gpus >= 2 ? devices : std::vector<std::string>{devices[0], devices[0]});
     add.push_back("MOCBENCH_TEST_OUT=" + dir.string());
     std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    // (Not this run's GoogleTest sharding: a worker given GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX may shard its one
+    // test away, run nothing and exit 0 -- seen running the test binary in 8 shards on one GPU.)
+    for (char** e = environ; *e; ++e)
+      if (std::strncmp(*e, "GTEST_SHARD", 11) != 0 && std::strncmp(*e, "GTEST_TOTAL_SHARDS", 18) != 0) env.emplace_back(*e);
     env.insert(env.end(), add.begin(), add.end());
     std::vector<char*> envp, argv = {exe.data(), filter.data(), nullptr};
     for (auto& s : env) envp.push_back(s.data());
