@@ -12,6 +12,7 @@ namespace moc::cuda {
 void attention_forward(Ops& ops, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse);
 void attention_backward(Ops& ops, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv);
+// attention_decode.cu
 void attention_decode(Ops& ops, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
                       Tensor& out);
 
