@@ -163,21 +163,25 @@ __device__ __forceinline__ void ring_row_dot(const bf16* row, const bf16* xs, in
   for (int r = 0; r < RP; ++r) acc[r] = warp_sum(acc[r]);
 }
 
+// One W_down row's 8 columns w (bf16) times the row's z of each of RP rows (z[zi .. zi + RP)) added into acc.
+template <int RP>
+__device__ __forceinline__ void ring_down_fma(const uint4 w, const float* z, int zi, float (&acc)[RP][8]) {
+  const float wf[8] = {bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y), bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w)};
+#pragma unroll
+  for (int r = 0; r < RP; ++r) {
+    const float zr = z[zi + r];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[r][e] = fmaf(zr, wf[e], acc[r][e]);
+  }
+}
+
 // Consumer thread t: cnt W_down rows of a slot times their z (z [cnt][RP]) added into its columns [8t, 8t + 8).
 template <int RP>
 __device__ __forceinline__ void ring_down_rows(const bf16* slot, const float* z, int cnt, int d, float (&acc)[RP][8]) {
   const int c = threadIdx.x * 8;
   if (c >= d) return;
-  for (int jj = 0; jj < cnt; ++jj) {
-    const uint4 w = *reinterpret_cast<const uint4*>(slot + static_cast<std::size_t>(jj) * d + c);
-    const float wf[8] = {bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y), bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w)};
-#pragma unroll
-    for (int r = 0; r < RP; ++r) {
-      const float zr = z[jj * RP + r];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[r][e] = fmaf(zr, wf[e], acc[r][e]);
-    }
-  }
+  for (int jj = 0; jj < cnt; ++jj)
+    ring_down_fma<RP>(*reinterpret_cast<const uint4*>(slot + static_cast<std::size_t>(jj) * d + c), z, jj * RP, acc);
 }
 
 // Consumers, every item consumed (after their barrier): thread t's partial outputs (columns [8t, 8t + 8) of each

@@ -184,16 +184,9 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
       // session -- the top-K ring's down loop, twenty-third session.)
       const int c = tid * 8;
 #pragma unroll 4
-      for (int e = 0; e < known; ++e) {
-        const uint4 w = *reinterpret_cast<const uint4*>(kept + static_cast<std::size_t>(e) * 2 * d + d + c);
-        const float wf[8] = {bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y), bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w)};
-#pragma unroll
-        for (int r = 0; r < RP; ++r) {
-          const float zr = zs[e * RP + r];
-#pragma unroll
-          for (int q = 0; q < 8; ++q) acc[r][q] = fmaf(zr, wf[q], acc[r][q]);
-        }
-      }
+      for (int e = 0; e < known; ++e)
+        ring_down_fma<RP>(*reinterpret_cast<const uint4*>(kept + static_cast<std::size_t>(e) * 2 * d + d + c), zs, e * RP,
+                          acc);
     }
     consumers_sync<kRingConsumers>();  // every copy consumed: the ring is free and holds the partials
     ring_partials<RP>(acc, reinterpret_cast<float*>(smem), a.acc, a.R, d, a.C);

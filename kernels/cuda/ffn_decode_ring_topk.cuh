@@ -396,13 +396,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
 #pragma unroll 4
       for (int e = 0; e < known; ++e) {
         const bf16* row = drow[e];
-        if (row) {
-          const uint4 w = *reinterpret_cast<const uint4*>(row + c);
-          const float z = zs[e];
-          const float wf[8] = {bf_lo(w.x), bf_hi(w.x), bf_lo(w.y), bf_hi(w.y), bf_lo(w.z), bf_hi(w.z), bf_lo(w.w), bf_hi(w.w)};
-#pragma unroll
-          for (int q = 0; q < 8; ++q) acc[0][q] = fmaf(z, wf[q], acc[0][q]);
-        }
+        if (row) ring_down_fma<1>(*reinterpret_cast<const uint4*>(row + c), zs, e, acc);
       }
     }
     consumers_sync<kRingConsumers>();  // every copy consumed: the ring is free and holds the partials
