@@ -22,6 +22,19 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 __host__ __device__ __forceinline__ int cdiv(int a, int b) { return (a + b - 1) / b; }
 
+// A decode block's query heads: blockIdx.y is (kv head kh, chunk hc of at most NH of its group's h / kvh query
+// heads); the block takes heads h0 .. h0 + nh - 1.
+struct DecHeads {
+  int kh, h0, nh;
+};
+template <int NH>
+__device__ __forceinline__ DecHeads dec_heads(int h, int kvh) {
+  const int group = h / kvh;
+  const int nhc = cdiv(group, NH);
+  const int kh = blockIdx.y / nhc, hc = blockIdx.y % nhc;
+  return {kh, kh * group + hc * NH, min(NH, group - hc * NH)};
+}
+
 // ---- decode: split the keys of each sequence into chunks (flash-decoding), then combine the partials.
 // A block stages its chunk of K and V in shared memory (many 16-byte loads in flight), scores one key per
 // thread for every query head of its GQA group, and accumulates one output dim per thread.
@@ -80,11 +93,7 @@ __global__ void __launch_bounds__(kDecThreads) attn_decode_split_kernel(
     int hd, int nsplit, int chunk, float scale_log2, bool vec) {
   extern __shared__ float4 smem_f4[];
   const int split = blockIdx.x, bi = blockIdx.z;
-  const int group = h / kvh;
-  const int nhc = cdiv(group, NH);
-  const int kh = blockIdx.y / nhc, hc = blockIdx.y % nhc;
-  const int h0 = kh * group + hc * NH;
-  const int nh = min(NH, group - hc * NH);
+  const auto [kh, h0, nh] = dec_heads<NH>(h, kvh);
   const int len = min(pos[bi] + 1, T_len);
   const int c0 = split * chunk;
   if (c0 >= len) return;  // beyond this sequence's position: the combine step skips it
@@ -218,11 +227,7 @@ __global__ void __launch_bounds__(kFdThreads) attn_decode_fast_kernel(
   if (clustered) cluster_arrive_relaxed();  // "started": waited for before the first remote store
   pdl_wait();
   const int split = blockIdx.x, bi = blockIdx.z;
-  const int group = h / kvh;
-  const int nhc = cdiv(group, NH);
-  const int kh = blockIdx.y / nhc, hc = blockIdx.y % nhc;
-  const int h0 = kh * group + hc * NH;
-  const int nh = min(NH, group - hc * NH);
+  const auto [kh, h0, nh] = dec_heads<NH>(h, kvh);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = lane % TPK, ks = lane / TPK;
   const int len = min(pos[bi] + 1, T_len);
