@@ -1,4 +1,4 @@
-// Micro-benchmark of the row top-K kernels (kernels/cuda/moc_ops.cu, included whole to reach its internal
+// Micro-benchmark of the row top-K kernels (kernels/cuda/moc_select.cu, included whole to reach its internal
 // launchers): the presets' training shapes in bf16 (gate rule), each timed with CUDA events (median of reps)
 // in three variants (the production launch: registers capped for 6 blocks of 256 threads; no register cap;
 // a cap for 5 blocks), every variant's output checked against the first's and the first against a host
@@ -7,7 +7,7 @@
 // Build (the build dir must hold libmocbench_cuda.so and libmocbench_kernels.a):
 //   bench/micro/build_topk_micro.sh build/htopk
 //   topk_micro [--reps N] [--only PRESET]   (PRESET: 1b, 60m, 130m or 350m)
-#include "kernels/cuda/moc_ops.cu"
+#include "kernels/cuda/moc_select.cu"
 
 #include <algorithm>
 #include <cstdio>

@@ -16,8 +16,9 @@ void attention_backward(Ops& ops, const Tensor& q, const Tensor& k, const Tensor
 void attention_decode(Ops& ops, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,
                       Tensor& out);
 
-// moc_ops.cu
+// moc_select.cu
 void moc_select(Ops& ops, const Tensor& g, const MocSelect& sel, Tensor& idx);
+// moc_gather.cu
 void gather_cols(Ops& ops, const Tensor& src, const Tensor& idx, Tensor& out);
 void scatter_cols(Ops& ops, const Tensor& compact, const Tensor& idx, Tensor& dense);
 void sparse_rows_matmul(Ops& ops, const Tensor& z, const Tensor& idx, const Tensor& w, Tensor& out, float beta);

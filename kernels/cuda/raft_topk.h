@@ -2,7 +2,7 @@
 // scripts/setup_raft.sh installs into .local/rapids). Plain C++ header: callers need no RAFT or CUDA
 // headers (the two CUDA types are declared exactly as the CUDA headers declare them).
 //
-// moc_select with TopkBackend::raft (moc_ops.cu) calls it unsorted and turns the indices into its ascending
+// moc_select with TopkBackend::raft (moc_select.cu) calls it unsorted and turns the indices into its ascending
 // layout. What differs from our own kernel: ties. RAFT keeps *some* K of the keys equal to the K-th largest
 // (which ones depends on its radix passes and thread schedule), not the lowest channels; on tie-free rows
 // both give the same set. For the gate rule g goes to RAFT as it is, so a NaN ranks where RAFT's bit order

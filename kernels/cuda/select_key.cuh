@@ -1,5 +1,5 @@
 // The MoC selection's ranking key, the one definition every GPU path uses: the training step's row top-K and a:b
-// (moc_ops.cu, including the float keys RAFT's select_k ranks) and the decode FFN's gate and selection kernels
+// (moc_select.cu, including the float keys RAFT's select_k ranks) and the decode FFN's gate and selection kernels
 // (ffn_decode.cu, ffn_topk.cuh). The CPU twin (kernels/cpu, moc_select) ranks by the same values, so a GPU path
 // and the CPU select the same channels on the same gate values (GpuMocSelect.EveryPathRanksByTheSameKey).
 //   rule gate:     the gate value g (the paper's practical rule, before SiLU)
