@@ -210,7 +210,8 @@ TEST(GpuNccl, TwoProcessesAllReduceExactlyAndTrainLikeOneGpuOnTheWholeBatch) {
     // (Not this run's GoogleTest sharding: a worker given GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX may shard its one
     // test away, run nothing and exit 0 -- seen running the test binary in 8 shards on one GPU.)
     for (char** e = environ; *e; ++e)
-      if (std::strncmp(*e, "GTEST_SHARD", 11) != 0 && std::strncmp(*e, "GTEST_TOTAL_SHARDS", 18) != 0) env.emplace_back(*e);
+      if (std::strncmp(*e, "GTEST_SHARD", 11) != 0 && std::strncmp(*e, "GTEST_TOTAL_SHARDS", 18) != 0)
+        env.emplace_back(*e);
     env.insert(env.end(), add.begin(), add.end());
     std::vector<char*> envp, argv = {exe.data(), filter.data(), nullptr};
     for (auto& s : env) envp.push_back(s.data());

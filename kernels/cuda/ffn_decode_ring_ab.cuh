@@ -184,9 +184,10 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
       // session -- the top-K ring's down loop, twenty-third session.)
       const int c = tid * 8;
 #pragma unroll 4
-      for (int e = 0; e < known; ++e)
-        ring_down_fma<RP>(*reinterpret_cast<const uint4*>(kept + static_cast<std::size_t>(e) * 2 * d + d + c), zs, e * RP,
-                          acc);
+      for (int e = 0; e < known; ++e) {
+        const bf16* row = kept + static_cast<std::size_t>(e) * 2 * d + d;  // entry e's W_down row
+        ring_down_fma<RP>(*reinterpret_cast<const uint4*>(row + c), zs, e * RP, acc);
+      }
     }
     consumers_sync<kRingConsumers>();  // every copy consumed: the ring is free and holds the partials
     ring_partials<RP>(acc, reinterpret_cast<float*>(smem), a.acc, a.R, d, a.C);
