@@ -21,10 +21,7 @@ namespace {
 constexpr int kTile = 64;       // query rows and key rows per tile
 constexpr int kThreads = 256;   // 16 x 16: thread (ty, tx) holds rows ty*4+i and columns tx+16j of a 64x64 tile
 constexpr int kPStride = kTile + 4;
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-__host__ __device__ __forceinline__ int cdiv(int a, int b) { return (a + b - 1) / b; }
 
 template <int HD> struct Tile {
   static constexpr int kStride = HD + 4;  // floats per shared row: 16-byte aligned, conflict-free float4 reads

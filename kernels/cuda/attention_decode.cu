@@ -18,10 +18,6 @@
 namespace moc::cuda {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-
-__host__ __device__ __forceinline__ int cdiv(int a, int b) { return (a + b - 1) / b; }
-
 // A decode block's query heads: blockIdx.y is (kv head kh, chunk hc of at most NH of its group's h / kvh query
 // heads); the block takes heads h0 .. h0 + nh - 1.
 struct DecHeads {

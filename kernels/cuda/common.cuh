@@ -66,5 +66,8 @@ void allow_smem(Kernel kernel, std::size_t bytes) {
 }
 
 inline int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
+// The same for ints in device code too, and log2(e) (exp(x) = exp2(x * kLog2e)): the attention kernels'.
+__host__ __device__ __forceinline__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
+constexpr float kLog2e = 1.4426950408889634f;
 
 }  // namespace moc::cuda
