@@ -969,8 +969,9 @@ TEST(GpuFfnDecode, TopKRingAgreesWithTheKernels) {
 }
 
 // The L2 prefetch hints (Options::prefetch: 2:8's kept rows from the gate kernel, top-K's from the selection
-// kernel, the dense up/down's first rows) only warm L2: every setting gives the output of none, up to the order of
-// the fp32 atomics. 2:8 and top-K at one row and several, the 1b layer and an odd one.
+// kernel, the dense up/down's first rows; Options::topk_ring_prefetch: the top-K ring's likely kept rows) only warm
+// L2: every setting gives the output of none, up to the order of the fp32 atomics. 2:8 and top-K at one row (the
+// rings) and several, the 1b layer and an odd one.
 TEST(GpuFfnDecode, PrefetchHintsChangeNoResult) {
   MOC_GPU_OR_SKIP(gpu);
 #ifdef MOCBENCH_HAVE_CUDA
@@ -1003,10 +1004,11 @@ TEST(GpuFfnDecode, PrefetchHintsChangeNoResult) {
     const std::size_t bytes = cuda::ffn::workspace_bytes(p);
     Tensor ws = gpu->empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
     std::vector<float> none;
-    for (int pf : {0, 4, 7}) {
+    for (int pf : {0, 4, 7, 8}) {  // 8: Options::topk_ring_prefetch on (off in the others)
       SCOPED_TRACE("prefetch " + std::to_string(pf));
       cuda::ffn::Options opt;
-      opt.prefetch = pf;
+      opt.prefetch = pf & 7;
+      opt.topk_ring_prefetch = pf == 8;
       ASSERT_TRUE(cuda::ffn::fast_path(p, opt));
       const std::vector<float> out = launch_out(*gpu, L, p, ws.raw(), bytes, st, opt);
       if (none.empty()) none = out;

@@ -651,6 +651,7 @@ void launch_ring_topk(const Problem& p, const Buffers& B, Chain& ch, const Optio
   a.kcap = pl.kcap;
   a.xcap = pl.xcap;
   a.xoff = pl.xoff;
+  a.prefetch = opt.topk_ring_prefetch ? 1 : 0;
   launch_ex(kernel, static_cast<unsigned>(pl.nb), kRingThreads, pl.smem, ch.st, C, ch.next(), a);
   MOC_CUDA_LAUNCHED("k_updown");
 }

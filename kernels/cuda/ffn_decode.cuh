@@ -123,6 +123,12 @@ struct Options {
   // rows copied once it is known), which can normalize x itself. false: the gate, selection and up/down kernels.
   bool topk_ring = true;
   int topk_ring_slots = 0;  // its ring's slots for W_gate (0: kRingTopkSlots, 3)
+  // Its producer warp, idle from its last W_gate copy until the grid has met, asks L2 for the W_up / W_down rows of the
+  // block's ceil(n K / F) channels of largest key (n: the block's channels; K / F of them are kept on average), so
+  // that most kept rows come from L2 once the selection is known (a hint: no effect on results). H200, one MoC layer
+  // at batch 1: 19.7 -> 19.3 us; with 3 or 8 more channels a block 19.5 / 20.2 (bench/micro/NOTES.md, twenty-sixth
+  // session). false: off (A/B).
+  bool topk_ring_prefetch = true;
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).

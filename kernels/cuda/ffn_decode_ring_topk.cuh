@@ -16,7 +16,8 @@ namespace {
 //      shared-memory ring (a producer warp's bulk copies, items of cpg rows, the first S before the PDL wait); the
 //      consumers' dot products give its gate values, whose keys (select_key.cuh sel_key: the rule, NaN as -inf, -0
 //      as +0) it writes into a grid-wide key array [F] and adds into a grid-wide histogram of their top kTrBits bits;
-//      then it arrives on the counter and waits for the grid.
+//      then it arrives on the counter and waits for the grid (while the producer warp asks L2 for the W_up / W_down
+//      rows of the block's likely kept channels: Options::topk_ring_prefetch).
 //   2. top-K: every block reads, in one L2 round trip, the whole histogram (8 KB: thread t its bins [8t, 8t + 8)) and
 //      the whole key array (into its idle ring), and finds the same threshold bin tb (the bin of the K-th largest
 //      key), need (channels to take from it) and cnt (channels in it). Its channels above tb -- and those in tb when
@@ -58,6 +59,7 @@ struct RingTopkArgs : RingIo {
   int kcap;  // kept channels whose rows a block holds in its kept area
   int xcap;  // and then in the ring, after the key array (idle once the gate items are consumed)
   int xoff;  // bytes: where in the ring (16-aligned, past the key array)
+  int prefetch;  // Options::topk_ring_prefetch
 };
 
 // Ring slots of the top-K kernel (Options::topk_ring_slots): at the 1b layer a block's 41-42 W_gate rows are 3
@@ -96,7 +98,7 @@ __device__ __forceinline__ void tr_grid_meet(unsigned* ctr, unsigned nb) {
 }
 
 // Named barriers of the consumers' hand-over to the producer warp (1 is consumers_sync).
-constexpr int kTrClassified = 2, kTrListed = 3;
+constexpr int kTrClassified = 2, kTrListed = 3, kTrKeys = 4;
 // channel state bytes
 constexpr unsigned char kTrOut = 0, kTrKept = 1, kTrCandidate = 2, kTrKeptCandidate = 3;
 
@@ -153,6 +155,25 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     // before the ranking, not after: decode 1.0098 -> 0.9952 ms (H200, bench/micro/NOTES.md twenty-third session).
     // (bar.sync / bar.arrive are .aligned: the warp reaches them converged, lane 0 back from its copies.)
     __syncwarp();
+    if (a.prefetch) {
+      // Meanwhile (the consumers' keys on barrier kTrKeys), the rows of the block's mpf channels of largest key --
+      // as many as it keeps on average -- into L2 (Options::topk_ring_prefetch): most kept rows then come from L2.
+      named_sync<kTrKeys, kRingThreads>();
+      const int mpf = static_cast<int>((static_cast<long long>(n) * a.k + a.F - 1) / a.F);
+      for (int j = lane; j < n; j += 32) {
+        const unsigned kj = ks[j];
+        int r = 0;  // channels of the block ahead of j (larger key, or the same key and lower)
+        for (int i = 0; i < n; ++i) {
+          const unsigned ki = ks[i];
+          r += (ki > kj || (ki == kj && i < j)) ? 1 : 0;
+        }
+        if (r < mpf) {
+          prefetch_l2(a.wu + static_cast<std::size_t>(c0 + j) * d, row_bytes);
+          prefetch_l2(a.wd + static_cast<std::size_t>(c0 + j) * d, row_bytes);
+        }
+      }
+      __syncwarp();
+    }
     named_sync<kTrClassified, kRingThreads>();
     const unsigned long long pol = l2_stream_policy();
     int e0 = 0;
@@ -206,6 +227,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     }
     if (tid == 0) info[6] = 0;  // below: this block's channels to rank within the threshold bin
     consumers_sync<kRingConsumers>();
+    if (a.prefetch) named_arrive<kTrKeys, kRingThreads>();  // the keys ks[] for the producer's prefetch (above)
     stamp.mark_synced(step::StageId::gate);
     tr_grid_meet(ctr + kTrHist * kLine, nb);
     // 2. Every load of the grid's state at once, one L2 round trip: thread t's bins [8t, 8t + 8) and, into the idle
