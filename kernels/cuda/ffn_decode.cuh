@@ -125,9 +125,9 @@ struct Options {
   int topk_ring_slots = 0;  // its ring's slots for W_gate (0: kRingTopkSlots, 3)
   // Its producer warp, idle from its last W_gate copy until the grid has met, asks L2 for the W_up / W_down rows of the
   // block's ceil(n K / F) channels of largest key (n: the block's channels; K / F of them are kept on average), so
-  // that most kept rows come from L2 once the selection is known (a hint: no effect on results). H200, one MoC layer
-  // at batch 1: 19.7 -> 19.3 us; with 3 or 8 more channels a block 19.5 / 20.2 (bench/micro/NOTES.md, twenty-sixth
-  // session). false: off (A/B).
+  // that most kept rows come from L2 once the selection is known (a hint: no effect on results). H200, MoC at batch
+  // 1: decode 0.9730 -> 0.9685 ms a token, one layer 19.7 -> 19.4 us; 3 or 8 more channels a block were slower, 2 or
+  // 4 fewer the same (bench/RESULTS.md part 25). false: off (A/B).
   bool topk_ring_prefetch = true;
 };
 
