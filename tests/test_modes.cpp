@@ -34,7 +34,7 @@ std::size_t position(const PointOutcome& o, const std::string& name) {
 TEST(Modes, TheRegistryListsEveryModeInItsOrder) {
   const std::vector<std::string> names{"train", "decode", "eval", "ffn-train", "ffn-decode", "topk"};
   EXPECT_EQ(point_modes(), names);
-  // The scenario parser keeps its own list (app/scenario/scenario.cpp): a mode added here must be added there too.
+  // The scenario parser keeps its own list (app/scenario/scenario.cpp, scenario_modes()): a mode added here must be added there too.
   EXPECT_EQ(scenario_modes(), names);
   ASSERT_EQ(all_modes().size(), names.size());
   for (const auto& n : names) {

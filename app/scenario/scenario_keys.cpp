@@ -156,7 +156,7 @@ const ScenarioKey kData[] = {
      +[](P& p, const V& v) { p.data.analyze = v.b; }},
 };
 
-// [axes]: the study's own dimensions. Any model key is an axis too (scenario.cpp's axis_keys()), except
+// [axes]: the study's own dimensions. Any model key is an axis too (scenario_parse.cpp's axis_keys()), except
 // `select`, which is called topk_position here as in the paper's ablation.
 const ScenarioKey kAxes[] = {
     {"mode", KeyRule::mode, "\"decode\"", "the top-level `mode`",
