@@ -26,12 +26,8 @@ for v in "${VALS[@]}"; do
   [[ "$v" =~ ^[A-Za-z0-9_.:-]+$ ]] || { echo "knob_ab.sh: value '$v' would not make a file name" >&2; exit 2; }
 done
 mkdir -p "$OUT"
-if [ -d "$BUNDLE" ]; then
-  D=$(cd "$BUNDLE" && pwd)
-else
-  mkdir -p build/knob && tar xJf "$BUNDLE" -C build/knob || exit 1
-  D=$PWD/build/knob/dev
-fi
+source "$(dirname "$0")/../tools/bundle_dir.sh"
+D=$(bundle_dir "$BUNDLE" build/knob) || exit 1
 export LD_LIBRARY_PATH=$D MOCBENCH_CACHE_DIR=${MOCBENCH_CACHE_DIR:-/tmp/cache}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
 for v in "${VALS[@]}"; do

@@ -19,12 +19,8 @@ OUTD=${OUT:-/tmp/final_study}
 SCENARIO=${SCENARIO:-scenarios/decode_bs1_4.toml}
 [[ "$PEER_BUDGET" =~ ^[0-9]+$ ]] || { echo "final_study.sh: peer budget '$PEER_BUDGET' is not a number of seconds" >&2; exit 2; }
 mkdir -p "$OUTD"
-if [ -d "$BUNDLE" ]; then
-  D=$(cd "$BUNDLE" && pwd)
-else
-  mkdir -p build/final && tar xJf "$BUNDLE" -C build/final || exit 1
-  D=$PWD/build/final/dev
-fi
+source "$(dirname "$0")/bundle_dir.sh"
+D=$(bundle_dir "$BUNDLE" build/final) || exit 1
 export LD_LIBRARY_PATH=$D MOCBENCH_CACHE_DIR=${MOCBENCH_CACHE_DIR:-/tmp/cache}
 T0=$(date +%s)
 say() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$OUTD/summary.txt"; }
