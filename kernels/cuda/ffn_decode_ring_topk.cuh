@@ -102,6 +102,199 @@ constexpr int kTrClassified = 2, kTrListed = 3, kTrKeys = 4;
 // channel state bytes
 constexpr unsigned char kTrOut = 0, kTrKept = 1, kTrCandidate = 2, kTrKeptCandidate = 3;
 
+// The kernel's stages, in its order (each run by the threads the kernel calls it on; d = a.d).
+
+// Producer warp (Options::topk_ring_prefetch): once the consumers have the block's keys ks [n] (barrier kTrKeys), the
+// W_up / W_down rows of its mpf channels of largest key -- as many as it keeps on average -- into L2, so that most kept
+// rows come from L2 once the selection is known.
+__device__ __forceinline__ void tr_prefetch_likely(const RingTopkArgs& a, const unsigned* ks, int c0, int n, int lane,
+                                                   unsigned row_bytes) {
+  const int d = a.d;
+  named_sync<kTrKeys, kRingThreads>();
+  const int mpf = static_cast<int>((static_cast<long long>(n) * a.k + a.F - 1) / a.F);
+  for (int j = lane; j < n; j += 32) {
+    const unsigned kj = ks[j];
+    int r = 0;  // channels of the block ahead of j (larger key, or the same key and lower)
+    for (int i = 0; i < n; ++i) {
+      const unsigned ki = ks[i];
+      r += (ki > kj || (ki == kj && i < j)) ? 1 : 0;
+    }
+    if (r < mpf) {
+      prefetch_l2(a.wu + static_cast<std::size_t>(c0 + j) * d, row_bytes);
+      prefetch_l2(a.wd + static_cast<std::size_t>(c0 + j) * d, row_bytes);
+    }
+  }
+  __syncwarp();
+}
+
+// Producer warp, the channels classified (barrier kTrClassified): the block's channels that may be kept (state not
+// kTrOut) listed in channel order, a lane a channel, and the rows of list entry e < kall asked for into kept_row(e)
+// (completing on kfull[e]). Returns the list's length.
+template <class KeptRow>
+__device__ __forceinline__ int tr_list_rows(const RingTopkArgs& a, const unsigned char* state, int* list,
+                                            unsigned long long* kfull, const KeptRow& kept_row, int kall, int c0, int n,
+                                            int lane, unsigned row_bytes) {
+  const int d = a.d;
+  const unsigned long long pol = l2_stream_policy();
+  int e0 = 0;
+  for (int j0 = 0; j0 < n; j0 += 32) {
+    const int j = j0 + lane;
+    const bool k = j < n && state[j] != kTrOut;
+    const unsigned m = __ballot_sync(0xffffffffu, k);
+    if (k) {
+      const int e = e0 + __popc(m & ((1u << lane) - 1u));
+      list[e] = j;
+      if (e < kall) {
+        const int ch = c0 + j;
+        bf16* dst = kept_row(e);
+        mbar_expect_tx(kfull + e, 2u * row_bytes);
+        bulk_copy(dst, a.wu + static_cast<std::size_t>(ch) * d, row_bytes, kfull + e, pol);
+        bulk_copy(dst + d, a.wd + static_cast<std::size_t>(ch) * d, row_bytes, kfull + e, pol);
+      }
+    }
+    e0 += __popc(m);
+  }
+  return e0;
+}
+
+// Consumers, the grid met: every load of the grid's state at once, one L2 round trip -- thread t's histogram bins
+// [8t, 8t + 8) and, into sk (the idle ring), its share of the key array (needed where this block holds channels of a
+// threshold bin that must be split; read regardless, so that no second round trip follows) -- then the scan for the
+// bin of the K-th largest key: info[0] the bin, info[1] the channels to take from it, info[2] the channels in it.
+__device__ __forceinline__ void tr_threshold_bin(const RingTopkArgs& a, unsigned* sk, int* info, unsigned* wtot, int tid,
+                                                 int lane, int warp) {
+  const int n4 = (a.F + 3) / 4;
+  const uint4 h0 = __ldcg(reinterpret_cast<const uint4*>(a.hist) + 2 * tid);
+  const uint4 h1 = __ldcg(reinterpret_cast<const uint4*>(a.hist) + 2 * tid + 1);
+  {
+    constexpr int kBatch = 8;  // uint4 loads in flight per thread
+#pragma unroll 1
+    for (int i0 = 0; i0 < n4; i0 += kBatch * kRingConsumers) {
+      uint4 v[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = i0 + u * kRingConsumers + tid;
+        if (i < n4) v[u] = __ldcg(reinterpret_cast<const uint4*>(a.keys) + i);
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = i0 + u * kRingConsumers + tid;
+        if (i < n4) reinterpret_cast<uint4*>(sk)[i] = v[u];
+      }
+    }
+  }
+  {
+    const unsigned hb[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+    unsigned sum = 0;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sum += hb[e];
+    const unsigned incl = warp_incl_scan(sum, lane);
+    if (lane == 31) wtot[warp] = incl;
+    consumers_sync<kRingConsumers>();
+    unsigned tot = 0, before = 0;
+#pragma unroll
+    for (int w = 0; w < kRingConsumers / 32; ++w) {
+      tot += wtot[w];
+      before += w < warp ? wtot[w] : 0u;
+    }
+    const unsigned above = tot - (before + incl);  // keys in the bins of higher threads
+    const unsigned K = static_cast<unsigned>(a.k);
+    if (above < K && above + sum >= K) {
+      unsigned run = above;
+      bool found = false;
+#pragma unroll
+      for (int e = 7; e >= 0; --e)
+        if (!found) {
+          if (run + hb[e] >= K) {
+            found = true;
+            info[0] = 8 * tid + e;
+            info[1] = static_cast<int>(K - run);  // channels to take from the bin
+            info[2] = static_cast<int>(hb[e]);    // channels in it
+          } else {
+            run += hb[e];
+          }
+        }
+    }
+    consumers_sync<kRingConsumers>();
+  }
+}
+
+// Consumers: the block's channels kept (above the threshold bin tb, or in it when the whole bin is taken), out, or to
+// rank (in it when it must be split: cand [info[6]], counted from zero).
+__device__ __forceinline__ void tr_classify(const unsigned* ks, unsigned char* state, int* cand, int* info, unsigned tb,
+                                            bool partial, int n, int tid) {
+  for (int j = tid; j < n; j += kRingConsumers) {
+    const unsigned bin = ks[j] >> kTrShift;
+    unsigned char st = bin > tb || (bin == tb && !partial) ? kTrKept : kTrOut;
+    if (bin == tb && partial) {
+      st = kTrCandidate;
+      const int c = atomicAdd(info + 6, 1);
+      cand[c] = j;
+    }
+    state[j] = st;
+  }
+}
+
+// Consumers, nc > 0: each candidate's (cand [nc]) rank among all F keys sk (larger first, ties: the lower channel
+// first), the block's threads over the key array in shared memory (four keys a load, four candidates at a time),
+// summed per warp into rank [nc]: kept below K. (A warp per candidate measured ~9 us a layer: one warp's chain of
+// dependent steps.)
+__device__ __forceinline__ void tr_rank_candidates(const RingTopkArgs& a, const unsigned* sk, const unsigned* ks,
+                                                   const int* cand, unsigned* rank, int nc, int c0, int tid, int lane) {
+  const int n4 = (a.F + 3) / 4;
+  for (int c = tid; c < nc; c += kRingConsumers) rank[c] = 0;
+  consumers_sync<kRingConsumers>();
+  const uint4* sk4 = reinterpret_cast<const uint4*>(sk);
+  for (int cb = 0; cb < nc; cb += 4) {
+    unsigned mine[4], r[4] = {0u, 0u, 0u, 0u};
+    int me[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const bool ok = cb + u < nc;
+      const int j = ok ? cand[cb + u] : 0;
+      mine[u] = ok ? ks[j] : 0xffffffffu;  // (no key is above it, none ties before channel -1)
+      me[u] = ok ? c0 + j : -1;
+    }
+    for (int i = tid; i < n4; i += kRingConsumers) {
+      const uint4 v = sk4[i];
+      const unsigned kv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int q = 4 * i + e;
+        const unsigned valid = q < a.F ? 1u : 0u;
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          r[u] += valid & ((kv[e] > mine[u] ? 1u : 0u) | (kv[e] == mine[u] && q < me[u] ? 1u : 0u));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const unsigned t = warp_sum(r[u]);
+      if (lane == 0 && t && cb + u < nc) atomicAdd(rank + cb + u, t);
+    }
+  }
+}
+
+// Consumers, idx_out asked: the block publishes its kept count, meets the grid again and writes its kept channels
+// after those of the blocks below it (idx_out ascending, as the selection kernel).
+__device__ __forceinline__ void tr_publish_idx(const RingTopkArgs& a, const unsigned char* state, unsigned* ctr, int kept,
+                                               int c0, int n, int tid, int lane, int warp) {
+  const unsigned nb = gridDim.x, b = blockIdx.x;
+  if (tid == 0) a.counts[b] = static_cast<unsigned>(kept);
+  consumers_sync<kRingConsumers>();
+  tr_grid_meet(ctr + kTrCounts * kLine, nb);
+  if (warp == 0) {
+    unsigned base = 0;
+    for (unsigned q = lane; q < b; q += 32) base += __ldcg(a.counts + q);
+    base = warp_sum(base);
+    if (lane == 0)
+      for (int j = 0; j < n; ++j)
+        if (state[j] == kTrKept || state[j] == kTrKeptCandidate)
+          a.idx_out[base++] = static_cast<std::uint16_t>(c0 + j);
+  }
+  consumers_sync<kRingConsumers>();
+}
+
 // (Tag: TopK, so that the name's other templates -- template <int RP, ...> -- stay unambiguous.)
 struct TopK {};
 template <class Tag, int RULE>
@@ -155,45 +348,9 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     // before the ranking, not after: decode 1.0098 -> 0.9952 ms (H200, bench/micro/NOTES.md twenty-third session).
     // (bar.sync / bar.arrive are .aligned: the warp reaches them converged, lane 0 back from its copies.)
     __syncwarp();
-    if (a.prefetch) {
-      // Meanwhile (the consumers' keys on barrier kTrKeys), the rows of the block's mpf channels of largest key --
-      // as many as it keeps on average -- into L2 (Options::topk_ring_prefetch): most kept rows then come from L2.
-      named_sync<kTrKeys, kRingThreads>();
-      const int mpf = static_cast<int>((static_cast<long long>(n) * a.k + a.F - 1) / a.F);
-      for (int j = lane; j < n; j += 32) {
-        const unsigned kj = ks[j];
-        int r = 0;  // channels of the block ahead of j (larger key, or the same key and lower)
-        for (int i = 0; i < n; ++i) {
-          const unsigned ki = ks[i];
-          r += (ki > kj || (ki == kj && i < j)) ? 1 : 0;
-        }
-        if (r < mpf) {
-          prefetch_l2(a.wu + static_cast<std::size_t>(c0 + j) * d, row_bytes);
-          prefetch_l2(a.wd + static_cast<std::size_t>(c0 + j) * d, row_bytes);
-        }
-      }
-      __syncwarp();
-    }
+    if (a.prefetch) tr_prefetch_likely(a, ks, c0, n, lane, row_bytes);
     named_sync<kTrClassified, kRingThreads>();
-    const unsigned long long pol = l2_stream_policy();
-    int e0 = 0;
-    for (int j0 = 0; j0 < n; j0 += 32) {
-      const int j = j0 + lane;
-      const bool k = j < n && state[j] != kTrOut;
-      const unsigned m = __ballot_sync(0xffffffffu, k);
-      if (k) {
-        const int e = e0 + __popc(m & ((1u << lane) - 1u));
-        list[e] = j;
-        if (e < kall) {
-          const int ch = c0 + j;
-          bf16* dst = kept_row(e);
-          mbar_expect_tx(kfull + e, 2u * row_bytes);
-          bulk_copy(dst, a.wu + static_cast<std::size_t>(ch) * d, row_bytes, kfull + e, pol);
-          bulk_copy(dst + d, a.wd + static_cast<std::size_t>(ch) * d, row_bytes, kfull + e, pol);
-        }
-      }
-      e0 += __popc(m);
-    }
+    const int e0 = tr_list_rows(a, state, list, kfull, kept_row, kall, c0, n, lane, row_bytes);
     if (lane == 0) info[4] = e0;
     __syncwarp();
     named_arrive<kTrListed, kRingThreads>();
@@ -230,118 +387,20 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     if (a.prefetch) named_arrive<kTrKeys, kRingThreads>();  // the keys ks[] for the producer's prefetch (above)
     stamp.mark_synced(step::StageId::gate);
     tr_grid_meet(ctr + kTrHist * kLine, nb);
-    // 2. Every load of the grid's state at once, one L2 round trip: thread t's bins [8t, 8t + 8) and, into the idle
-    // ring, its share of the key array (needed where this block holds channels of a threshold bin that must be split;
-    // read regardless, so that no second round trip follows).
+    // 2. The threshold bin from the grid's histogram and, into the idle ring, its keys (one L2 round trip); the
+    // block's channels classified by it; the producer lists them and asks for their rows while the consumers rank
+    // the candidates; 3. (idx_out asked) the kept channels published.
     unsigned* sk = reinterpret_cast<unsigned*>(smem);  // (the launch checks that the keys fit: ring_topk_ok)
-    const int n4 = (a.F + 3) / 4;
-    const uint4 h0 = __ldcg(reinterpret_cast<const uint4*>(a.hist) + 2 * tid);
-    const uint4 h1 = __ldcg(reinterpret_cast<const uint4*>(a.hist) + 2 * tid + 1);
-    {
-      constexpr int kBatch = 8;  // uint4 loads in flight per thread
-#pragma unroll 1
-      for (int i0 = 0; i0 < n4; i0 += kBatch * kRingConsumers) {
-        uint4 v[kBatch];
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int i = i0 + u * kRingConsumers + tid;
-          if (i < n4) v[u] = __ldcg(reinterpret_cast<const uint4*>(a.keys) + i);
-        }
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int i = i0 + u * kRingConsumers + tid;
-          if (i < n4) reinterpret_cast<uint4*>(sk)[i] = v[u];
-        }
-      }
-    }
-    {
-      const unsigned hb[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-      unsigned sum = 0;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sum += hb[e];
-      const unsigned incl = warp_incl_scan(sum, lane);
-      if (lane == 31) wtot[warp] = incl;
-      consumers_sync<kRingConsumers>();
-      unsigned tot = 0, before = 0;
-#pragma unroll
-      for (int w = 0; w < kRingConsumers / 32; ++w) {
-        tot += wtot[w];
-        before += w < warp ? wtot[w] : 0u;
-      }
-      const unsigned above = tot - (before + incl);  // keys in the bins of higher threads
-      const unsigned K = static_cast<unsigned>(a.k);
-      if (above < K && above + sum >= K) {
-        unsigned run = above;
-        bool found = false;
-#pragma unroll
-        for (int e = 7; e >= 0; --e)
-          if (!found) {
-            if (run + hb[e] >= K) {
-              found = true;
-              info[0] = 8 * tid + e;
-              info[1] = static_cast<int>(K - run);  // channels to take from the bin
-              info[2] = static_cast<int>(hb[e]);    // channels in it
-            } else {
-              run += hb[e];
-            }
-          }
-      }
-      consumers_sync<kRingConsumers>();
-    }
+    tr_threshold_bin(a, sk, info, wtot, tid, lane, warp);
     const unsigned tb = static_cast<unsigned>(info[0]);
     const int need = info[1], cnt = info[2];
     const bool partial = need < cnt;
-    // The block's channels: kept (above the bin, or in it when the whole bin is taken), out, or to rank (cand [nc]).
-    for (int j = tid; j < n; j += kRingConsumers) {
-      const unsigned bin = ks[j] >> kTrShift;
-      unsigned char st = bin > tb || (bin == tb && !partial) ? kTrKept : kTrOut;
-      if (bin == tb && partial) {
-        st = kTrCandidate;
-        const int c = atomicAdd(info + 6, 1);
-        cand[c] = j;
-      }
-      state[j] = st;
-    }
+    tr_classify(ks, state, cand, info, tb, partial, n, tid);
     consumers_sync<kRingConsumers>();
     named_arrive<kTrClassified, kRingThreads>();  // the producer warp lists and asks for the rows (above)
     const int nc = info[6];
     unsigned* rank = reinterpret_cast<unsigned*>(zs);  // [nc] (zs is written only by the up GEMV)
-    if (nc > 0) {
-      // Each candidate's rank among all keys (larger first, ties: the lower channel first), the block's threads over
-      // the key array in shared memory (four keys a load, four candidates at a time), summed per warp into rank[]:
-      // kept below K. (A warp per candidate measured ~9 us a layer: one warp's chain of dependent steps.)
-      for (int c = tid; c < nc; c += kRingConsumers) rank[c] = 0;
-      consumers_sync<kRingConsumers>();
-      const uint4* sk4 = reinterpret_cast<const uint4*>(sk);
-      for (int cb = 0; cb < nc; cb += 4) {
-        unsigned mine[4], r[4] = {0u, 0u, 0u, 0u};
-        int me[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const bool ok = cb + u < nc;
-          const int j = ok ? cand[cb + u] : 0;
-          mine[u] = ok ? ks[j] : 0xffffffffu;  // (no key is above it, none ties before channel -1)
-          me[u] = ok ? c0 + j : -1;
-        }
-        for (int i = tid; i < n4; i += kRingConsumers) {
-          const uint4 v = sk4[i];
-          const unsigned kv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int q = 4 * i + e;
-            const unsigned valid = q < a.F ? 1u : 0u;
-#pragma unroll
-            for (int u = 0; u < 4; ++u)
-              r[u] += valid & ((kv[e] > mine[u] ? 1u : 0u) | (kv[e] == mine[u] && q < me[u] ? 1u : 0u));
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const unsigned t = warp_sum(r[u]);
-          if (lane == 0 && t && cb + u < nc) atomicAdd(rank + cb + u, t);
-        }
-      }
-    }
+    if (nc > 0) tr_rank_candidates(a, sk, ks, cand, rank, nc, c0, tid, lane);
     if (tid == 0) info[7] = 0;
     named_sync<kTrListed, kRingThreads>();  // the list of channels whose rows were asked for (the producer warp)
     // The ranked candidates: kept below K; the others stay kTrCandidate and are skipped below (their rows, asked for
@@ -352,22 +411,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     }
     consumers_sync<kRingConsumers>();
     const int known = info[4];  // listed: kept channels and ranked-out candidates
-    if (a.idx_out) {
-      // 3. idx_out ascending: this block's kept channels after those of the blocks below it.
-      if (tid == 0) a.counts[b] = static_cast<unsigned>(known - info[7]);
-      consumers_sync<kRingConsumers>();
-      tr_grid_meet(ctr + kTrCounts * kLine, nb);
-      if (warp == 0) {
-        unsigned base = 0;
-        for (unsigned q = lane; q < b; q += 32) base += __ldcg(a.counts + q);
-        base = warp_sum(base);
-        if (lane == 0)
-          for (int j = 0; j < n; ++j)
-            if (state[j] == kTrKept || state[j] == kTrKeptCandidate)
-              a.idx_out[base++] = static_cast<std::uint16_t>(c0 + j);
-      }
-      consumers_sync<kRingConsumers>();
-    }
+    if (a.idx_out) tr_publish_idx(a, state, ctr, known - info[7], c0, n, tid, lane, warp);
     stamp.mark_synced(step::StageId::topk);
     griddep_launch();
     // Done with the grid's histogram, counters and keys (every load above has returned): a ticket, whose answer thread
