@@ -97,13 +97,6 @@ struct DecodeFfnWeights {
   // own kernel.
   const Tensor* norm = nullptr;
   float norm_eps = 0.0f;
-  // A hint, no effect on results (backends may ignore it): the caches [b, kvh, max_seq, hd] and positions pos [b]
-  // (i32) of the attention that runs next, which reads rows 0 .. pos[i] of them. The CUDA kernel path asks L2 for
-  // those rows while the FFN's last blocks finish, so that the attention finds them there (at one sequence:
-  // cuda::ffn::Options::kv_warm).
-  const Tensor* next_k_cache = nullptr;
-  const Tensor* next_v_cache = nullptr;
-  const Tensor* next_pos = nullptr;
 };
 
 // Which parts of ffn_decode run (benchmarks time them apart for the paper's breakdown).

@@ -41,7 +41,7 @@ void Ffn::forward(const Tensor& x, const FfnWeights& w, Tensor& out, float beta,
 }
 
 void Ffn::decode(const Tensor& x, const FfnWeights& w, Tensor& out, Tensor* idx_out, RangeSink* r, const Tensor* norm,
-                 float norm_eps, const NextAttention* next) {
+                 float norm_eps) {
   if (!w.decode_layout) throw std::logic_error("Ffn::decode needs the decode layout (Transformer::prepare_decode)");
   ScopedRange sr(r, "ffn.decode");
   // Padded weights ([ffn_cols, d] in the decode layout): the decode kernels see the first d_ffn rows.
@@ -49,12 +49,7 @@ void Ffn::decode(const Tensor& x, const FfnWeights& w, Tensor& out, Tensor* idx_
   const bool padded = cols_of(w) != F;
   const Tensor wg = padded ? w.w_gate->slice0(0, F) : *w.w_gate, wu = padded ? w.w_up->slice0(0, F) : *w.w_up,
                wd = padded ? w.w_down->slice0(0, F) : *w.w_down;
-  DecodeFfnWeights dw{&wg, &wu, &wd, norm, norm_eps};
-  if (next) {
-    dw.next_k_cache = next->k_cache;
-    dw.next_v_cache = next->v_cache;
-    dw.next_pos = next->pos;
-  }
+  const DecodeFfnWeights dw{&wg, &wu, &wd, norm, norm_eps};
   if (cfg_->ffn.kind == FfnKind::dense) {
     ops_->ffn_decode(x, dw, nullptr, out);
     return;

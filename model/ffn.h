@@ -44,16 +44,9 @@ class Ffn {
   // Decode-time forward for a few rows (out += FFN(x)) through Ops::ffn_decode; needs the decode layout.
   // A forced selection (force_selection) is used when set. idx_out, when given, receives the selection.
   // norm: x is the residual stream and the FFN's input is its RMSNorm (weight *norm, norm_eps), run inside the
-  // op (out may be x itself). next: the caches and positions the attention after this FFN reads (a hint for the
-  // backend, DecodeFfnWeights::next_k_cache; no effect on results), or null.
-  struct NextAttention {
-    const Tensor* k_cache;
-    const Tensor* v_cache;
-    const Tensor* pos;
-  };
+  // op (out may be x itself).
   void decode(const Tensor& x, const FfnWeights& w, Tensor& out, Tensor* idx_out = nullptr,
-              RangeSink* ranges = nullptr, const Tensor* norm = nullptr, float norm_eps = 0.0f,
-              const NextAttention* next = nullptr);
+              RangeSink* ranges = nullptr, const Tensor* norm = nullptr, float norm_eps = 0.0f);
 
   // decode() keeps its selection in selected() too while on (tests: not inside captured graphs).
   void set_record_selection(bool on) { record_selection_ = on; }

@@ -559,12 +559,8 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
     {
       ScopedRange sr(ranges_, "ffn");
       if (decode_layout_) {  // the FFN's RMSNorm inside the op (on the GPU: inside the ring kernels, dense and a:b)
-        // The next layer's caches: the GPU asks L2 for their rows while the FFN's last blocks finish (a hint).
-        const auto nl = static_cast<std::size_t>(l + 1);
-        const Ffn::NextAttention next{nl < cache.k.size() ? &cache.k[nl] : nullptr,
-                                      nl < cache.v.size() ? &cache.v[nl] : nullptr, &pos};
         ffns_[static_cast<std::size_t>(l)].decode(x, ffn_weights(l), x, nullptr, ranges_, &lp.ffn_norm->value,
-                                                  cfg_.norm_eps, l + 1 < cfg_.layers ? &next : nullptr);
+                                                  cfg_.norm_eps);
       } else {
         o.rmsnorm_forward(x, lp.ffn_norm->value, cfg_.norm_eps, xn, rstd);
         ffns_[static_cast<std::size_t>(l)].forward(xn, ffn_weights(l), x, 1.0f, false, ranges_);

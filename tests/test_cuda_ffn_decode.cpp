@@ -1018,58 +1018,6 @@ TEST(GpuFfnDecode, PrefetchHintsChangeNoResult) {
 #endif
 }
 
-// DecodeFfnWeights::next_*: the next attention's cache rows asked of L2 during the way out -- a hint, so every FFN
-// (dense, top-K, 2:8; one row and a chunk of 4 on the ring and up/down kernels, 9 rows in two chunks) gives what it
-// gives without it. Caches of one sequence (the hint used) and of three (not used: Options::kv_warm); positions
-// past the cache (clamped), negative (none); rows that are not 16-byte multiples (no hint). A cache that is not
-// [b, kvh, max_seq, hd] or positions not i32 [b] are refused.
-TEST(GpuFfnDecode, NextAttentionHintChangesNoResult) {
-  MOC_GPU_OR_SKIP(gpu);
-  auto cpu = make_cpu_ops();
-  const auto seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
-  const MocSelect sels[] = {{1024, 0, 0, SelectRule::gate}, {17, 0, 0, SelectRule::gate}, {0, 2, 8, SelectRule::gate}};
-  for (const Size sz : {kPaper, Size{136, 301}})
-    for (int R : {1, 4, 9})
-      for (const MocSelect* sel : {static_cast<const MocSelect*>(nullptr), &sels[sz.F > 1024 ? 0 : 1], &sels[2]}) {
-        Layer L = make_layer(rng, R, sz.d, sz.F, DType::bf16);
-        upload_layer(*gpu, *cpu, L);
-        SCOPED_TRACE(sel_str(sel) + " rows " + std::to_string(R) + " d_ffn " + std::to_string(sz.F));
-        Tensor o = gpu->empty({L.R, L.d}, L.dt, workspace_tag());
-        gpu->upload_f32(o, L.out0);
-        gpu->ffn_decode(L.xg, L.gw(), sel, o);
-        const auto want = gpu->download_f32(o);
-        for (int seqs : {1, 3})
-          for (int hd : {64, 4}) {  // 4: 8-byte rows, no hint
-            SCOPED_TRACE("cache of " + std::to_string(seqs) + " sequences, hd " + std::to_string(hd));
-            const int heads = 3, max_seq = 37;
-            Tensor kc = gpu->empty({seqs, heads, max_seq, hd}, DType::bf16, workspace_tag());
-            Tensor vc = gpu->empty({seqs, heads, max_seq, hd}, DType::bf16, workspace_tag());
-            std::vector<std::int32_t> pos(static_cast<std::size_t>(seqs));
-            for (int i = 0; i < seqs; ++i) pos[static_cast<std::size_t>(i)] = i % 3 == 0 ? 36 + R : i % 3 == 1 ? 5 : -1;
-            Tensor pt = gpu->empty({seqs}, DType::i32, workspace_tag());
-            gpu->upload_i32(pt, pos);
-            DecodeFfnWeights w = L.gw();
-            w.next_k_cache = &kc;
-            w.next_v_cache = &vc;
-            w.next_pos = &pt;
-            gpu->upload_f32(o, L.out0);
-            gpu->ffn_decode(L.xg, w, sel, o);
-            expect_same_out("with the hint", gpu->download_f32(o), want, L.out0, L.dt);
-            if (seqs == 1 && hd == 64 && R == 1 && sz.F == 301) {
-              Tensor bad_pos = gpu->empty({seqs}, DType::f32, workspace_tag());
-              w.next_pos = &bad_pos;
-              EXPECT_THROW(gpu->ffn_decode(L.xg, w, sel, o), std::invalid_argument);
-              Tensor flat = gpu->empty({seqs, heads * max_seq * hd}, DType::bf16, workspace_tag());
-              w.next_pos = &pt;
-              w.next_k_cache = &flat;
-              EXPECT_THROW(gpu->ffn_decode(L.xg, w, sel, o), std::invalid_argument);
-            }
-          }
-      }
-}
-
 TEST(GpuFfnDecode, RejectsBadArguments) {
   MOC_GPU_OR_SKIP(gpu);
   auto cpu = make_cpu_ops();

@@ -462,7 +462,6 @@ void launch_updown(const Problem& p, const Layout& L, const Buffers& B, bool fus
   a.nslots = L.umax;
   a.mrows = cmode == kMaskChannels && p.kind == SelKind::topk ? p.rows : 1;
   a.prefetch = (opt.prefetch & 2) ? 1 : 0;
-  a.warm = p.kv_warm;
   if (cmode == kMaskSpec) {
     a.spec = B.spec;
     a.spec_tag = spec_tag(p);
@@ -516,7 +515,6 @@ void ring_io(RingIo& a, const Problem& p, const Buffers& B) {
   a.R = p.rows;
   a.d = p.d;
   a.F = p.d_ffn;
-  a.warm = p.kv_warm;
 }
 
 // The ring kernels' plans (ffn_decode_ring_plan.h) on this device: its SMs and shared memory; the grid of clusters of 2
@@ -793,11 +791,6 @@ void validate(const Problem& p, const void* ws, std::size_t ws_size, const Optio
     require(p.force_idx != nullptr, op, "up/down without selection needs force_idx");
   require(ws != nullptr && ws_size >= workspace_bytes(p), op, "workspace too small");
   require(!p.norm || norm_inside(p, opt), op, "the norm runs inside only the ring kernels' calls (norm_inside)");
-  const KvWarm& w = p.kv_warm;
-  if (w.k)
-    require(w.v && w.pos && w.seqs > 0 && w.heads > 0 && w.max_seq > 0 && w.row_bytes > 0 && w.row_bytes % 16 == 0 &&
-                reinterpret_cast<std::uintptr_t>(w.k) % 16 == 0 && reinterpret_cast<std::uintptr_t>(w.v) % 16 == 0,
-            op, "kv_warm needs k, v and pos, positive sizes and 16-byte aligned rows");
 }
 
 }  // namespace
@@ -848,8 +841,6 @@ void launch(const Problem& p, void* workspace, std::size_t workspace_size, cudaS
     c.out = static_cast<unsigned char*>(p.out) + xoff;
     if (p.force_idx) c.force_idx = p.force_idx + static_cast<std::size_t>(r0) * kept;
     if (p.idx_out) c.idx_out = p.idx_out + static_cast<std::size_t>(r0) * kept;
-    // The last chunk's way out asks for them, at one sequence (Options::kv_warm).
-    if (!opt.kv_warm || p.kv_warm.seqs != 1 || r0 + kMaxRows < p.rows) c.kv_warm = KvWarm{};
     bool copied = false;
     if (c.force_idx && c.idx_out) {
       MOC_CUDA_CHECK(cudaMemcpyAsync(c.idx_out, c.force_idx, static_cast<std::size_t>(c.rows) * kept * 2,
@@ -935,23 +926,6 @@ void ffn_decode(Ops& ops, const Tensor& x, const DecodeFfnWeights& w, const MocS
   p.force_idx = force_idx ? force_idx->data<std::uint16_t>() : nullptr;
   p.idx_out = idx_out ? idx_out->data<std::uint16_t>() : nullptr;
   p.parts = parts;
-  if (w.next_k_cache && w.next_v_cache && w.next_pos) {
-    const Tensor &kc = *w.next_k_cache, &vc = *w.next_v_cache, &pos = *w.next_pos;
-    require(kc.shape().size() == 4 && vc.shape() == kc.shape() && kc.dtype() == vc.dtype() &&
-                kc.device() == DeviceKind::cuda && vc.device() == DeviceKind::cuda && pos.dtype() == DType::i32 &&
-                pos.numel() == kc.shape()[0] && pos.device() == DeviceKind::cuda,
-            op, "next_k_cache / next_v_cache must be [b, kvh, max_seq, hd] caches on the GPU and next_pos i32 [b]");
-    const unsigned row_bytes = static_cast<unsigned>(kc.shape()[3] * static_cast<std::int64_t>(dtype_bytes(kc.dtype())));
-    if (row_bytes % 16 == 0) {  // (else no hint: the bulk prefetch moves 16-byte multiples)
-      p.kv_warm.k = kc.raw();
-      p.kv_warm.v = vc.raw();
-      p.kv_warm.pos = pos.data<std::int32_t>();
-      p.kv_warm.seqs = static_cast<int>(kc.shape()[0]);
-      p.kv_warm.heads = static_cast<int>(kc.shape()[1]);
-      p.kv_warm.max_seq = static_cast<int>(kc.shape()[2]);
-      p.kv_warm.row_bytes = row_bytes;
-    }
-  }
   const ffn::Options opt{};
   Tensor xn, rstd;
   if (w.norm) {

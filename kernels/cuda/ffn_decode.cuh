@@ -13,8 +13,7 @@
 //          rows in shared memory with cp.async (issued before the wait) while it streams W_gate and W_up
 //          (mma.sync m16n8k16, fp32), forms z = SiLU(g) * u, multiplies the staged rows, reduces the [rows, d] partials over a cluster of C
 //          blocks in distributed shared memory and adds them with fp32 atomics into the workspace; the
-//          last block of each column slice adds that into out (one bf16 rounding) and zeroes it again (every FFN
-//          kernel ends this way; the blocks may ask L2 for the next attention's K/V rows as they leave: kv_warm).
+//          last block of each column slice adds that into out (one bf16 rounding) and zeroes it again.
 //   MoC a:b at 1-2 rows, where a block's kept rows fit shared memory (2:8 at one row of the 1b layer): one kernel
 //          (ffn_decode_ring_ab.cuh) -- each block owns whole groups, streams their W_gate rows through a ring of
 //          shared-memory slots (a producer warp, bulk copies), ranks each group as its rows arrive and copies the
@@ -52,15 +51,6 @@ namespace moc::cuda::ffn {
 
 enum class SelKind : int { dense = 0, topk = 1, grouped = 2 };
 
-// See Problem::kv_warm.
-struct KvWarm {
-  const void* k = nullptr;
-  const void* v = nullptr;
-  const int* pos = nullptr;  // [seqs] (i32, on the device): the position each sequence's attention reads up to
-  int seqs = 0, heads = 0, max_seq = 0;
-  unsigned row_bytes = 0;  // one position of one head (head_dim x the cache's element size; a multiple of 16)
-};
-
 struct Problem {
   int rows = 1, d = 0, d_ffn = 0;
   DType dtype = DType::bf16;  // of x, the three weights and out (all the same)
@@ -77,11 +67,6 @@ struct Problem {
   // (norm_inside); out may be x.
   const void* norm = nullptr;
   float norm_eps = 0.0f;
-  // A hint (no effect on results, Options::kv_warm): the K/V cache rows the next layer's attention reads -- rows 0 ..
-  // pos[s] of each (sequence s, kv head) of k and v, laid out [seqs, heads, max_seq, row_bytes] -- asked of L2 by the
-  // blocks of the FFN's way out, where the step's DRAM is otherwise idle (the last chunk of rows, and only at one
-  // sequence: Options::kv_warm). k null: none.
-  KvWarm kv_warm;
   int kept() const;  // channels kept per row (d_ffn when dense)
 };
 
@@ -144,12 +129,6 @@ struct Options {
   // 1: decode 0.9730 -> 0.9685 ms a token, one layer 19.7 -> 19.4 us; 3 or 8 more channels a block were slower, 2 or
   // 4 fewer the same (bench/RESULTS.md part 25). false: off (A/B).
   bool topk_ring_prefetch = true;
-  // Problem::kv_warm honoured where the cache holds one sequence: the next layer's K/V rows asked of L2 during the way
-  // out. H200, decode at batch 1 (3 rounds interleaved): MoC 0.9777 -> 0.9715, 2:8 0.9171 -> 0.9095, dense 1.0132 ->
-  // 1.0151 ms a token (within its spread); at batch 4 (four caches, 4x the rows) all three were ~1% slower -- the
-  // prefetches then compete with the next QKV kernel's weight stream -- so more sequences get no hint
-  // (bench/RESULTS.md part 26). false: ignored (A/B).
-  bool kv_warm = true;
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).

@@ -54,7 +54,6 @@ struct RingIo {
   unsigned* ctrl;  // column-slice counters kLine apart, zero on entry and on exit
   step::StampBuf* stamps;
   int R, d, F, C;
-  KvWarm warm;     // Problem::kv_warm, for the way out (k null: none)
 };
 
 struct RingArgs : RingIo {
@@ -208,15 +207,14 @@ __device__ __forceinline__ void ring_partials(const float (&acc)[RP][8], float* 
 
 // Every thread (the producer warp too): the cluster's reduction of the partials at smem and the last blocks' pass
 // into out, as in the up/down kernel (their loops run on the first kThreads threads). misc: 16 ints.
-__device__ __forceinline__ void ring_out(bf16* out, float* acc, unsigned* ctrl, int R, int d, int C, const KvWarm warm,
-                                         unsigned char* smem, int* misc) {
+__device__ __forceinline__ void ring_out(bf16* out, float* acc, unsigned* ctrl, int R, int d, int C, unsigned char* smem,
+                                         int* misc) {
   UpDownArgs u{};
   u.out = out;
   u.acc = acc;
   u.ctrl = ctrl;
   u.R = R;
   u.d = d;
-  u.warm = warm;
   UdSmem us{};
   us.part = reinterpret_cast<float*>(smem);
   us.misc = misc;
@@ -320,7 +318,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
     consumers_sync<kRingConsumers>();  // every item consumed: the ring is free (no copy is in flight) and holds the partials
     ring_partials<RP>(acc, reinterpret_cast<float*>(smem), a.acc, a.R, d, a.C);
   }
-  ring_out(a.out, a.acc, a.ctrl, a.R, a.d, a.C, a.warm, smem, misc);
+  ring_out(a.out, a.acc, a.ctrl, a.R, a.d, a.C, smem, misc);
 }
 
 }  // namespace

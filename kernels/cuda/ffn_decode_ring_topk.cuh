@@ -468,7 +468,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     consumers_sync<kRingConsumers>();  // every copy consumed: the ring is free and holds the partials
     ring_partials<1>(acc, reinterpret_cast<float*>(smem), a.acc, a.R, d, a.C);
   }
-  ring_out(a.out, a.acc, a.ctrl, a.R, a.d, a.C, a.warm, smem, misc);
+  ring_out(a.out, a.acc, a.ctrl, a.R, a.d, a.C, smem, misc);
 }
 
 }  // namespace

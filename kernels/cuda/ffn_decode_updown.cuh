@@ -35,7 +35,6 @@ struct UpDownArgs {
   const unsigned* spec;  // kMaskSpec: the selection's threshold-bin word (ffn_decode_device.cuh ld_acquire_gpu)
   unsigned spec_tag;
   unsigned spec_wait_ns;  // how long a block polls it before it gives up speculating
-  KvWarm warm;            // Problem::kv_warm (k null: none)
 };
 
 __host__ __device__ inline std::size_t updown_stage_bytes(int smax, int d) {
@@ -461,35 +460,15 @@ __device__ __forceinline__ UdSlice ud_cluster_reduce(const UpDownArgs& a, const 
 
 // Stage 6: the last block of each column slice adds a.acc into out (one bf16 rounding) and zeroes a.acc and
 // the slice's counter again.
-// Problem::kv_warm: the range of K/V cache rows thread tid (< kThreads) of this block asks L2 for -- range i =
-// blockIdx.x + tid * gridDim.x of the 2 seqs heads ranges (k's, then v's; rows 0 .. pos[s] of one (sequence, head)),
-// so that the first threads of every block share them out. Returns the bytes (0: none) and sets p. Reads pos, which
-// no kernel of the step writes.
-__device__ __forceinline__ unsigned kv_warm_range(const KvWarm& w, int tid, const void*& p) {
-  const int n = 2 * w.seqs * w.heads;
-  const long long i = blockIdx.x + static_cast<long long>(tid) * gridDim.x;
-  if (!w.k || tid >= kThreads || i >= n) return 0;
-  const int kv = static_cast<int>(i) / (w.seqs * w.heads), sh = static_cast<int>(i) % (w.seqs * w.heads);
-  const int rows = min(__ldg(w.pos + sh / w.heads) + 1, w.max_seq);
-  if (rows <= 0) return 0;
-  p = static_cast<const unsigned char*>(kv ? w.v : w.k) + static_cast<std::size_t>(sh) * w.max_seq * w.row_bytes;
-  return static_cast<unsigned>(rows) * w.row_bytes;
-}
-
 __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, const UdSlice& sl, int C) {
   const int d = a.d, tid = threadIdx.x, cs = sl.cs, c0 = sl.c0;
   const long long nb = gridDim.x;
-  const void* wp = nullptr;
-  const unsigned wbytes = kv_warm_range(a.warm, tid, wp);  // (its pos load lands during the fence)
   __threadfence();
   __syncthreads();
   // The ticket's answer reaches every thread through the barrier itself (no shared flag to write and read).
   int last = 0;
   if (tid == 0) last = atomicAdd(a.ctrl + sl.slice * kLine, 1u) == static_cast<unsigned>(nb / C - 1) ? 1 : 0;
-  if (!__syncthreads_or(last) || tid >= kThreads) {  // (a wider block's extra warp: see ud_cluster_reduce)
-    if (wbytes) prefetch_l2(wp, wbytes);  // the blocks not last, as they leave; the last ones after their pass
-    return;
-  }
+  if (!__syncthreads_or(last) || tid >= kThreads) return;  // (a wider block's extra warp: see ud_cluster_reduce)
   __threadfence();
   if (cs % 8 == 0) {
     const int n8 = cs / 8;
@@ -521,7 +500,6 @@ __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, c
     }
   }
   if (tid == 0) a.ctrl[sl.slice * kLine] = 0;
-  if (wbytes) prefetch_l2(wp, wbytes);
 }
 
 // RP: rows padded (the down projection's accumulators); FG: the gate GEMV runs here too (dense; MoC's
