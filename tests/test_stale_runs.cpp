@@ -1,7 +1,7 @@
 // Stale runs through the real executable (issue 16): a `mocbench run` killed by SIGKILL is listed as
 // abandoned, and the next run marks it so in the file; a run that stops on a database error (the disk is
 // full) is closed as failed with the error, which is still reported. The store's own tests of the same
-// behaviour are ResultsDbStaleRuns in test_db.cpp.
+// behaviour are ResultsDbStaleRuns in test_db_stale_runs.cpp.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>

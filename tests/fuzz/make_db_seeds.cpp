@@ -95,7 +95,7 @@ void make_runs_file(const std::string& path) {
   }
 }
 
-// The version 1 schema as shipped (tests/test_db.cpp keeps the same frozen copy), with one run.
+// The version 1 schema as shipped (tests/test_db_migration.cpp keeps the same frozen copy), with one run.
 void make_version1_file(const std::string& path) {
   exec(path,
        "PRAGMA page_size = 512; BEGIN;"
