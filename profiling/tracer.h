@@ -105,6 +105,7 @@ class Tracer : public RangeSink, public CostSink {
     bool in_step = false;               // opened during a profiled step: part of the trace
   };
   void pin(std::int64_t id);
+  class Assembly;  // finish()'s stages (tracer_finish.cpp)
 
   mutable std::mutex mu_;
   ProfileTrace raw_;
