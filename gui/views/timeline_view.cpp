@@ -297,33 +297,45 @@ void draw_timeline_view(Store& store, UiState& ui) {
 }
 
 namespace {
-void draw_timeline_lanes(UiState& ui, float height) {
-  TimelineState& st = ui.timeline;
-  update_highlight(st, ui.kernels.selected);
+// Where the lanes are drawn this frame: the label column, the lanes' x range and the ruler above them.
+struct LanesGeometry {
+  ImVec2 origin;
+  float width, row_h, ruler_h, label_w, x0, x1, y0, bottom;
+};
+
+// The lanes' geometry, their input area (an invisible button: hovered / active), and each lane's top into st.
+LanesGeometry lanes_geometry(TimelineState& st, float height, bool& hovered, bool& active) {
   const Timeline& tl = st.timeline;
-  const bool exclusive = ui.time_mode == prof::TimeMode::exclusive;
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  const ImVec2 origin = ImGui::GetCursorScreenPos();
-  const float width = ImGui::GetContentRegionAvail().x;
-  const float row_h = ImGui::GetTextLineHeight() + 6.0f;
-  const float ruler_h = ImGui::GetTextLineHeight() + 4.0f;
+  LanesGeometry g{};
+  g.origin = ImGui::GetCursorScreenPos();
+  g.width = ImGui::GetContentRegionAvail().x;
+  g.row_h = ImGui::GetTextLineHeight() + 6.0f;
+  g.ruler_h = ImGui::GetTextLineHeight() + 4.0f;
   // The label column fits the longest lane name, up to a fifth of the width (longer ones are cut, whole on hover).
   float label_w = 0;
   for (const auto& l : tl.lanes) label_w = std::max(label_w, ImGui::CalcTextSize(l.label.c_str()).x);
-  label_w = std::clamp(label_w + 14.0f, 110.0f, std::max(110.0f, width * 0.2f));
-  const float x0 = origin.x + label_w, x1 = origin.x + width;
-  const float y0 = origin.y + ruler_h;
-  ImGui::InvisibleButton("##lanes", ImVec2(width, height), ImGuiButtonFlags_MouseButtonLeft);
-  const bool hovered = ImGui::IsItemHovered();
-  const bool active = ImGui::IsItemActive();
-  st.lanes_x0 = x0;
-  st.lanes_x1 = x1;
-  st.lanes_y0 = y0;
-  st.lane_height = row_h;
+  g.label_w = std::clamp(label_w + 14.0f, 110.0f, std::max(110.0f, g.width * 0.2f));
+  g.x0 = g.origin.x + g.label_w;
+  g.x1 = g.origin.x + g.width;
+  g.y0 = g.origin.y + g.ruler_h;
+  g.bottom = g.origin.y + height;
+  ImGui::InvisibleButton("##lanes", ImVec2(g.width, height), ImGuiButtonFlags_MouseButtonLeft);
+  hovered = ImGui::IsItemHovered();
+  active = ImGui::IsItemActive();
+  st.lanes_x0 = g.x0;
+  st.lanes_x1 = g.x1;
+  st.lanes_y0 = g.y0;
+  st.lane_height = g.row_h;
   st.lane_y.clear();
   for (std::size_t li = 0; li < tl.lanes.size(); ++li)
-    st.lane_y.push_back(li == 0 ? y0 : st.lane_y.back() + static_cast<float>(tl.lanes[li - 1].rows()) * row_h);
+    st.lane_y.push_back(li == 0 ? g.y0 : st.lane_y.back() + static_cast<float>(tl.lanes[li - 1].rows()) * g.row_h);
+  return g;
+}
 
+// The visible time range: fitted to the trace (or the window asked for at start), then the frame's input -- wheel
+// zooms at the cursor, drag pans, double-click fits. Returns ns per pixel.
+double view_input(TimelineState& st, const LanesGeometry& g, bool hovered, bool active) {
+  const Timeline& tl = st.timeline;
   const double span_total = static_cast<double>(std::max<std::int64_t>(1, tl.end_ns - tl.start_ns));
   if (st.fit || st.t1 <= st.t0) {
     st.t0 = static_cast<double>(tl.start_ns) - 0.01 * span_total;
@@ -335,12 +347,11 @@ void draw_timeline_lanes(UiState& ui, float height) {
     }
     st.fit = false;
   }
-  const float lanes_w = std::max(1.0f, x1 - x0);
+  const float lanes_w = std::max(1.0f, g.x1 - g.x0);
   double ns_per_px = (st.t1 - st.t0) / lanes_w;
   ImGuiIO& io = ImGui::GetIO();
-  // Input: wheel zooms at the cursor, drag pans, double-click fits.
-  if (hovered && io.MouseWheel != 0 && io.MousePos.x >= x0) {
-    const double at = st.t0 + (io.MousePos.x - x0) * ns_per_px;
+  if (hovered && io.MouseWheel != 0 && io.MousePos.x >= g.x0) {
+    const double at = st.t0 + (io.MousePos.x - g.x0) * ns_per_px;
     const double f = std::pow(0.8, io.MouseWheel);
     const double w = std::clamp((st.t1 - st.t0) * f, 50.0, span_total * 4);
     st.t0 = at - (at - st.t0) * (w / (st.t1 - st.t0));
@@ -353,42 +364,121 @@ void draw_timeline_lanes(UiState& ui, float height) {
     st.t1 += dt;
   }
   if (hovered && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) st.fit = true;
+  return ns_per_px;
+}
 
-  const float bottom = origin.y + height;
-  dl->PushClipRect(origin, ImVec2(x1, bottom), true);
-  dl->AddRectFilled(origin, ImVec2(x1, bottom), ImGui::GetColorU32(ImVec4(0.10f, 0.10f, 0.12f, 1.0f)));
-  // Ruler: round times (1, 2 or 5 x 10^n) from the trace's start, at least 110 px apart.
-  const double origin_ns = static_cast<double>(tl.start_ns);
+// Ruler: round times (1, 2 or 5 x 10^n) from the trace's start, at least 110 px apart.
+void draw_ruler(ImDrawList* dl, const TimelineState& st, const LanesGeometry& g, double ns_per_px) {
+  const double origin_ns = static_cast<double>(st.timeline.start_ns);
   for (const TimeTick& tick : time_ticks(st.t0 - origin_ns, st.t1 - origin_ns, ns_per_px * 110)) {
-    const float x = x0 + static_cast<float>((tick.ns + origin_ns - st.t0) / ns_per_px);
-    if (x < x0) continue;
-    dl->AddLine(ImVec2(x, origin.y + ruler_h - 4), ImVec2(x, bottom), ImGui::GetColorU32(ImVec4(1, 1, 1, 0.08f)));
-    if (x + 2 + ImGui::CalcTextSize(tick.label.c_str()).x <= x1)  // a label the edge would cut is left out
-      dl->AddText(ImVec2(x + 2, origin.y), ImGui::GetColorU32(ImGuiCol_TextDisabled), tick.label.c_str());
+    const float x = g.x0 + static_cast<float>((tick.ns + origin_ns - st.t0) / ns_per_px);
+    if (x < g.x0) continue;
+    dl->AddLine(ImVec2(x, g.origin.y + g.ruler_h - 4), ImVec2(x, g.bottom), ImGui::GetColorU32(ImVec4(1, 1, 1, 0.08f)));
+    if (x + 2 + ImGui::CalcTextSize(tick.label.c_str()).x <= g.x1)  // a label the edge would cut is left out
+      dl->AddText(ImVec2(x + 2, g.origin.y), ImGui::GetColorU32(ImGuiCol_TextDisabled), tick.label.c_str());
   }
-  // Colour classes: the phases, then (% of floor) the floor buckets and "undeclared".
+}
+
+// Colour classes: the phases, then (% of floor) the floor buckets and "undeclared"; each with its dimmed (merged
+// spans) and dark (hatched wait) variants.
+struct ColourClasses {
   std::vector<ImU32> colors, dim, wait_fill;
-  auto add_class = [&](const ImVec4& c) {
+  bool by_floor = false;
+  std::size_t floor0 = 0;
+
+  void add(const ImVec4& c) {
     colors.push_back(ImGui::GetColorU32(c));
     dim.push_back(with_alpha(ImVec4(c.x * 0.75f, c.y * 0.75f, c.z * 0.75f, 1), 0.85f));
     wait_fill.push_back(ImGui::GetColorU32(ImVec4(c.x * 0.35f, c.y * 0.35f, c.z * 0.35f, 1)));
-  };
-  for (const auto& p : tl.phases) add_class(phase_color(p));
-  const bool by_floor = st.colour == TimelineState::Colour::floor;
-  const std::size_t floor0 = colors.size();
-  if (by_floor) {
-    update_floor(st, ui.time_mode);
-    for (int b = 0; b <= kFloorBuckets; ++b) {
-      const Rgb c = floor_bucket_colour(b < kFloorBuckets ? b : -1);
-      add_class(ImVec4(c.r, c.g, c.b, 1));
-    }
   }
-  auto class_of = [&](const TimelineItem& it) -> std::size_t {
+  std::size_t of(const TimelineState& st, const TimelineItem& it) const {
     if (!by_floor || it.kind == ItemKind::range || it.kind == ItemKind::stage) return static_cast<std::size_t>(it.color);
     if (it.kind != ItemKind::kernel || static_cast<std::size_t>(it.index) >= st.floor_bucket.size()) return floor0 + kFloorBuckets;
     const int b = st.floor_bucket[static_cast<std::size_t>(it.index)];
     return floor0 + static_cast<std::size_t>(b < 0 ? kFloorBuckets : b);
-  };
+  }
+};
+
+ColourClasses colour_classes(TimelineState& st, prof::TimeMode mode) {
+  ColourClasses cc;
+  for (const auto& p : st.timeline.phases) cc.add(phase_color(p));
+  cc.by_floor = st.colour == TimelineState::Colour::floor;
+  cc.floor0 = cc.colors.size();
+  if (cc.by_floor) {
+    update_floor(st, mode);
+    for (int b = 0; b <= kFloorBuckets; ++b) {
+      const Rgb c = floor_bucket_colour(b < kFloorBuckets ? b : -1);
+      cc.add(ImVec4(c.r, c.g, c.b, 1));
+    }
+  }
+  return cc;
+}
+
+// One visible span of lane li's row at ry, from a0 to a1 px: a merged run of items (dimmed, a line through it), or
+// one item -- its hatched wait under exclusive time (ending at own_x), its name where it fits, the outlines of the
+// selected kernel's instances and of the clicked record.
+void draw_span(ImDrawList* dl, const TimelineState& st, const LanesGeometry& g, const ColourClasses& cc,
+               const VisibleSpan& s, const TimelineItem& it, std::size_t li, float ry, float a0, float a1,
+               float own_x) {
+  const Timeline& tl = st.timeline;
+  const float row_h = g.row_h;
+  const ImVec2 p0(a0, ry + 2), p1(a1, ry + row_h - 2);
+  const std::size_t c = cc.of(st, it);
+  if (s.count > 1) {
+    dl->AddRectFilled(p0, p1, cc.dim[c]);
+    // Tracy marks merged zones; a line through them is enough at this size.
+    if (a1 - a0 > 6) dl->AddLine(ImVec2(a0, ry + row_h / 2), ImVec2(a1, ry + row_h / 2), ImGui::GetColorU32(ImVec4(0, 0, 0, 0.35f)));
+    return;
+  }
+  // Exclusive: [start, own) overlapped earlier work and is not counted -- hatched.
+  if (own_x > a0) draw_hatched(dl, p0, ImVec2(own_x, p1.y), cc.wait_fill[c], cc.colors[c]);
+  if (a1 > own_x) dl->AddRectFilled(ImVec2(own_x, p0.y), p1, cc.colors[c]);
+  if (a1 - a0 > 4) dl->AddRect(p0, p1, IM_COL32(0, 0, 0, 110));  // neighbours of one colour stay apart
+  if (a1 - a0 > 30) {
+    // The name goes on the solid (counted) part when that holds it whole or is most of the record; a
+    // mostly hatched record (a PDL kernel that waited most of its time) gets its name in light text on a
+    // dark box over the hatching instead, where black text on the lines would be hard to read.
+    const std::string name = item_name(tl, it);
+    const float tw = ImGui::CalcTextSize(name.c_str()).x;
+    const float solid_w = a1 - own_x, hatched_w = own_x - a0;
+    const bool on_solid = hatched_w <= 0 || (solid_w > 30 && (solid_w >= tw + 6 || solid_w >= hatched_w));
+    const float lx = std::max(on_solid ? own_x : a0, g.x0);
+    dl->PushClipRect(ImVec2(lx, p0.y), p1, true);
+    if (on_solid) {
+      dl->AddText(ImVec2(lx + 3, ry + 3), IM_COL32(0, 0, 0, 255), name.c_str());
+    } else {
+      dl->AddRectFilled(ImVec2(lx + 1, p0.y + 1), ImVec2(lx + tw + 5, p1.y - 1), kLabelBox, 2.0f);
+      dl->AddText(ImVec2(lx + 3, ry + 3), kLabelOnBox, name.c_str());
+    }
+    dl->PopClipRect();
+  }
+  // Every instance of the selected kernel (clicked here, picked in Kernels, or the kernel of a clicked
+  // stage) is outlined in white; the clicked record itself gets a wider outline around it. Merged spans
+  // (runs of items under 2 px) are not: finding the kernel among a merged run would cost a scan of its
+  // items per frame, breaking the O(pixels x log items) level of detail -- zoom in to see each instance.
+  if (it.kind == ItemKind::kernel && !st.highlight.empty() && st.highlight[static_cast<std::size_t>(it.index)])
+    dl->AddRect(p0, p1, kHighlight, 0, 0, 2.0f);
+  const bool sel = static_cast<int>(li) == st.sel_lane && s.first == st.sel_item;
+  if (sel) dl->AddRect(ImVec2(a0 - 1, ry + 1), ImVec2(a1 + 1, ry + row_h - 1), kHighlight, 0, 0, 2.0f);
+}
+
+void draw_timeline_lanes(UiState& ui, float height) {
+  TimelineState& st = ui.timeline;
+  update_highlight(st, ui.kernels.selected);
+  const Timeline& tl = st.timeline;
+  const bool exclusive = ui.time_mode == prof::TimeMode::exclusive;
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  bool hovered = false, active = false;
+  const LanesGeometry g = lanes_geometry(st, height, hovered, active);
+  const double ns_per_px = view_input(st, g, hovered, active);
+  const ImVec2 origin = g.origin;
+  const float row_h = g.row_h, x0 = g.x0, x1 = g.x1, bottom = g.bottom;
+  ImGuiIO& io = ImGui::GetIO();
+
+  dl->PushClipRect(origin, ImVec2(x1, bottom), true);
+  dl->AddRectFilled(origin, ImVec2(x1, bottom), ImGui::GetColorU32(ImVec4(0.10f, 0.10f, 0.12f, 1.0f)));
+  draw_ruler(dl, st, g, ns_per_px);
+  const ColourClasses cc = colour_classes(st, ui.time_mode);
   std::vector<VisibleSpan> spans;
   st.spans_drawn = 0;
   int hover_lane = -1, hover_item = -1;
@@ -401,7 +491,7 @@ void draw_timeline_lanes(UiState& ui, float height) {
     if (li % 2) dl->AddRectFilled(ImVec2(origin.x, ly), ImVec2(x1, ly + lane_h), ImGui::GetColorU32(ImVec4(1, 1, 1, 0.03f)));
     // The label, cut to the label column; whole on hover.
     dl->AddText(ImVec2(origin.x + 4, ly + 3), ImGui::GetColorU32(lane.phases ? ImGuiCol_TextDisabled : ImGuiCol_Text),
-                fit_text(lane.label, label_w - 10).c_str());
+                fit_text(lane.label, g.label_w - 10).c_str());
     if (lane.rows() > 1)
       dl->AddText(ImVec2(origin.x + 4, ly + 3 + row_h), ImGui::GetColorU32(ImGuiCol_TextDisabled),
                   (std::to_string(lane.rows()) + " rows: overlap").c_str());
@@ -416,45 +506,8 @@ void draw_timeline_lanes(UiState& ui, float height) {
         const float a0 = std::max(x_of(s.start), x0 - 2);
         const float a1 = std::min(std::max(x_of(s.end), a0 + 1.0f), x1 + 2);
         const TimelineItem& it = lane.items[static_cast<std::size_t>(s.first)];
-        const ImVec2 p0(a0, ry + 2), p1(a1, ry + row_h - 2);
-        const std::size_t c = class_of(it);
-        if (s.count > 1) {
-          dl->AddRectFilled(p0, p1, dim[c]);
-          // Tracy marks merged zones; a line through them is enough at this size.
-          if (a1 - a0 > 6) dl->AddLine(ImVec2(a0, ry + row_h / 2), ImVec2(a1, ry + row_h / 2), ImGui::GetColorU32(ImVec4(0, 0, 0, 0.35f)));
-          continue;
-        }
-        // Exclusive: [start, own) overlapped earlier work and is not counted -- hatched.
-        const float own_x = exclusive && it.wait_ns() > 0 ? std::clamp(x_of(it.own), a0, a1) : a0;
-        if (own_x > a0) draw_hatched(dl, p0, ImVec2(own_x, p1.y), wait_fill[c], colors[c]);
-        if (a1 > own_x) dl->AddRectFilled(ImVec2(own_x, p0.y), p1, colors[c]);
-        if (a1 - a0 > 4) dl->AddRect(p0, p1, IM_COL32(0, 0, 0, 110));  // neighbours of one colour stay apart
-        if (a1 - a0 > 30) {
-          // The name goes on the solid (counted) part when that holds it whole or is most of the record; a
-          // mostly hatched record (a PDL kernel that waited most of its time) gets its name in light text on a
-          // dark box over the hatching instead, where black text on the lines would be hard to read.
-          const std::string name = item_name(tl, it);
-          const float tw = ImGui::CalcTextSize(name.c_str()).x;
-          const float solid_w = a1 - own_x, hatched_w = own_x - a0;
-          const bool on_solid = hatched_w <= 0 || (solid_w > 30 && (solid_w >= tw + 6 || solid_w >= hatched_w));
-          const float lx = std::max(on_solid ? own_x : a0, x0);
-          dl->PushClipRect(ImVec2(lx, p0.y), p1, true);
-          if (on_solid) {
-            dl->AddText(ImVec2(lx + 3, ry + 3), IM_COL32(0, 0, 0, 255), name.c_str());
-          } else {
-            dl->AddRectFilled(ImVec2(lx + 1, p0.y + 1), ImVec2(lx + tw + 5, p1.y - 1), kLabelBox, 2.0f);
-            dl->AddText(ImVec2(lx + 3, ry + 3), kLabelOnBox, name.c_str());
-          }
-          dl->PopClipRect();
-        }
-        // Every instance of the selected kernel (clicked here, picked in Kernels, or the kernel of a clicked
-        // stage) is outlined in white; the clicked record itself gets a wider outline around it. Merged spans
-        // (runs of items under 2 px) are not: finding the kernel among a merged run would cost a scan of its
-        // items per frame, breaking the O(pixels x log items) level of detail -- zoom in to see each instance.
-        if (it.kind == ItemKind::kernel && !st.highlight.empty() && st.highlight[static_cast<std::size_t>(it.index)])
-          dl->AddRect(p0, p1, kHighlight, 0, 0, 2.0f);
-        const bool sel = static_cast<int>(li) == st.sel_lane && s.first == st.sel_item;
-        if (sel) dl->AddRect(ImVec2(a0 - 1, ry + 1), ImVec2(a1 + 1, ry + row_h - 1), kHighlight, 0, 0, 2.0f);
+        const float own_x = s.count == 1 && exclusive && it.wait_ns() > 0 ? std::clamp(x_of(it.own), a0, a1) : a0;
+        draw_span(dl, st, g, cc, s, it, li, ry, a0, a1, own_x);
       }
     }
     dl->PopClipRect();
