@@ -105,29 +105,19 @@ void row_tooltip(const RooflinePlot& p, const prof::RooflineRow& r, bool zero_fl
   ImGui::EndTooltip();
 }
 
-void roofline_plot(UiState& ui, float height) {
-  RooflineState& rs = ui.roofline;
-  const RooflinePlot& p = rs.plot;
-  const auto& rows = p.roofline.rows;
-  std::string title;
-  if (p.has_ceilings()) {
-    const db::CeilingsRecord& c = *p.ceilings;
-    char buf[320];
-    std::snprintf(buf, sizeof buf, "%s: copy %.4g GB/s, %s GEMM %.4g TFLOP/s (%s)##roofline", c.device.c_str(), c.copy_GBps,
-                  c.gemm_dtype.c_str(), c.gemm_tflops, c.source.empty() ? "measured" : c.source.c_str());
-    title = buf;
-  } else {
-    title = "achieved rates (this run has no measured ceilings: no roofs)##roofline";
-  }
-  if (!ImPlot::BeginPlot(title.c_str(), ImVec2(-1, height))) return;
-  ImPlot::SetupAxes("arithmetic intensity (FLOP/byte)", "achieved TFLOP/s");
-  ImPlot::SetupAxisScale(ImAxis_X1, ImPlotScale_Log10);
-  ImPlot::SetupAxisScale(ImAxis_Y1, ImPlotScale_Log10);
-  ImPlot::SetupAxesLimits(p.x_min, p.x_max, p.y_min, p.y_max, rs.fit ? ImPlotCond_Always : ImPlotCond_Once);
-  rs.fit = false;
-  ImPlot::SetupLegend(ImPlotLocation_NorthWest);
-  // Beyond the limits on both sides, so panning does not find their ends.
-  const double lo = p.x_min / 1e3, hi = p.x_max * 1e3;
+// The plot's title: the device and its measured ceilings (or that the run has none).
+std::string roofline_title(const RooflinePlot& p) {
+  if (!p.has_ceilings()) return "achieved rates (this run has no measured ceilings: no roofs)##roofline";
+  const db::CeilingsRecord& c = *p.ceilings;
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "%s: copy %.4g GB/s, %s GEMM %.4g TFLOP/s (%s)##roofline", c.device.c_str(), c.copy_GBps,
+                c.gemm_dtype.c_str(), c.gemm_tflops, c.source.empty() ? "measured" : c.source.c_str());
+  return buf;
+}
+
+// The memory and compute roofs (from lo to hi, beyond the limits on both sides, so panning does not find their ends)
+// and the vertical line where 0-FLOP kernels stand.
+void plot_roofs(const RooflinePlot& p, double lo, double hi) {
   if (p.has_ceilings()) {
     const double peak = p.compute_roof(), ridge = p.ridge_intensity;
     const double mx[2] = {lo, ridge}, my[2] = {p.memory_roof(lo), peak};
@@ -147,14 +137,13 @@ void roofline_plot(UiState& ui, float height) {
     const std::string zl = fmt("0 FLOP (data movement): squares at %.3g FLOP/byte", p.zero_flop_intensity);
     ImPlot::PlotInfLines(zl.c_str(), &p.zero_flop_intensity, 1, spec);
   }
-  // The markers, by hand (per-marker size, colour and outline): biggest first, so small ones stay visible.
-  ImDrawList* dl = ImPlot::GetPlotDrawList();
-  const ImVec2 pp = ImPlot::GetPlotPos(), ps = ImPlot::GetPlotSize();
-  rs.plot_rect[0] = pp.x;
-  rs.plot_rect[1] = pp.y;
-  rs.plot_rect[2] = ps.x;
-  rs.plot_rect[3] = ps.y;
-  ImPlot::PushPlotClipRect();
+}
+
+// The markers, by hand (per-marker size, colour and outline): biggest first, so small ones stay visible. Their
+// pixel centres and radii go to rs.marker_px.
+void draw_markers(ImDrawList* dl, const UiState& ui, RooflineState& rs) {
+  const RooflinePlot& p = rs.plot;
+  const auto& rows = p.roofline.rows;
   rs.marker_px.assign(p.markers.size(), {0, 0, 0});
   for (std::size_t i = 0; i < p.markers.size(); ++i) {
     const RooflineMarker& m = p.markers[i];
@@ -174,21 +163,22 @@ void roofline_plot(UiState& ui, float height) {
     }
     rs.marker_px[i] = {c.x, c.y, rad};
   }
-  // Names of the markers that lose the most time (rows are by lost time), right, left, above or below the marker,
-  // where they cover no other label, no other marker and no roof.
-  std::vector<ImVec4> placed;  // x0, y0, x1, y1
-  std::vector<std::size_t> by_row(p.markers.size());
-  for (std::size_t i = 0; i < by_row.size(); ++i) by_row[i] = i;
-  std::sort(by_row.begin(), by_row.end(), [&](std::size_t a, std::size_t b) { return p.markers[a].row < p.markers[b].row; });
-  auto overlaps = [](const ImVec4& a, const ImVec4& b) { return a.x < b.z && b.x < a.z && a.y < b.w && b.y < a.w; };
-  // The roofs are straight on log-log axes, with one bend at the ridge: over a box's x-range their pixel y spans
-  // the values at its two ends and at the ridge (when inside).
-  const float ridge_px = p.has_ceilings() ? ImPlot::PlotToPixels(p.ridge_intensity, p.compute_roof()).x : 0;
-  auto roof_px = [&](float x) {
+}
+
+// Whether a label box (x0, y0, x1, y1 in pixels) crosses a roof. The roofs are straight on log-log axes, with one
+// bend at the ridge: over a box's x-range their pixel y spans the values at its two ends and at the ridge (when
+// inside).
+struct RoofClash {
+  const RooflinePlot& p;
+  float ridge_px;
+
+  explicit RoofClash(const RooflinePlot& plot)
+      : p(plot), ridge_px(plot.has_ceilings() ? ImPlot::PlotToPixels(plot.ridge_intensity, plot.compute_roof()).x : 0) {}
+  float roof_px(float x) const {
     const double v = ImPlot::PixelsToPlot(ImVec2(x, 0)).x;
     return ImPlot::PlotToPixels(v, std::min(p.memory_roof(v), p.compute_roof())).y;
-  };
-  auto crosses_roof = [&](const ImVec4& b) {
+  }
+  bool crosses(const ImVec4& b) const {
     if (!p.has_ceilings()) return false;
     float top = std::min(roof_px(b.x), roof_px(b.z)), bottom = std::max(roof_px(b.x), roof_px(b.z));
     if (ridge_px > b.x && ridge_px < b.z) {
@@ -196,21 +186,35 @@ void roofline_plot(UiState& ui, float height) {
       bottom = std::max(bottom, roof_px(ridge_px));
     }
     return top < b.w + 2 && bottom > b.y - 2;
-  };
-  if (p.has_ceilings()) {
-    // The ridge point: a dot, and its intensity above the roofs, left of it (above the memory roof nothing stands
-    // unless it beat the measured bandwidth).
-    const ImVec2 rp = ImPlot::PlotToPixels(p.ridge_intensity, p.compute_roof());
-    const std::string label = fmt("ridge %.3g FLOP/byte", p.ridge_intensity);
-    const ImVec2 ts = ImGui::CalcTextSize(label.c_str());
-    const float x0 = std::clamp(rp.x - ts.x - 10, pp.x + 2, std::max(pp.x + 2, pp.x + ps.x - ts.x - 6));
-    const float y0 = std::clamp(rp.y - ts.y - 8, pp.y + 2, std::max(pp.y + 2, pp.y + ps.y - ts.y - 4));
-    const ImVec4 box(x0, y0, x0 + ts.x + 4, y0 + ts.y + 2);
-    dl->AddCircleFilled(rp, 3.5f, ImGui::GetColorU32(roof_color(true)));
-    dl->AddRectFilled(ImVec2(box.x, box.y), ImVec2(box.z, box.w), IM_COL32(20, 20, 24, 200), 2.0f);
-    dl->AddText(ImVec2(box.x + 2, box.y + 1), IM_COL32(230, 230, 230, 255), label.c_str());
-    placed.push_back(box);
   }
+};
+
+bool boxes_overlap(const ImVec4& a, const ImVec4& b) { return a.x < b.z && b.x < a.z && a.y < b.w && b.y < a.w; }
+
+// The ridge point: a dot, and its intensity above the roofs, left of it (above the memory roof nothing stands
+// unless it beat the measured bandwidth). Its label's box goes to placed.
+void draw_ridge(ImDrawList* dl, const RooflinePlot& p, ImVec2 pp, ImVec2 ps, std::vector<ImVec4>& placed) {
+  const ImVec2 rp = ImPlot::PlotToPixels(p.ridge_intensity, p.compute_roof());
+  const std::string label = fmt("ridge %.3g FLOP/byte", p.ridge_intensity);
+  const ImVec2 ts = ImGui::CalcTextSize(label.c_str());
+  const float x0 = std::clamp(rp.x - ts.x - 10, pp.x + 2, std::max(pp.x + 2, pp.x + ps.x - ts.x - 6));
+  const float y0 = std::clamp(rp.y - ts.y - 8, pp.y + 2, std::max(pp.y + 2, pp.y + ps.y - ts.y - 4));
+  const ImVec4 box(x0, y0, x0 + ts.x + 4, y0 + ts.y + 2);
+  dl->AddCircleFilled(rp, 3.5f, ImGui::GetColorU32(roof_color(true)));
+  dl->AddRectFilled(ImVec2(box.x, box.y), ImVec2(box.z, box.w), IM_COL32(20, 20, 24, 200), 2.0f);
+  dl->AddText(ImVec2(box.x + 2, box.y + 1), IM_COL32(230, 230, 230, 255), label.c_str());
+  placed.push_back(box);
+}
+
+// Names of the (at most 8) markers that lose the most time (rows are by lost time), right, left, above or below the
+// marker, where they cover no other label, no other marker and no roof.
+void label_markers(ImDrawList* dl, const RooflineState& rs, ImVec2 pp, ImVec2 ps, std::vector<ImVec4>& placed) {
+  const RooflinePlot& p = rs.plot;
+  const auto& rows = p.roofline.rows;
+  std::vector<std::size_t> by_row(p.markers.size());
+  for (std::size_t i = 0; i < by_row.size(); ++i) by_row[i] = i;
+  std::sort(by_row.begin(), by_row.end(), [&](std::size_t a, std::size_t b) { return p.markers[a].row < p.markers[b].row; });
+  const RoofClash roofs(p);
   int labelled = 0;
   for (std::size_t i : by_row) {
     if (labelled >= 8) break;
@@ -225,10 +229,10 @@ void roofline_plot(UiState& ui, float height) {
     for (const ImVec2& a : at) {
       const ImVec4 box(a.x, a.y, a.x + ts.x + 4, a.y + ts.y + 2);
       if (box.x < pp.x || box.z > pp.x + ps.x || box.y < pp.y || box.w > pp.y + ps.y) continue;
-      bool clash = crosses_roof(box) || std::any_of(placed.begin(), placed.end(), [&](const ImVec4& o) { return overlaps(box, o); });
+      bool clash = roofs.crosses(box) || std::any_of(placed.begin(), placed.end(), [&](const ImVec4& o) { return boxes_overlap(box, o); });
       for (std::size_t j = 0; j < rs.marker_px.size() && !clash; ++j) {
         const auto& o = rs.marker_px[j];
-        clash = j != i && overlaps(box, ImVec4(o[0] - o[2], o[1] - o[2], o[0] + o[2], o[1] + o[2]));
+        clash = j != i && boxes_overlap(box, ImVec4(o[0] - o[2], o[1] - o[2], o[0] + o[2], o[1] + o[2]));
       }
       if (clash) continue;
       placed.push_back(box);
@@ -238,28 +242,56 @@ void roofline_plot(UiState& ui, float height) {
       break;
     }
   }
-  ImPlot::PopPlotClipRect();
-  // Hover: the marker under the pointer (the smallest when several); click selects its kernel; double-click
-  // goes back to the whole plot.
-  rs.hovered = -1;
-  if (ImPlot::IsPlotHovered()) {
-    const ImVec2 mouse = ImGui::GetMousePos();
-    float best = 1e30f;
-    for (std::size_t i = 0; i < rs.marker_px.size(); ++i) {
-      const auto& mp = rs.marker_px[i];
-      const float d = std::hypot(mouse.x - mp[0], mouse.y - mp[1]);
-      if (d <= mp[2] + 2 && mp[2] < best) {
-        best = mp[2];
-        rs.hovered = static_cast<int>(i);
-      }
+}
+
+// Hover: the marker under the pointer (the smallest when several); click selects its kernel; double-click goes back
+// to the whole plot.
+void roofline_hover(UiState& ui, RooflineState& rs) {
+  const RooflinePlot& p = rs.plot;
+  const ImVec2 mouse = ImGui::GetMousePos();
+  float best = 1e30f;
+  for (std::size_t i = 0; i < rs.marker_px.size(); ++i) {
+    const auto& mp = rs.marker_px[i];
+    const float d = std::hypot(mouse.x - mp[0], mouse.y - mp[1]);
+    if (d <= mp[2] + 2 && mp[2] < best) {
+      best = mp[2];
+      rs.hovered = static_cast<int>(i);
     }
-    if (rs.hovered >= 0) {
-      const RooflineMarker& m = p.markers[static_cast<std::size_t>(rs.hovered)];
-      row_tooltip(p, rows[m.row], m.zero_flops);
-      if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) ui.kernels.selected = rows[m.row].kernel;
-    }
-    if (ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) rs.fit = true;
   }
+  if (rs.hovered >= 0) {
+    const RooflineMarker& m = p.markers[static_cast<std::size_t>(rs.hovered)];
+    row_tooltip(p, p.roofline.rows[m.row], m.zero_flops);
+    if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) ui.kernels.selected = p.roofline.rows[m.row].kernel;
+  }
+  if (ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) rs.fit = true;
+}
+
+void roofline_plot(UiState& ui, float height) {
+  RooflineState& rs = ui.roofline;
+  const RooflinePlot& p = rs.plot;
+  const std::string title = roofline_title(p);
+  if (!ImPlot::BeginPlot(title.c_str(), ImVec2(-1, height))) return;
+  ImPlot::SetupAxes("arithmetic intensity (FLOP/byte)", "achieved TFLOP/s");
+  ImPlot::SetupAxisScale(ImAxis_X1, ImPlotScale_Log10);
+  ImPlot::SetupAxisScale(ImAxis_Y1, ImPlotScale_Log10);
+  ImPlot::SetupAxesLimits(p.x_min, p.x_max, p.y_min, p.y_max, rs.fit ? ImPlotCond_Always : ImPlotCond_Once);
+  rs.fit = false;
+  ImPlot::SetupLegend(ImPlotLocation_NorthWest);
+  plot_roofs(p, p.x_min / 1e3, p.x_max * 1e3);
+  ImDrawList* dl = ImPlot::GetPlotDrawList();
+  const ImVec2 pp = ImPlot::GetPlotPos(), ps = ImPlot::GetPlotSize();
+  rs.plot_rect[0] = pp.x;
+  rs.plot_rect[1] = pp.y;
+  rs.plot_rect[2] = ps.x;
+  rs.plot_rect[3] = ps.y;
+  ImPlot::PushPlotClipRect();
+  draw_markers(dl, ui, rs);
+  std::vector<ImVec4> placed;  // label boxes: x0, y0, x1, y1
+  if (p.has_ceilings()) draw_ridge(dl, p, pp, ps, placed);
+  label_markers(dl, rs, pp, ps, placed);
+  ImPlot::PopPlotClipRect();
+  rs.hovered = -1;
+  if (ImPlot::IsPlotHovered()) roofline_hover(ui, rs);
   ImPlot::EndPlot();
 }
 
