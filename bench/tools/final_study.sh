@@ -11,9 +11,9 @@
 # Then, here: cp FILES_AT/<gpu>_decode_bs1_4.csv bench/results/ (and the peer CSV to bench/peers/) and write the
 # tables into bench/RESULTS.md with the device named.
 # The device returns at most 8 files from $OUT, of 16 MiB at most: this script leaves 7 there (summary.txt, study.db
-# -- xz-packed when larger than 15 MiB --, the export, the
-# peer CSV, roofline.txt, truth.md, and the logs -- study, export, peer, nvidia-smi -- as one logs.tar.gz), so run it
-# with $OUT otherwise empty (or OUT=$OUT/study and nothing else under $OUT); it says so when it finds more.
+# -- xz-packed when larger than 15 MiB --, the export, the peer CSV, roofline.txt, truth.md, and the logs -- study,
+# export, peer, nvidia-smi -- as one logs.tar.gz), so run it with $OUT otherwise empty (or OUT=$OUT/study and nothing
+# else under $OUT); it says so when it finds more.
 set -u
 BUNDLE=${1:?bundle (.tar.xz or dev folder)}
 PEER_BUDGET=${2:-200}
