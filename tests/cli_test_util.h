@@ -77,5 +77,21 @@ inline std::vector<std::vector<std::string>> parse_csv(const std::string& text) 
 
 inline const std::string kSmoke = std::string(MOCBENCH_SOURCE_DIR) + "/scenarios/smoke_cpu.toml";
 
+// Polls the results file db (every `poll`, 600 times at most) until run 1 holds `want` committed points, as a reader
+// beside a running `mocbench run`; returns the last count seen (below want when it gave up).
+inline std::size_t wait_for_committed_points(const std::string& db, std::size_t want, std::chrono::milliseconds poll) {
+  std::size_t committed = 0;
+  for (int i = 0; i < 600 && committed < want; ++i) {
+    std::this_thread::sleep_for(poll);
+    if (!fs::exists(db)) continue;
+    try {
+      auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
+      if (store.run(1)) committed = store.points(1).size();
+    } catch (const db::DbError&) {
+    }
+  }
+  return committed;
+}
+
 }  // namespace moc::clitest
 #endif

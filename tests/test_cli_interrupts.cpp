@@ -58,16 +58,7 @@ TEST_F(Cli, AMeasuredPointWaitsForALockedResultsFileInsteadOfBeingLost) {
   ASSERT_GE(pid, 0);
   // Once the first point is committed, another connection takes the write lock and holds it until the run
   // says it is waiting for it (past its 10 s busy timeout; a fixed hold failed on a loaded machine).
-  std::size_t committed = 0;
-  for (int i = 0; i < 600 && committed < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (!fs::exists(db)) continue;
-    try {
-      auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
-      if (store.run(1)) committed = store.points(1).size();
-    } catch (const db::DbError&) {
-    }
-  }
+  const std::size_t committed = wait_for_committed_points(db, 1, std::chrono::milliseconds(50));
   ASSERT_GE(committed, 1u);
   sqlite3* other = nullptr;
   ASSERT_EQ(sqlite3_open(db.c_str(), &other), SQLITE_OK);
@@ -151,16 +142,7 @@ TEST_F(Cli, SigintStoresTheCurrentPointAsInterrupted) {
     _exit(127);
   }
   // Wait until two points are committed (readers work while the run writes), then press Ctrl-C.
-  std::size_t committed = 0;
-  for (int i = 0; i < 600 && committed < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (!fs::exists(db)) continue;
-    try {
-      auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
-      if (store.run(1)) committed = store.points(1).size();
-    } catch (const db::DbError&) {
-    }
-  }
+  const std::size_t committed = wait_for_committed_points(db, 2, std::chrono::milliseconds(100));
   if (committed < 2) kill(pid, SIGKILL);
   ASSERT_GE(committed, 2u) << "the run never committed two points";
   kill(pid, SIGINT);

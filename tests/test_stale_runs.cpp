@@ -16,18 +16,14 @@
 #include <string>
 #include <thread>
 
+#include "cli_test_util.h"
 #include "db/results_db.h"
 #include "shell_util.h"
 
 #ifdef MOCBENCH_BIN
 namespace moc {
 namespace {
-namespace fs = std::filesystem;
-
-using Result = moc::test::ShellResult;
-
-// The executable with arguments (no shell quoting needed for the paths used here); stdout and stderr.
-Result mocbench(const std::string& args) { return moc::test::shell(std::string(MOCBENCH_BIN) + " " + args); }
+using namespace clitest;  // mocbench(), wait_for_committed_points()
 
 class StaleRunsCli : public moc::test::ScratchDirTest {
  protected:
@@ -67,16 +63,7 @@ TEST_F(StaleRunsCli, RunKilledBySigkillIsListedAbandonedAndTheNextRunMarksIt) {
     _exit(127);
   }
   // Wait until a point is committed (the run is under way), then kill it as the OOM killer would.
-  std::size_t committed = 0;
-  for (int i = 0; i < 600 && committed < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (!fs::exists(db)) continue;
-    try {
-      auto store = db::ResultsDb::open(db, db::OpenMode::read_only);
-      if (store.run(1)) committed = store.points(1).size();
-    } catch (const db::DbError&) {
-    }
-  }
+  const std::size_t committed = wait_for_committed_points(db, 1, std::chrono::milliseconds(100));
   kill(pid, SIGKILL);
   int st = 0;
   ASSERT_EQ(waitpid(pid, &st, 0), pid);
