@@ -88,6 +88,19 @@ TEST(FfnRingPlan, TheOneBLayerGetsThePlansItWasMeasuredWith) {
   EXPECT_EQ(tk.smem, ring_topk_smem(3, kD, 42, 15, 9).total);
   EXPECT_LE(tk.smem, kOptin);
   EXPECT_GT(tk.smem + static_cast<std::size_t>(kD) * 4 + 8, kOptin) << "one more kept row would not fit";
+  // The launch leaves room beside each block for one block of the next kernel (kRingTopkLeave): one kept slot fewer.
+  const RingTopkPlan tl = ring_topk_plan(kD, kF, kSms, 3, kOptin, kRingTopkLeave);
+  EXPECT_TRUE(tl.ok());
+  EXPECT_EQ(tl.kcap, 14);
+  EXPECT_EQ(tl.xcap, 9);
+  EXPECT_LE(tl.smem + kRingTopkLeave, kOptin);
+  EXPECT_EQ(tl.smem, ring_topk_smem(3, kD, 42, 14, 9).total);
+  // Where the room would leave no kept slot, the plan takes the whole limit instead (the room is a nicety).
+  const std::size_t one_slot = ring_topk_smem(3, kD, 42, 1, 9).total;
+  const RingTopkPlan tight = ring_topk_plan(kD, kF, kSms, 3, one_slot + 100, kRingTopkLeave);
+  EXPECT_TRUE(tight.ok());
+  EXPECT_EQ(tight.kcap, 1);
+  EXPECT_EQ(ring_topk_plan(kD, kF, kSms, 3, one_slot + kRingTopkLeave, kRingTopkLeave).kcap, 1);
 }
 
 TEST(FfnRingPlan, EveryUsablePlanFitsTheSharedMemoryAndItsRing) {
@@ -97,6 +110,11 @@ TEST(FfnRingPlan, EveryUsablePlanFitsTheSharedMemoryAndItsRing) {
       for (int nb : {1, 8, 64, 114, 132})
         for (int slots = 1; slots <= 4; ++slots) {
           const RingTopkPlan t = ring_topk_plan(d, F, nb, slots, kOptin);
+          const RingTopkPlan tl = ring_topk_plan(d, F, nb, slots, kOptin, kRingTopkLeave);
+          EXPECT_EQ(tl.ok(), t.ok()) << "the room beside a block never makes a plan unusable";
+          if (tl.ok() && tl.kcap < t.kcap) {
+            EXPECT_LE(tl.smem + kRingTopkLeave, kOptin);
+          }
           if (t.ok()) {
             ++usable_topk;
             EXPECT_LE(t.smem, kOptin);

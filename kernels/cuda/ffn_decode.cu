@@ -619,7 +619,8 @@ int ring_topk_slots(const Options& opt) {
   return opt.topk_ring_slots > 0 ? std::min(opt.topk_ring_slots, kRingMaxSlots) : kRingTopkSlots;
 }
 RingTopkPlan ring_topk_plan_on(const Problem& p, int nb, const Options& opt) {
-  return ring_topk_plan(p.d, p.d_ffn, nb, ring_topk_slots(opt), device_limits().smem_optin);
+  return ring_topk_plan(p.d, p.d_ffn, nb, ring_topk_slots(opt), device_limits().smem_optin,
+                        static_cast<std::size_t>(std::max(0, opt.topk_ring_leave)));
 }
 bool ring_topk_ok(const Problem& p, const Options& opt) {
   if (!opt.topk_ring || p.kind != SelKind::topk || p.force_idx || p.rows != 1 || p.d > kDownCols) return false;

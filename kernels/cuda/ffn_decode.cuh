@@ -45,6 +45,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/ffn_decode_ring_plan.h"
 #include "kernels/ops.h"
 
 namespace moc::cuda::ffn {
@@ -129,6 +130,9 @@ struct Options {
   // 1: decode 0.9730 -> 0.9685 ms a token, one layer 19.7 -> 19.4 us; 3 or 8 more channels a block were slower, 2 or
   // 4 fewer the same (bench/RESULTS.md part 25). false: off (A/B).
   bool topk_ring_prefetch = true;
+  // Bytes of shared memory its blocks leave free (where a kept slot still fits), so that a block of the next kernel
+  // can be resident beside each (ffn_decode_ring_plan.h kRingTopkLeave). 0: the whole SM (A/B).
+  int topk_ring_leave = static_cast<int>(kRingTopkLeave);
 };
 
 // Bytes of device workspace one launch needs (any rows: chunks of 8 rows reuse it in stream order).

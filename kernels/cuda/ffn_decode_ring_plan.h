@@ -170,13 +170,22 @@ inline RingAbPlan ring_ab_plan(int d, int F, int rows, int ga, int gb, int rp, i
 // rows from global memory. At the 1b layer (d 2048, F 5461, 132 blocks, 227 KB) kcap 15 + xcap 9: a block keeps ~8
 // channels on average, the most loaded of 132 some 15-16 (a binomial estimate, not counted on the device); putting
 // the rows past kcap into the ring made decode 0.9919 -> 0.9781 ms (H200, bench/micro/NOTES.md twenty-third session).
+// `leave`: bytes of the opt-in limit left unused where a kept slot still fits in the rest (kRingTopkLeave at the
+// launch: kcap 14 at the 1b layer).
 struct RingTopkPlan {
   int cpg = 0, nb = 1, nmax = 0, S = 0, kcap = -1, xcap = 0, xoff = 0;
   bool keys_fit = false;
   std::size_t smem = 0;
   bool ok() const { return cpg >= 1 && S >= 1 && kcap >= 0 && nb <= kRingMaxGrid && keys_fit; }
 };
-inline RingTopkPlan ring_topk_plan(int d, int F, int nb, int slots, std::size_t optin) {
+// The launch leaves room for one block of the next kernel of the decode step beside each top-K block (which otherwise
+// takes the SM's whole shared memory): the batch-1 QKV GEMV's (1.3 KB static, 2 d bytes of x, the 1 KB the runtime
+// reserves a block: 6.4 KB at d 2048; its 64 registers fit beside the top-K block's 288 x 122), so that it is
+// resident and streams its weights before its wait while the top-K block is still working. H200, MoC decode at batch
+// 1, this build against the one without the room (the same kernels): 0.9714 -> 0.9602 ms a token, dense and 2:8
+// unchanged; 16 KB measured the same as 8 KB, 32 KB slower (bench/micro/NOTES.md, twenty-eighth session).
+constexpr std::size_t kRingTopkLeave = 8u * 1024u;
+inline RingTopkPlan ring_topk_plan(int d, int F, int nb, int slots, std::size_t optin, std::size_t leave = 0) {
   RingTopkPlan pl;
   const unsigned row = static_cast<unsigned>(d) * 2u;
   pl.cpg = static_cast<int>(std::min<unsigned>(kRingTopkMaxCpg, kRingSlotBytes / row));
@@ -196,7 +205,8 @@ inline RingTopkPlan ring_topk_plan(int d, int F, int nb, int slots, std::size_t 
   const std::size_t fixed = ring_topk_smem(pl.S, d, pl.nmax, 0, xmax).total;
   const std::size_t per = entry + 8;  // + its mbarrier
   const std::size_t nmax = static_cast<std::size_t>(pl.nmax);
-  pl.kcap = fixed >= optin ? -1 : static_cast<int>(std::min<std::size_t>(nmax, (optin - fixed) / per));
+  const std::size_t cap = leave < optin && fixed + per <= optin - leave ? optin - leave : optin;
+  pl.kcap = fixed >= cap ? -1 : static_cast<int>(std::min<std::size_t>(nmax, (cap - fixed) / per));
   pl.xcap = pl.kcap >= 0 ? std::min(xmax, pl.nmax - pl.kcap) : 0;
   pl.smem = ring_topk_smem(pl.S, d, pl.nmax, std::max(0, pl.kcap), pl.xcap).total;
   return pl;
