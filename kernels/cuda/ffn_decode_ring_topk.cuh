@@ -62,8 +62,11 @@ struct RingTopkArgs : RingIo {
   int prefetch;  // Options::topk_ring_prefetch
 };
 
-// Ring slots of the top-K kernel (Options::topk_ring_slots): at the 1b layer a block's 41-42 W_gate rows are 3
-// items of 16, all in flight at once with 3 slots.
+// Ring slots of the top-K kernel (Options::topk_ring_slots). At the 1b layer a block's 41-42 W_gate rows are 6 items
+// of 8 (32 KB slots: cpg = kRingSlotBytes / (2 d)), so 3 slots hold half of them before the PDL wait and the rest
+// are asked for as slots free up. (This said "3 items of 16, all in flight" from the kernel's first commit; the
+// slots were never swept. Each more slot takes 4 kept-area rows and gives 4 idle-ring rows back -- kcap + xcap stays
+// 23 from 3 to 6 slots -- so 6 would put all of them in flight: bench/micro/NOTES.md, twenty-eighth session, exp31.)
 constexpr int kRingTopkSlots = 3;
 
 // (Shared memory: ffn_decode_ring_plan.h ring_topk_smem.)
