@@ -29,6 +29,9 @@ read -r -a ENV_a <<< "${AB_ENV_A:-}"
 read -r -a ENV_b <<< "${AB_ENV_B:-}"
 echo "A: $A ${AB_ENV_A:-}"
 echo "B: $B ${AB_ENV_B:-}"
+# Fresh databases: a machine that stays warm keeps OUT between device calls, and the medians below would pool an
+# earlier call's runs (bench/micro/NOTES.md, twenty-eighth session).
+rm -f "$OUT"/a.db "$OUT"/a.db-wal "$OUT"/a.db-shm "$OUT"/b.db "$OUT"/b.db-wal "$OUT"/b.db-shm
 for r in $(seq 1 "$ROUNDS"); do
   for x in a b; do
     D=$PWD/build/ab/run_$x/dev
