@@ -10,6 +10,7 @@
 # On the device:  bench/micro/ab_decode.sh build/ab/a.tar.xz build/ab/b.tar.xz [ROUNDS] [mocbench run --only ...]
 #   default ROUNDS 3 and filters `--only mode=decode --only ffn=moc --only batch=1`. Each round runs A then B
 #   (`--no-profile`); prints every run's median ms per point and, per build, the median over its rounds.
+# BUDGET_S (seconds): no round starts that would end past it (give a device call's limit less ~20 s for the export).
 # Knobs: AB_ENV_A / AB_ENV_B (space-separated VAR=value) are set for A's / B's runs only, so one bundle with an
 #   environment knob can be A/B'd against itself (pass the same file twice), as in bench/micro/NOTES.md's
 #   ninth-session experiments.
@@ -32,13 +33,26 @@ echo "B: $B ${AB_ENV_B:-}"
 # Fresh databases: a machine that stays warm keeps OUT between device calls, and the medians below would pool an
 # earlier call's runs (bench/micro/NOTES.md, twenty-eighth session).
 rm -f "$OUT"/a.db "$OUT"/a.db-wal "$OUT"/a.db-shm "$OUT"/b.db "$OUT"/b.db-wal "$OUT"/b.db-shm
+# BUDGET_S (seconds; optional): a round starts only where it would end inside the budget, judged by the longest round
+# so far; the rounds that ran are summarized as always -- a device call's time limit then costs rounds, not the A/B.
+[[ "${BUDGET_S:-0}" =~ ^[0-9]+$ ]] ||
+  { echo "$(basename "$0"): BUDGET_S '${BUDGET_S}' is not a number of seconds" >&2; exit 2; }
+T_START=$(date +%s)
+LONGEST=0
 for r in $(seq 1 "$ROUNDS"); do
+  if [ "${BUDGET_S:-0}" -gt 0 ] && [ "$r" -gt 1 ] && [ $(( $(date +%s) - T_START + LONGEST )) -gt "$BUDGET_S" ]; then
+    echo "stopped before round $r of $ROUNDS: it would end past BUDGET_S=$BUDGET_S s (longest round $LONGEST s)"
+    break
+  fi
+  T_ROUND=$(date +%s)
   for x in a b; do
     D=$PWD/build/ab/run_$x/dev
     declare -n envs="ENV_$x"
     env "${envs[@]}" LD_LIBRARY_PATH="$D" "$D/mocbench" run scenarios/decode_bs1_4.toml --db "$OUT/$x.db" --no-profile --quiet \
       "${FILTERS[@]}" || echo "round $r build $x: mocbench run failed (rc $?)"
   done
+  T_ROUND=$(( $(date +%s) - T_ROUND ))
+  [ "$T_ROUND" -gt "$LONGEST" ] && LONGEST=$T_ROUND
 done
 for x in a b; do
   D=$PWD/build/ab/run_$x/dev

@@ -8,7 +8,8 @@
 # On the device:  bench/micro/knob_ab.sh BUNDLE VAR "V1 V2 ..." [ROUNDS] [mocbench run --only ...]
 #   BUNDLE: scripts/device_bundle.sh's build/cuda/dev.tar.xz (or an unpacked dev folder); ROUNDS default 2;
 #   filters default `--only mode=decode --only batch=1`. SCENARIO (default scenarios/decode_bs1_4.toml) and OUT
-#   (default /tmp/knob_out: one CSV per value, knob_<value>.csv) from the environment.
+#   (default /tmp/knob_out: one CSV per value, knob_<value>.csv) from the environment; BUDGET_S (seconds) starts no
+#   round that would end past it (give a device call's limit less ~20 s for the export and summary).
 #   Example: bench/micro/knob_ab.sh build/cuda/dev.tar.xz MOCBENCH_UD_FIN "0 1 2 3"
 set -u
 BUNDLE=${1:?bundle (.tar.xz or dev folder)}
@@ -33,11 +34,24 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 for v in "${VALS[@]}"; do
   rm -f "$OUT/knob_$v.db" "$OUT/knob_$v.db-wal" "$OUT/knob_$v.db-shm"
 done
+# BUDGET_S (seconds; optional): a round starts only where it would end inside the budget, judged by the longest round
+# so far; the rounds that ran are summarized as always -- a device call's time limit then costs rounds, not the A/B.
+[[ "${BUDGET_S:-0}" =~ ^[0-9]+$ ]] ||
+  { echo "$(basename "$0"): BUDGET_S '${BUDGET_S}' is not a number of seconds" >&2; exit 2; }
+T_START=$(date +%s)
+LONGEST=0
 for r in $(seq 1 "$ROUNDS"); do
+  if [ "${BUDGET_S:-0}" -gt 0 ] && [ "$r" -gt 1 ] && [ $(( $(date +%s) - T_START + LONGEST )) -gt "$BUDGET_S" ]; then
+    echo "stopped before round $r of $ROUNDS: it would end past BUDGET_S=$BUDGET_S s (longest round $LONGEST s)"
+    break
+  fi
+  T_ROUND=$(date +%s)
   for v in "${VALS[@]}"; do
     env "$VAR=$v" "$D/mocbench" run "$SCENARIO" --db "$OUT/knob_$v.db" --no-profile --quiet "${FILTERS[@]}" ||
       echo "round $r $VAR=$v: mocbench run failed (rc $?)"
   done
+  T_ROUND=$(( $(date +%s) - T_ROUND ))
+  [ "$T_ROUND" -gt "$LONGEST" ] && LONGEST=$T_ROUND
 done
 for v in "${VALS[@]}"; do
   "$D/mocbench" export --all --db "$OUT/knob_$v.db" --format csv > "$OUT/knob_$v.csv"
