@@ -22,6 +22,8 @@ shift $(($# < 3 ? $# : 3))
 FILTERS=("$@")
 [ ${#FILTERS[@]} -eq 0 ] && FILTERS=(--only mode=decode --only ffn=moc --only batch=1)
 OUT=${OUT:-/tmp/ab_out}
+[[ "${BUDGET_S:-0}" =~ ^[0-9]+$ ]] ||
+  { echo "$(basename "$0"): BUDGET_S '${BUDGET_S}' is not a number of seconds" >&2; exit 2; }
 mkdir -p "$OUT" build/ab/run_a build/ab/run_b
 tar xJf "$A" -C build/ab/run_a && tar xJf "$B" -C build/ab/run_b || exit 1
 export MOCBENCH_CACHE_DIR=${MOCBENCH_CACHE_DIR:-/tmp/cache}
@@ -33,10 +35,8 @@ echo "B: $B ${AB_ENV_B:-}"
 # Fresh databases: a machine that stays warm keeps OUT between device calls, and the medians below would pool an
 # earlier call's runs (bench/micro/NOTES.md, twenty-eighth session).
 rm -f "$OUT"/a.db "$OUT"/a.db-wal "$OUT"/a.db-shm "$OUT"/b.db "$OUT"/b.db-wal "$OUT"/b.db-shm
-# BUDGET_S (seconds; optional): a round starts only where it would end inside the budget, judged by the longest round
-# so far; the rounds that ran are summarized as always -- a device call's time limit then costs rounds, not the A/B.
-[[ "${BUDGET_S:-0}" =~ ^[0-9]+$ ]] ||
-  { echo "$(basename "$0"): BUDGET_S '${BUDGET_S}' is not a number of seconds" >&2; exit 2; }
+# BUDGET_S: a round starts only where it would end inside the budget, judged by the longest round so far; the rounds
+# that ran are summarized as always -- a device call's time limit then costs rounds, not the A/B.
 T_START=$(date +%s)
 LONGEST=0
 for r in $(seq 1 "$ROUNDS"); do

@@ -20,6 +20,8 @@ shift $(($# < 4 ? $# : 4))
 FILTERS=("$@")
 [ ${#FILTERS[@]} -eq 0 ] && FILTERS=(--only mode=decode --only batch=1)
 SCENARIO=${SCENARIO:-scenarios/decode_bs1_4.toml}
+[[ "${BUDGET_S:-0}" =~ ^[0-9]+$ ]] ||
+  { echo "$(basename "$0"): BUDGET_S '${BUDGET_S}' is not a number of seconds" >&2; exit 2; }
 OUT=${OUT:-/tmp/knob_out}
 [[ "$VAR" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || { echo "knob_ab.sh: '$VAR' is not a variable name" >&2; exit 2; }
 read -r -a VALS <<< "$VALUES"
@@ -34,10 +36,8 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 for v in "${VALS[@]}"; do
   rm -f "$OUT/knob_$v.db" "$OUT/knob_$v.db-wal" "$OUT/knob_$v.db-shm"
 done
-# BUDGET_S (seconds; optional): a round starts only where it would end inside the budget, judged by the longest round
-# so far; the rounds that ran are summarized as always -- a device call's time limit then costs rounds, not the A/B.
-[[ "${BUDGET_S:-0}" =~ ^[0-9]+$ ]] ||
-  { echo "$(basename "$0"): BUDGET_S '${BUDGET_S}' is not a number of seconds" >&2; exit 2; }
+# BUDGET_S: a round starts only where it would end inside the budget, judged by the longest round so far; the rounds
+# that ran are summarized as always -- a device call's time limit then costs rounds, not the A/B.
 T_START=$(date +%s)
 LONGEST=0
 for r in $(seq 1 "$ROUNDS"); do
