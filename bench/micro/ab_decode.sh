@@ -22,8 +22,8 @@ shift $(($# < 3 ? $# : 3))
 FILTERS=("$@")
 [ ${#FILTERS[@]} -eq 0 ] && FILTERS=(--only mode=decode --only ffn=moc --only batch=1)
 OUT=${OUT:-/tmp/ab_out}
-[[ "${BUDGET_S:-0}" =~ ^[0-9]+$ ]] ||
-  { echo "$(basename "$0"): BUDGET_S '${BUDGET_S}' is not a number of seconds" >&2; exit 2; }
+source "$(dirname "$0")/../tools/round_budget.sh"
+budget_check "$(basename "$0")" || exit 2
 mkdir -p "$OUT" build/ab/run_a build/ab/run_b
 tar xJf "$A" -C build/ab/run_a && tar xJf "$B" -C build/ab/run_b || exit 1
 export MOCBENCH_CACHE_DIR=${MOCBENCH_CACHE_DIR:-/tmp/cache}
@@ -35,24 +35,15 @@ echo "B: $B ${AB_ENV_B:-}"
 # Fresh databases: a machine that stays warm keeps OUT between device calls, and the medians below would pool an
 # earlier call's runs (bench/micro/NOTES.md, twenty-eighth session).
 rm -f "$OUT"/a.db "$OUT"/a.db-wal "$OUT"/a.db-shm "$OUT"/b.db "$OUT"/b.db-wal "$OUT"/b.db-shm
-# BUDGET_S: a round starts only where it would end inside the budget, judged by the longest round so far; the rounds
-# that ran are summarized as always -- a device call's time limit then costs rounds, not the A/B.
-T_START=$(date +%s)
-LONGEST=0
 for r in $(seq 1 "$ROUNDS"); do
-  if [ "${BUDGET_S:-0}" -gt 0 ] && [ "$r" -gt 1 ] && [ $(( $(date +%s) - T_START + LONGEST )) -gt "$BUDGET_S" ]; then
-    echo "stopped before round $r of $ROUNDS: it would end past BUDGET_S=$BUDGET_S s (longest round $LONGEST s)"
-    break
-  fi
-  T_ROUND=$(date +%s)
+  budget_round_start "$r" "$ROUNDS" || break
   for x in a b; do
     D=$PWD/build/ab/run_$x/dev
     declare -n envs="ENV_$x"
     env "${envs[@]}" LD_LIBRARY_PATH="$D" "$D/mocbench" run scenarios/decode_bs1_4.toml --db "$OUT/$x.db" --no-profile --quiet \
       "${FILTERS[@]}" || echo "round $r build $x: mocbench run failed (rc $?)"
   done
-  T_ROUND=$(( $(date +%s) - T_ROUND ))
-  [ "$T_ROUND" -gt "$LONGEST" ] && LONGEST=$T_ROUND
+  budget_round_end
 done
 for x in a b; do
   D=$PWD/build/ab/run_$x/dev

@@ -20,8 +20,8 @@ shift $(($# < 4 ? $# : 4))
 FILTERS=("$@")
 [ ${#FILTERS[@]} -eq 0 ] && FILTERS=(--only mode=decode --only batch=1)
 SCENARIO=${SCENARIO:-scenarios/decode_bs1_4.toml}
-[[ "${BUDGET_S:-0}" =~ ^[0-9]+$ ]] ||
-  { echo "$(basename "$0"): BUDGET_S '${BUDGET_S}' is not a number of seconds" >&2; exit 2; }
+source "$(dirname "$0")/../tools/round_budget.sh"
+budget_check "$(basename "$0")" || exit 2
 OUT=${OUT:-/tmp/knob_out}
 [[ "$VAR" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || { echo "knob_ab.sh: '$VAR' is not a variable name" >&2; exit 2; }
 read -r -a VALS <<< "$VALUES"
@@ -36,22 +36,13 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 for v in "${VALS[@]}"; do
   rm -f "$OUT/knob_$v.db" "$OUT/knob_$v.db-wal" "$OUT/knob_$v.db-shm"
 done
-# BUDGET_S: a round starts only where it would end inside the budget, judged by the longest round so far; the rounds
-# that ran are summarized as always -- a device call's time limit then costs rounds, not the A/B.
-T_START=$(date +%s)
-LONGEST=0
 for r in $(seq 1 "$ROUNDS"); do
-  if [ "${BUDGET_S:-0}" -gt 0 ] && [ "$r" -gt 1 ] && [ $(( $(date +%s) - T_START + LONGEST )) -gt "$BUDGET_S" ]; then
-    echo "stopped before round $r of $ROUNDS: it would end past BUDGET_S=$BUDGET_S s (longest round $LONGEST s)"
-    break
-  fi
-  T_ROUND=$(date +%s)
+  budget_round_start "$r" "$ROUNDS" || break
   for v in "${VALS[@]}"; do
     env "$VAR=$v" "$D/mocbench" run "$SCENARIO" --db "$OUT/knob_$v.db" --no-profile --quiet "${FILTERS[@]}" ||
       echo "round $r $VAR=$v: mocbench run failed (rc $?)"
   done
-  T_ROUND=$(( $(date +%s) - T_ROUND ))
-  [ "$T_ROUND" -gt "$LONGEST" ] && LONGEST=$T_ROUND
+  budget_round_end
 done
 for v in "${VALS[@]}"; do
   "$D/mocbench" export --all --db "$OUT/knob_$v.db" --format csv > "$OUT/knob_$v.csv"
