@@ -1018,6 +1018,44 @@ TEST(GpuFfnDecode, PrefetchHintsChangeNoResult) {
 #endif
 }
 
+// Options::dense_ring_l2_ahead (the dense ring's items past its slots warmed into L2 before its first slot wait; -1:
+// by the device's DRAM bandwidth) is a hint: every count -- none, some, more than the block has -- gives the output of
+// none, up to the order of the fp32 atomics. Rows 1-2 at the 1b layer (10 items a block past 4 slots at one row), and
+// d 136 / d_ffn 301 (2-3 channels a block: fewer items than slots).
+TEST(GpuFfnDecode, DenseRingL2WarmAheadChangesNoResult) {
+  MOC_GPU_OR_SKIP(gpu);
+#ifdef MOCBENCH_HAVE_CUDA
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto st = static_cast<cudaStream_t>(gpu->stream());
+  struct Case {
+    Size s;
+    int R;
+  };
+  const Case cases[] = {{kPaper, 1}, {kPaper, 2}, {{136, 301}, 1}};
+  for (const Case& c : cases) {
+    Layer L = make_layer(rng, c.R, c.s.d, c.s.F, DType::bf16);
+    upload_layer(*gpu, *cpu, L);
+    SCOPED_TRACE("rows " + std::to_string(c.R) + " d_ffn " + std::to_string(c.s.F));
+    cuda::ffn::Problem p = launch_problem(L);
+    ASSERT_TRUE(cuda::ffn::norm_inside(p));  // the ring's path
+    const std::size_t bytes = cuda::ffn::workspace_bytes(p);
+    Tensor ws = gpu->empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
+    std::vector<float> none;
+    for (int ahead : {0, 1, 4, 64, -1}) {
+      SCOPED_TRACE("l2 ahead " + std::to_string(ahead));
+      cuda::ffn::Options opt;
+      opt.dense_ring_l2_ahead = ahead;
+      const std::vector<float> out = launch_out(*gpu, L, p, ws.raw(), bytes, st, opt);
+      if (none.empty()) none = out;
+      else expect_same_out("against no warm-ahead", out, none, L.out0, L.dt);
+    }
+  }
+#endif
+}
+
 TEST(GpuFfnDecode, RejectsBadArguments) {
   MOC_GPU_OR_SKIP(gpu);
   auto cpu = make_cpu_ops();

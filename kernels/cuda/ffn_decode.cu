@@ -89,6 +89,7 @@ Layout make_layout(const Problem& p) {
 struct DeviceLimits {
   int dev = 0, sms = 0;
   std::size_t smem_optin = 0, smem_sm = 0;
+  double dram_gbs = 0;  // peak DRAM bandwidth, GB/s: 2 transfers a memory clock x the bus width
 };
 DeviceLimits device_limits() {
   static std::mutex mu;
@@ -106,6 +107,10 @@ DeviceLimits device_limits() {
   lim.smem_optin = static_cast<std::size_t>(v);
   MOC_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
   lim.smem_sm = static_cast<std::size_t>(v);
+  int khz = 0, bits = 0;
+  MOC_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev));
+  MOC_CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev));
+  lim.dram_gbs = 2.0 * khz * 1e3 * (bits / 8.0) / 1e9;
   cache[dev] = lim;
   return lim;
 }
@@ -535,13 +540,14 @@ bool ring_ok(const Problem& p, const Options& opt) {
   return ring_dense_plan_on(p, device_limits().sms, kRingMaxRows).ok();
 }
 
-void launch_ring(const Problem& p, const Buffers& B, Chain& ch) {
+void launch_ring(const Problem& p, const Buffers& B, Chain& ch, const Options& opt) {
   MOC_OP_COST(cost::ffn_decode_dense(cost_shape(p)));
   RingArgs a{};
   ring_io(a, p, B);
   const unsigned row = static_cast<unsigned>(p.d) * 2u;
   a.cps = static_cast<int>(std::min(16u, kRingSlotBytes / row));
   a.cpd = static_cast<int>(std::min(32u, kRingSlotBytes / row));
+  a.l2_ahead = opt.dense_ring_l2_ahead >= 0 ? opt.dense_ring_l2_ahead : device_limits().dram_gbs < 4000.0 ? kRingL2Ahead : 0;
   const bool pdl = ch.next();
   with_rows(p.rows, [&](auto rp) {
     constexpr int RP = decltype(rp)::value;
@@ -737,7 +743,7 @@ void run_chunk(const Problem& p, void* ws, cudaStream_t st, const Options& opt, 
   if (!moc) {
     if (updown) {
       const Buffers U = zeroed_or_prep(B, L, zeroed, ch);
-      if (ring_ok(p, opt)) launch_ring(p, U, ch);
+      if (ring_ok(p, opt)) launch_ring(p, U, ch, opt);
       else launch_updown(p, L, U, true, kAllChannels, ch, opt);
     } else if (gate) {
       launch_gate(p, L, B, kGateOnly, false, ch, opt);

@@ -34,10 +34,12 @@ static_assert(kRingConsumers == kRingConsumerWarps * 32);
 constexpr int kRingSlots = 4;
 // Items past the ring's first kRingSlots that the producer warms into L2 (cp.async.bulk.prefetch.L2) right after the
 // ring's first copies, before its first wait for a free slot -- slots free up only once the consumers, who wait for
-// the previous kernel (PDL), read them. The attention / O window before the FFN runs the step's DRAM at about half
-// its peak (bench/RESULTS.md part 18's timeline), so a little more of the FFN's stream is read there. H100, dense
-// decode batch 1, interleaved rounds in two calls: 0 / 2 / 4 / 6 / 8 items 1.2268-1.2277 / 1.2084 / 1.2082-1.2101 /
-// 1.2317 / 1.2327 ms per token (bench/micro/NOTES.md, twentieth session; the a:b kernel measured no gain from it).
+// the previous kernel (PDL), read them -- where Options::dense_ring_l2_ahead leaves it to the device (see there).
+// The attention / O window before the FFN runs the step's DRAM at about half its peak (bench/RESULTS.md part 18's
+// timeline), so a little more of the FFN's stream is read there. H100, dense decode batch 1, interleaved rounds in
+// two calls: 0 / 2 / 4 / 6 / 8 items 1.2268-1.2277 / 1.2084 / 1.2082-1.2101 / 1.2317 / 1.2327 ms per token
+// (bench/micro/NOTES.md, twentieth session; the a:b kernel measured no gain from it, and on the H200 neither it nor
+// the top-K ring does: bench/RESULTS.md part 30).
 constexpr int kRingL2Ahead = 4;
 
 // What both ring kernels (this one and the a:b kernel, ffn_decode_ring_ab.cuh) take: the FFN's input, weights, output,
@@ -60,6 +62,7 @@ struct RingArgs : RingIo {
   int cps, cpd;    // channels per gate (or up) item, per down item (rows of one slot: the same at one slot size)
   int S;           // ring slots
   int nmax;        // most channels of one block
+  int l2_ahead;    // items past the slots warmed into L2 before the first slot wait (Options::dense_ring_l2_ahead)
 };
 
 // Consumers, after the PDL wait: x [R, d] (the previous kernel's output) into xs [RP, d] (rows past R zero), and
@@ -262,7 +265,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
         const int s = i % S;
         unsigned bytes = 0;
         if (i == S)  // the ring is full: the next items into L2 while the slots wait for the consumers
-          for (int j = S; j < min(T, S + kRingL2Ahead); ++j) {
+          for (int j = S; j < min(T, S + a.l2_ahead); ++j) {
             const bf16* src = item(j, bytes);
             prefetch_l2(src, bytes);
           }
