@@ -547,7 +547,8 @@ void launch_ring(const Problem& p, const Buffers& B, Chain& ch, const Options& o
   const unsigned row = static_cast<unsigned>(p.d) * 2u;
   a.cps = static_cast<int>(std::min(16u, kRingSlotBytes / row));
   a.cpd = static_cast<int>(std::min(32u, kRingSlotBytes / row));
-  a.l2_ahead = opt.dense_ring_l2_ahead >= 0 ? opt.dense_ring_l2_ahead : device_limits().dram_gbs < 4000.0 ? kRingL2Ahead : 0;
+  const bool warm = p.rows == 1 && device_limits().dram_gbs < 4000.0;  // Options::dense_ring_l2_ahead's -1
+  a.l2_ahead = opt.dense_ring_l2_ahead >= 0 ? opt.dense_ring_l2_ahead : warm ? kRingL2Ahead : 0;
   const bool pdl = ch.next();
   with_rows(p.rows, [&](auto rp) {
     constexpr int RP = decltype(rp)::value;

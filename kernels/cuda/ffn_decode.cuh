@@ -107,10 +107,11 @@ struct Options {
   // fills with bulk copies (ffn_decode_ring.cuh). false: the up/down kernel with the gate fused, for A/B.
   bool dense_ring = true;
   // Its W_gate / W_up items past the ring's slots that the producer asks L2 for before its first wait for a free slot
-  // (ffn_decode_ring.cuh kRingL2Ahead). -1: by the device -- kRingL2Ahead (4) where the peak DRAM bandwidth (memory
-  // clock x bus width) is below 4 TB/s, as on the H100 SXM (3.35 TB/s: dense decode batch 1 -1.6% a token against 0),
-  // and 0 above, as on the H200 (4.9 TB/s: 4 items cost +0.5% at batch 1 and +3.0% at batch 2, bench/RESULTS.md part
-  // 30). A hint: no effect on results.
+  // (ffn_decode_ring.cuh kRingL2Ahead). -1: by the device and the rows -- kRingL2Ahead (4) at one row where the peak
+  // DRAM bandwidth (memory clock x bus width) is below 4 TB/s, as on the H100 SXM (3.35 TB/s: dense decode batch 1
+  // -1.6% a token against 0, measured in one call), else 0: on the H200 (4.8 TB/s) 4 items cost +0.5% at batch 1 and
+  // +3.0% at batch 2 in one call, and the H100's batch 2 read +1.0% in the study after they landed (another machine;
+  // bench/RESULTS.md parts 19 and 30). A hint: no effect on results.
   int dense_ring_l2_ahead = -1;
   // Row top-K at one row, the gate rule, masks: the selection publishes its threshold bin as soon as it knows it
   // (before it classifies and ranks) and the up/down blocks start on the channels at or above it -- W_down rows
