@@ -1020,7 +1020,7 @@ TEST(GpuFfnDecode, PrefetchHintsChangeNoResult) {
 
 // Options::dense_ring_l2_ahead (the dense ring's items past its slots warmed into L2 before its first slot wait; -1:
 // by the device's DRAM bandwidth) is a hint: every count -- none, some, more than the block has -- gives the output of
-// none, up to the order of the fp32 atomics. Rows 1-2 at the 1b layer (10 items a block past 4 slots at one row), and
+// none, up to the order of the fp32 atomics. Rows 1-2 at the 1b layer (18 items a block: 14 past its 4 slots), and
 // d 136 / d_ffn 301 (2-3 channels a block: fewer items than slots).
 TEST(GpuFfnDecode, DenseRingL2WarmAheadChangesNoResult) {
   MOC_GPU_OR_SKIP(gpu);
