@@ -628,6 +628,16 @@ cuda::ffn::Problem launch_problem(const Layer& L) {
   return p;
 }
 
+// A workspace for cuda::ffn::launch of p: the tensor and the bytes launch is told it has.
+struct LaunchWorkspace {
+  Tensor ws;
+  std::size_t bytes;
+};
+LaunchWorkspace launch_workspace(Ops& gpu, const cuda::ffn::Problem& p) {
+  const std::size_t bytes = cuda::ffn::workspace_bytes(p);
+  return {gpu.empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag()), bytes};
+}
+
 // One cuda::ffn::launch of p with opt on workspace ws (bytes), into a fresh out holding L.out0: the output.
 std::vector<float> launch_out(Ops& gpu, const Layer& L, cuda::ffn::Problem p, void* ws, std::size_t bytes,
                               cudaStream_t st, const cuda::ffn::Options& opt) {
@@ -674,8 +684,7 @@ TEST(GpuFfnDecode, TopKHandOffsAgree) {
     cuda::ffn::Problem p = launch_problem(L);
     p.kind = cuda::ffn::SelKind::topk;
     p.k = c.k;
-    const std::size_t bytes = cuda::ffn::workspace_bytes(p);
-    Tensor ws = gpu->empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
+    auto [ws, bytes] = launch_workspace(*gpu, p);
     std::vector<float> first_out;
     std::vector<std::int32_t> first_idx;
     for (bool list : {false, true})
@@ -743,8 +752,7 @@ TEST(GpuFfnDecode, SpeculationOnTheThresholdBinSettlesEveryWay) {
     cuda::ffn::Problem p = launch_problem(L);
     p.kind = cuda::ffn::SelKind::topk;
     p.k = c.k;
-    const std::size_t bytes = cuda::ffn::workspace_bytes(p);
-    Tensor ws = gpu->empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
+    auto [ws, bytes] = launch_workspace(*gpu, p);
     std::vector<float> want;
     for (int spec : {0, 1, 2, 3, 1}) {
       SCOPED_TRACE("speculate " + std::to_string(spec));
@@ -785,8 +793,7 @@ TEST(GpuFfnDecode, DenseRingAgreesWithTheUpDownKernel) {
     SCOPED_TRACE("rows " + std::to_string(c.R) + " d " + std::to_string(c.s.d) + " d_ffn " + std::to_string(c.s.F));
     cuda::ffn::Problem p = launch_problem(L);
     EXPECT_EQ(cuda::ffn::norm_inside(p), c.ring);
-    const std::size_t bytes = cuda::ffn::workspace_bytes(p);
-    Tensor ws = gpu->empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
+    auto [ws, bytes] = launch_workspace(*gpu, p);
     std::vector<float> outs[2];
     for (int ring = 0; ring < 2; ++ring) {
       cuda::ffn::Options opt;
@@ -841,8 +848,7 @@ TEST(GpuFfnDecode, AbRingAgreesWithTheGateAndUpDownKernels) {
     EXPECT_EQ(cuda::ffn::norm_inside(p), c.ring);
     EXPECT_EQ(cuda::ffn::uses_zeroed(p), c.ring);
     const int kept = c.sel.kept(L.F);
-    const std::size_t bytes = cuda::ffn::workspace_bytes(p);
-    Tensor ws = gpu->empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
+    auto [ws, bytes] = launch_workspace(*gpu, p);
     std::vector<float> outs[2];
     std::vector<std::int32_t> idx[2];
     for (int ring = 0; ring < 2; ++ring) {
@@ -926,8 +932,7 @@ TEST(GpuFfnDecode, TopKRingAgreesWithTheKernels) {
     EXPECT_EQ(cuda::ffn::norm_inside(p), c.ring);
     EXPECT_EQ(cuda::ffn::uses_zeroed(p), c.ring);
     const int kept = c.sel.kept(L.F);
-    const std::size_t bytes = cuda::ffn::workspace_bytes(p);
-    Tensor ws = gpu->empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
+    auto [ws, bytes] = launch_workspace(*gpu, p);
     std::vector<float> outs[2];
     std::vector<std::int32_t> idx[2];
     for (int ring = 0; ring < 2; ++ring) {
@@ -1001,8 +1006,7 @@ TEST(GpuFfnDecode, PrefetchHintsChangeNoResult) {
       p.kind = cuda::ffn::SelKind::topk;
       p.k = c.s.F > 1024 ? 1024 : 17;
     }
-    const std::size_t bytes = cuda::ffn::workspace_bytes(p);
-    Tensor ws = gpu->empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
+    auto [ws, bytes] = launch_workspace(*gpu, p);
     std::vector<float> none;
     for (int pf : {0, 4, 7, 8}) {  // 8: Options::topk_ring_prefetch on (off in the others)
       SCOPED_TRACE("prefetch " + std::to_string(pf));
@@ -1041,8 +1045,7 @@ TEST(GpuFfnDecode, DenseRingL2WarmAheadChangesNoResult) {
     SCOPED_TRACE("rows " + std::to_string(c.R) + " d_ffn " + std::to_string(c.s.F));
     cuda::ffn::Problem p = launch_problem(L);
     ASSERT_TRUE(cuda::ffn::norm_inside(p));  // the ring's path
-    const std::size_t bytes = cuda::ffn::workspace_bytes(p);
-    Tensor ws = gpu->empty({static_cast<std::int64_t>((bytes + 3) / 4)}, DType::i32, workspace_tag());
+    auto [ws, bytes] = launch_workspace(*gpu, p);
     std::vector<float> none;
     for (int ahead : {0, 1, 4, 64, -1}) {
       SCOPED_TRACE("l2 ahead " + std::to_string(ahead));
