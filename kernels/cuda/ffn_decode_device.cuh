@@ -84,6 +84,14 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
+// The cluster's split barrier (not .aligned: callers may reach it from divergent code). An arrive that orders nothing
+// (relaxed), and the wait for every block's arrive; ud_cluster_reduce / ud_finish use it to keep a block's shared
+// memory alive until the cluster's other blocks have read it, waiting only when the block leaves.
+__device__ __forceinline__ void cluster_arrive_relaxed_any() {
+  asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait_any() { asm volatile("barrier.cluster.wait;" ::: "memory"); }
+
 // Programmatic dependent launch: wait for the previous kernel's results (a no-op without PDL) / let the next
 // kernel be scheduled. Nothing a previous kernel writes is read, and nothing is written, before the wait.
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }

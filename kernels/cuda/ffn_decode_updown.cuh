@@ -454,12 +454,16 @@ __device__ __forceinline__ UdSlice ud_cluster_reduce(const UpDownArgs& a, const 
       atomicAdd(a.acc + static_cast<std::size_t>(r) * d + cc, sum);
     }
   }
-  cluster.sync();  // remote shared memory stays alive until every block has read it
+  // This block's reads of the others' shared memory are done (their sums went into the atomics above); the others'
+  // shared memory must stay alive until every block has read it, so each block waits for this arrive only when it
+  // leaves (ud_finish) -- not here, where a full cluster.sync() put the slower block's reads and the barrier's round
+  // trip before every block's fence and ticket (decode b1 0.4-1.0% slower on the H200: bench/RESULTS.md part 32).
+  cluster_arrive_relaxed_any();
   return sl;
 }
 
 // Stage 6: the last block of each column slice adds a.acc into out (one bf16 rounding) and zeroes a.acc and
-// the slice's counter again.
+// the slice's counter again. With clusters (C > 1) every thread ends with the wait for ud_cluster_reduce's arrive.
 __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, const UdSlice& sl, int C) {
   const int d = a.d, tid = threadIdx.x, cs = sl.cs, c0 = sl.c0;
   const long long nb = gridDim.x;
@@ -468,7 +472,10 @@ __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, c
   // The ticket's answer reaches every thread through the barrier itself (no shared flag to write and read).
   int last = 0;
   if (tid == 0) last = atomicAdd(a.ctrl + sl.slice * kLine, 1u) == static_cast<unsigned>(nb / C - 1) ? 1 : 0;
-  if (!__syncthreads_or(last) || tid >= kThreads) return;  // (a wider block's extra warp: see ud_cluster_reduce)
+  if (!__syncthreads_or(last) || tid >= kThreads) {  // (a wider block's extra warp: see ud_cluster_reduce)
+    if (C > 1) cluster_wait_any();
+    return;
+  }
   __threadfence();
   if (cs % 8 == 0) {
     const int n8 = cs / 8;
@@ -500,6 +507,7 @@ __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, c
     }
   }
   if (tid == 0) a.ctrl[sl.slice * kLine] = 0;
+  if (C > 1) cluster_wait_any();
 }
 
 // RP: rows padded (the down projection's accumulators); FG: the gate GEMV runs here too (dense; MoC's
