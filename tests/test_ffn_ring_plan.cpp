@@ -21,26 +21,39 @@ void expect_packed(const std::vector<std::size_t>& offsets, std::size_t total) {
   EXPECT_LE(offsets.back(), total);
 }
 
+// The way out's receive area (clusters of 2): [rp][d / 2] fp32 that st.async fills 16 bytes at a time, each thread's
+// 8 columns at 8-column steps of each row (16-aligned rows where d % 16 == 0), then its mbarrier (8-aligned), before
+// `next`.
+void expect_receive_area(std::size_t rx, std::size_t rxbar, std::size_t next, int rp, int d) {
+  EXPECT_EQ(rx % 16, 0u);
+  EXPECT_EQ(rxbar % 8, 0u);
+  EXPECT_GE(rxbar - rx, static_cast<std::size_t>(rp) * (d / 2) * 4) << "rp " << rp << " d " << d;
+  EXPECT_GE(next - rxbar, 8u);
+}
+
 TEST(FfnRingPlan, LayoutsPackTheirPiecesInOrderAndAlign) {
   for (int d : {64, 136, 2048}) {
     for (int nmax : {1, 7, 42}) {
       const auto m = ring_dense_smem(3, d, 2, nmax);
-      expect_packed({3 * kRingSlotBytes, m.xs, m.gu, m.bars, m.misc, m.red}, m.total);
+      expect_packed({3 * kRingSlotBytes, m.xs, m.gu, m.rx, m.rxbar, m.bars, m.misc, m.red}, m.total);
       EXPECT_EQ(m.xs, 3u * kRingSlotBytes);
       EXPECT_EQ(m.bars % 16, 0u);
+      expect_receive_area(m.rx, m.rxbar, m.bars, 2, d);
       EXPECT_EQ(m.total, m.red + kRingConsumerWarps * kRingMaxRows * 4);
       for (int kmax : {0, 5}) {
         const auto a = ring_ab_smem(2, d, 1, nmax, kmax);
-        expect_packed({a.kept, a.xs, a.gv, a.zs, a.list, a.on, a.bars, a.misc, a.red}, a.total);
+        expect_packed({a.kept, a.xs, a.gv, a.zs, a.list, a.on, a.rx, a.rxbar, a.bars, a.misc, a.red}, a.total);
+        expect_receive_area(a.rx, a.rxbar, a.bars, 1, d);
         EXPECT_EQ(a.xs - a.kept, static_cast<std::size_t>(kmax) * 4 * d) << "[kmax][2][d] bf16";
         EXPECT_EQ(a.misc - a.bars, static_cast<std::size_t>(2 * kRingMaxSlots + kmax) * 8);
         for (std::size_t o : {a.xs, a.gv, a.zs, a.list, a.on, a.bars}) EXPECT_EQ(o % 16, 0u);
       }
       for (int kcap : {0, 15}) {
         const auto t = ring_topk_smem(3, d, nmax, kcap, 9);
-        expect_packed({t.kept, t.xs, t.gv, t.zs, t.ks, t.cand, t.list, t.drow, t.state, t.bars, t.misc, t.info, t.red,
-                       t.wtot},
+        expect_packed({t.kept, t.xs, t.gv, t.zs, t.ks, t.cand, t.list, t.drow, t.state, t.rx, t.rxbar, t.bars, t.misc,
+                       t.info, t.red, t.wtot},
                       t.total);
+        expect_receive_area(t.rx, t.rxbar, t.bars, 1, d);
         EXPECT_EQ(t.xs - t.kept, static_cast<std::size_t>(kcap) * 4 * d);
         EXPECT_EQ(t.misc - t.bars, static_cast<std::size_t>(2 * kRingMaxSlots + kcap + 9) * 8);
         for (std::size_t o : {t.xs, t.gv, t.zs, t.ks, t.cand, t.list, t.drow, t.state, t.bars}) EXPECT_EQ(o % 16, 0u);

@@ -91,6 +91,24 @@ __device__ __forceinline__ void cluster_arrive_relaxed_any() {
   asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
 }
 __device__ __forceinline__ void cluster_wait_any() { asm volatile("barrier.cluster.wait;" ::: "memory"); }
+// An arrive that releases (what the block wrote to its shared memory before it, e.g. an mbarrier's initialization, is
+// seen by the other blocks after their wait); a shared-memory address of this block mapped to block `rank` of the
+// cluster; a 16-byte store into another block's shared memory that completes 16 bytes of the transaction count of an
+// mbarrier in that block (both addresses shared::cluster, from mapa).
+__device__ __forceinline__ void cluster_arrive_release_any() { asm volatile("barrier.cluster.arrive;" ::: "memory"); }
+__device__ __forceinline__ unsigned mapa_u32(const void* p, unsigned rank) {
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(r)
+               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(p))), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void st_async_f4(unsigned remote, float a0, float a1, float a2, float a3, unsigned bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                   remote),
+               "f"(a0), "f"(a1), "f"(a2), "f"(a3), "r"(bar)
+               : "memory");
+}
 
 // Programmatic dependent launch: wait for the previous kernel's results (a no-op without PDL) / let the next
 // kernel be scheduled. Nothing a previous kernel writes is read, and nothing is written, before the wait.

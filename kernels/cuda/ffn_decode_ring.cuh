@@ -187,42 +187,94 @@ __device__ __forceinline__ void ring_down_rows(const bf16* slot, const float* z,
     ring_down_fma<RP>(*reinterpret_cast<const uint4*>(slot + static_cast<std::size_t>(jj) * d + c), z, jj * RP, acc);
 }
 
-// Consumers, every item consumed (after their barrier): thread t's partial outputs (columns [8t, 8t + 8) of each
-// row) into the shared memory at part (clusters, C > 1) or added into acc (C == 1).
+// The way out (after the consumers' barrier: every item consumed). Each consumer thread holds the block's partial
+// outputs of columns [8t, 8t + 8) of each row.
+// Clusters of 1: added into acc (fp32 atomics).
 template <int RP>
-__device__ __forceinline__ void ring_partials(const float (&acc)[RP][8], float* part, float* gacc, int R, int d, int C) {
+__device__ __forceinline__ void ring_partials(const float (&acc)[RP][8], float* gacc, int R, int d) {
   const int c = threadIdx.x * 8;
   if (c >= d) return;
 #pragma unroll
   for (int r = 0; r < RP; ++r)
     if (r < R) {
-      if (C == 1) {
-        float4* g = reinterpret_cast<float4*>(gacc + static_cast<std::size_t>(r) * d + c);
-        atomicAdd(g, make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
-        atomicAdd(g + 1, make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]));
-      } else {
-        float4* dst = reinterpret_cast<float4*>(part + static_cast<std::size_t>(r) * d + c);
-        dst[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-        dst[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
-      }
+      float4* g = reinterpret_cast<float4*>(gacc + static_cast<std::size_t>(r) * d + c);
+      atomicAdd(g, make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+      atomicAdd(g + 1, make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]));
     }
 }
 
-// Every thread (the producer warp too): the cluster's reduction of the partials at smem and the last blocks' pass
-// into out, as in the up/down kernel (their loops run on the first kThreads threads). misc: 16 ints.
+// Clusters of 2 (d % 16 == 0, ffn_decode_ring_plan.h ring_cluster_grid): each block owns one half of d. Before the
+// work, thread 0 initializes the receive area's mbarrier (before ring_init_bars, whose fence publishes it); after
+// the block barrier that follows, ring_rx_open: thread 0 arms it for the other block's R rows of d / 2 fp32 and every
+// thread arrives on the cluster barrier (release: the mbarrier is ready). (Armed after the block barrier, not right
+// after its initialization: compute-sanitizer racecheck reports the latter as a warp-level hazard in the a:b kernel.)
+__device__ __forceinline__ void ring_rx_init(unsigned long long* rxbar) { mbar_init(rxbar, 1); }
+__device__ __forceinline__ void ring_rx_open(unsigned long long* rxbar, int R, int d) {
+  if (threadIdx.x == 0) mbar_expect_tx(rxbar, static_cast<unsigned>(R) * static_cast<unsigned>(d / 2) * 4u);
+  cluster_arrive_release_any();
+}
+// After the work, every consumer thread waits on that cluster barrier (long since complete: the other block's
+// mbarrier is armed); a thread whose columns lie in the other block's half stores them into its receive area
+// (st.async, completing bytes on its mbarrier); one in this block's half waits on this block's mbarrier (every byte
+// of the other block's half pushed) and adds both blocks' partials into acc (fp32 atomics). No cluster barrier on
+// the way out's critical path, no DSMEM read: the block waits for the other block's bytes alone. (The producer warp
+// waits on the cluster barrier in ring_out: every thread arrives and waits once.) H200, decode at batch 1, against
+// the cluster barrier and DSMEM reads of ud_cluster_reduce: MoC -0.6%, 2:8 -0.6%, dense flat; batch 4 flat
+// (bench/micro/NOTES.md, thirty-fourth session).
+template <int RP>
+__device__ __forceinline__ void ring_push_partials(const float (&acc)[RP][8], float* gacc, int R, int d, float* rx,
+                                                   unsigned long long* rxbar) {
+  const int c = threadIdx.x * 8, cs = d / 2;
+  const unsigned rank = cg::this_cluster().block_rank();
+  cluster_wait_any();  // the other block's mbarrier is initialized and armed
+  if (c >= d) return;
+  const unsigned owner = static_cast<unsigned>(c / cs);
+  const int cc = c - static_cast<int>(owner) * cs;
+  if (owner != rank) {
+    const unsigned rbar = mapa_u32(rxbar, owner);
+#pragma unroll
+    for (int r = 0; r < RP; ++r)
+      if (r < R) {
+        const unsigned dst = mapa_u32(rx + static_cast<std::size_t>(r) * cs + cc, owner);
+        st_async_f4(dst, acc[r][0], acc[r][1], acc[r][2], acc[r][3], rbar);
+        st_async_f4(dst + 16, acc[r][4], acc[r][5], acc[r][6], acc[r][7], rbar);
+      }
+    return;
+  }
+  mbar_wait(rxbar, 0);
+#pragma unroll
+  for (int r = 0; r < RP; ++r)
+    if (r < R) {
+      const float4* src = reinterpret_cast<const float4*>(rx + static_cast<std::size_t>(r) * cs + cc);
+      const float4 p0 = src[0], p1 = src[1];
+      float4* g = reinterpret_cast<float4*>(gacc + static_cast<std::size_t>(r) * d + c);
+      atomicAdd(g, make_float4(acc[r][0] + p0.x, acc[r][1] + p0.y, acc[r][2] + p0.z, acc[r][3] + p0.w));
+      atomicAdd(g + 1, make_float4(acc[r][4] + p1.x, acc[r][5] + p1.y, acc[r][6] + p1.z, acc[r][7] + p1.w));
+    }
+}
+
+// Every thread (the producer warp too): the last blocks' pass into out, as in the up/down kernel (their loops run on
+// the first kThreads threads), over this block's half of d where the partials were pushed (C == 2). misc: 16 ints.
 __device__ __forceinline__ void ring_out(bf16* out, float* acc, unsigned* ctrl, int R, int d, int C, unsigned char* smem,
                                          int* misc) {
   UpDownArgs u{};
+  u.pushed = C > 1 ? 1 : 0;
   u.out = out;
   u.acc = acc;
   u.ctrl = ctrl;
   u.R = R;
   u.d = d;
   UdSmem us{};
-  us.part = reinterpret_cast<float*>(smem);
+  us.part = reinterpret_cast<float*>(smem);  // (unused: no ud_cluster_reduce here)
   us.misc = misc;
   UdSlice sl{0, d, 0};
-  if (C > 1) sl = ud_cluster_reduce(u, us, C);
+  if (C > 1) {
+    // (the consumers waited in ring_push_partials; the producer warp's wait pairs with its ring_rx_open)
+    if (threadIdx.x >= kRingConsumers) cluster_wait_any();
+    sl.slice = static_cast<int>(cg::this_cluster().block_rank());
+    sl.cs = d / 2;
+    sl.c0 = sl.slice * sl.cs;
+  }
   ud_finish(u, us, sl, C);
 }
 
@@ -231,6 +283,9 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, d = a.d, S = a.S;
   const auto m = ring_dense_smem(S, d, RP, a.nmax);
+  float* rx = reinterpret_cast<float*>(smem + m.rx);
+  auto* rxbar = reinterpret_cast<unsigned long long*>(smem + m.rxbar);
+  const bool push = a.C > 1;
   bf16* ring = reinterpret_cast<bf16*>(smem);
   bf16* xs = reinterpret_cast<bf16*>(smem + m.xs);
   float* gu = reinterpret_cast<float*>(smem + m.gu);  // [nmax][2][RP]
@@ -246,8 +301,10 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
   const std::size_t slot_elems = kRingSlotBytes / 2;
   step::StampScope stamp(a.stamps);
 
+  if (push && tid == 0) ring_rx_init(rxbar);
   if (tid == 0) ring_init_bars(full, empty, S, nullptr, 0);
   __syncthreads();
+  if (push) ring_rx_open(rxbar, a.R, d);
   griddep_launch();
 
   if (warp == kRingConsumers / 32) {
@@ -319,7 +376,8 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
       mbar_arrive(empty + s);  // every consumer thread, after its own reads of the slot
     }
     consumers_sync<kRingConsumers>();  // every item consumed: the ring is free (no copy is in flight) and holds the partials
-    ring_partials<RP>(acc, reinterpret_cast<float*>(smem), a.acc, a.R, d, a.C);
+    if (push) ring_push_partials<RP>(acc, a.acc, a.R, d, rx, rxbar);
+    else ring_partials<RP>(acc, a.acc, a.R, d);
   }
   ring_out(a.out, a.acc, a.ctrl, a.R, a.d, a.C, smem, misc);
 }

@@ -52,6 +52,9 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, d = a.d, S = a.S;
   const int rule = RULE >= 0 ? RULE : a.rule;
   const auto m = ring_ab_smem(S, d, RP, a.nmax, a.kmax);
+  float* rx = reinterpret_cast<float*>(smem + m.rx);  // the way out's receive area (clusters of 2)
+  auto* rxbar = reinterpret_cast<unsigned long long*>(smem + m.rxbar);
+  const bool push = a.C > 1;
   bf16* ring = reinterpret_cast<bf16*>(smem);
   bf16* kept = reinterpret_cast<bf16*>(smem + m.kept);  // [kmax][2][d]: W_up row, W_down row
   bf16* xs = reinterpret_cast<bf16*>(smem + m.xs);
@@ -74,8 +77,10 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
   const unsigned row_bytes = static_cast<unsigned>(d) * 2u;
   step::StampScope stamp(a.stamps);
 
+  if (push && tid == 0) ring_rx_init(rxbar);
   if (tid == 0) ring_init_bars(full, empty, S, kfull, a.kmax);
   __syncthreads();
+  if (push) ring_rx_open(rxbar, a.R, d);
 
   if (warp == kRingConsumers / 32) {
     // Producer: the W_gate rows do not depend on the previous kernel, so no wait.
@@ -190,7 +195,8 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
       }
     }
     consumers_sync<kRingConsumers>();  // every copy consumed: the ring is free and holds the partials
-    ring_partials<RP>(acc, reinterpret_cast<float*>(smem), a.acc, a.R, d, a.C);
+    if (push) ring_push_partials<RP>(acc, a.acc, a.R, d, rx, rxbar);
+    else ring_partials<RP>(acc, a.acc, a.R, d);
   }
   ring_out(a.out, a.acc, a.ctrl, a.R, a.d, a.C, smem, misc);
 }

@@ -39,12 +39,16 @@ struct RingCarve {
 };
 
 // ---- Shared memory. Each starts with the ring, S slots at offset 0; `bars` holds the ring's full and empty
-// mbarriers (kRingMaxSlots each) and then those of the kept area's entries.
+// mbarriers (kRingMaxSlots each) and then those of the kept area's entries. `rx` is the receive area of the way out
+// (clusters of 2): the other block's partial sums for this block's half of d, [rp][d / 2] fp32, pushed into it
+// (st.async) and counted on the mbarrier at `rxbar` (ffn_decode_ring.cuh ring_push_partials).
 
-// Dense: x [rp, d] bf16; gu [nmax][2][rp] then z [nmax][rp] fp32; the mbarriers; misc (16 ints: the way out); the
-// norm's per-warp sums [8 warps][kRingMaxRows].
+MOC_RING_HD inline std::size_t ring_rx_bytes(int rp, int d) { return static_cast<std::size_t>(rp) * (d / 2) * 4; }
+
+// Dense: x [rp, d] bf16; gu [nmax][2][rp] then z [nmax][rp] fp32; the receive area and its mbarrier; the mbarriers;
+// misc (16 ints: the way out); the norm's per-warp sums [8 warps][kRingMaxRows].
 struct RingDenseSmem {
-  std::size_t xs, gu, bars, misc, red, total;
+  std::size_t xs, gu, rx, rxbar, bars, misc, red, total;
 };
 MOC_RING_HD inline RingDenseSmem ring_dense_smem(int S, int d, int rp, int nmax) {
   RingCarve c;
@@ -52,6 +56,8 @@ MOC_RING_HD inline RingDenseSmem ring_dense_smem(int S, int d, int rp, int nmax)
   RingDenseSmem m{};
   m.xs = c.take16(static_cast<std::size_t>(rp) * d * 2);
   m.gu = c.take16(static_cast<std::size_t>(nmax) * rp * 3 * 4);
+  m.rx = c.take16(ring_rx_bytes(rp, d));
+  m.rxbar = c.take16(8);
   m.bars = c.take(static_cast<std::size_t>(2 * kRingMaxSlots) * 8);
   m.misc = c.take(64);
   m.red = c.take(static_cast<std::size_t>(kRingConsumerWarps) * kRingMaxRows * 4);
@@ -60,10 +66,10 @@ MOC_RING_HD inline RingDenseSmem ring_dense_smem(int S, int d, int rp, int nmax)
 }
 
 // a:b: the kept area [kmax][2][d] bf16 (W_up row, W_down row); x [rp, d] bf16; gv [nmax][rp] and zs [kmax][rp] fp32;
-// the kept list [kmax]; one gate item's kept flags [kRingAbMaxCpg][kRingMaxRows]; the mbarriers (+ kmax); misc; the
-// norm's per-warp sums.
+// the kept list [kmax]; one gate item's kept flags [kRingAbMaxCpg][kRingMaxRows]; the receive area and its mbarrier;
+// the mbarriers (+ kmax); misc; the norm's per-warp sums.
 struct RingAbSmem {
-  std::size_t kept, xs, gv, zs, list, on, bars, misc, red, total;
+  std::size_t kept, xs, gv, zs, list, on, rx, rxbar, bars, misc, red, total;
 };
 MOC_RING_HD inline RingAbSmem ring_ab_smem(int S, int d, int rp, int nmax, int kmax) {
   RingCarve c;
@@ -75,6 +81,8 @@ MOC_RING_HD inline RingAbSmem ring_ab_smem(int S, int d, int rp, int nmax, int k
   m.zs = c.take16(static_cast<std::size_t>(kmax) * rp * 4);
   m.list = c.take16(static_cast<std::size_t>(kmax) * 4);
   m.on = c.take16(static_cast<std::size_t>(kRingAbMaxCpg) * kRingMaxRows);
+  m.rx = c.take16(ring_rx_bytes(rp, d));
+  m.rxbar = c.take16(8);
   m.bars = c.take(static_cast<std::size_t>(2 * kRingMaxSlots + kmax) * 8);
   m.misc = c.take(64);
   m.red = c.take(static_cast<std::size_t>(kRingConsumerWarps) * kRingMaxRows * 4);
@@ -84,10 +92,11 @@ MOC_RING_HD inline RingAbSmem ring_ab_smem(int S, int d, int rp, int nmax, int k
 
 // Top-K (one row): the kept area [kcap][2][d] bf16; x [d] bf16; gv, zs, the keys, the candidates and the kept list
 // [nmax] (4 bytes each); the down loop's W_down row pointers [nmax]; the channels' states [nmax] bytes; the
-// mbarriers (+ kcap + xcap: the kept area's and the ring's kept rows); misc (16 ints: the way out); info (16 ints);
-// red (16 floats: the norm's per-warp sums) and wtot (16: the scan's warp totals).
+// receive area (one row) and its mbarrier; the mbarriers (+ kcap + xcap: the kept area's and the ring's kept rows);
+// misc (16 ints: the way out); info (16 ints); red (16 floats: the norm's per-warp sums) and wtot (16: the scan's
+// warp totals).
 struct RingTopkSmem {
-  std::size_t kept, xs, gv, zs, ks, cand, list, drow, state, bars, misc, info, red, wtot, total;
+  std::size_t kept, xs, gv, zs, ks, cand, list, drow, state, rx, rxbar, bars, misc, info, red, wtot, total;
 };
 MOC_RING_HD inline RingTopkSmem ring_topk_smem(int S, int d, int nmax, int kcap, int xcap) {
   RingCarve c;
@@ -103,6 +112,8 @@ MOC_RING_HD inline RingTopkSmem ring_topk_smem(int S, int d, int nmax, int kcap,
   m.list = c.take16(n4);
   m.drow = c.take16(static_cast<std::size_t>(nmax) * 8);
   m.state = c.take16(static_cast<std::size_t>(nmax));
+  m.rx = c.take16(ring_rx_bytes(1, d));
+  m.rxbar = c.take16(8);
   m.bars = c.take(static_cast<std::size_t>(2 * kRingMaxSlots + kcap + xcap) * 8);
   m.misc = c.take(64);
   m.info = c.take(64);

@@ -306,6 +306,9 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, d = a.d, S = a.S;
   const int rule = RULE >= 0 ? RULE : a.rule;
   const auto m = ring_topk_smem(S, d, a.nmax, a.kcap, a.xcap);
+  float* rx = reinterpret_cast<float*>(smem + m.rx);  // the way out's receive area (clusters of 2)
+  auto* rxbar = reinterpret_cast<unsigned long long*>(smem + m.rxbar);
+  const bool push = a.C > 1;
   bf16* ring = reinterpret_cast<bf16*>(smem);
   bf16* kept = reinterpret_cast<bf16*>(smem + m.kept);  // [kcap][2][d]: W_up row, W_down row
   bf16* xs = reinterpret_cast<bf16*>(smem + m.xs);
@@ -333,6 +336,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
   unsigned* ctr = a.hist + kTrBins;
   step::StampScope stamp(a.stamps);
 
+  if (push && tid == 0) ring_rx_init(rxbar);
   if (tid == 0) ring_init_bars(full, empty, S, kfull, a.kcap + a.xcap);
   // Kept entry e's W_up row (its W_down row follows): the kept area, then the ring past the key array, else none.
   const int kall = a.kcap + a.xcap;
@@ -341,6 +345,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
                       : ring + a.xoff / 2 + static_cast<std::size_t>(e - a.kcap) * 2 * d;
   };
   __syncthreads();
+  if (push) ring_rx_open(rxbar, a.R, d);
 
   if (warp == kRingConsumers / 32) {
     // Producer: the W_gate rows do not depend on the previous kernel, so no wait.
@@ -469,7 +474,8 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
       }
     }
     consumers_sync<kRingConsumers>();  // every copy consumed: the ring is free and holds the partials
-    ring_partials<1>(acc, reinterpret_cast<float*>(smem), a.acc, a.R, d, a.C);
+    if (push) ring_push_partials<1>(acc, a.acc, a.R, d, rx, rxbar);
+    else ring_partials<1>(acc, a.acc, a.R, d);
   }
   ring_out(a.out, a.acc, a.ctrl, a.R, a.d, a.C, smem, misc);
 }

@@ -35,6 +35,7 @@ struct UpDownArgs {
   const unsigned* spec;  // kMaskSpec: the selection's threshold-bin word (ffn_decode_device.cuh ld_acquire_gpu)
   unsigned spec_tag;
   unsigned spec_wait_ns;  // how long a block polls it before it gives up speculating
+  int pushed;  // the ring kernels' clusters of 2: the partials were pushed, not read by ud_cluster_reduce (no barrier to wait for)
 };
 
 __host__ __device__ inline std::size_t updown_stage_bytes(int smax, int d) {
@@ -463,7 +464,8 @@ __device__ __forceinline__ UdSlice ud_cluster_reduce(const UpDownArgs& a, const 
 }
 
 // Stage 6: the last block of each column slice adds a.acc into out (one bf16 rounding) and zeroes a.acc and
-// the slice's counter again. With clusters (C > 1) every thread ends with the wait for ud_cluster_reduce's arrive.
+// the slice's counter again. With clusters (C > 1) every thread ends with the wait for ud_cluster_reduce's arrive
+// (not where the partials were pushed: the ring kernels' ring_push_partials waited on that barrier already).
 __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, const UdSlice& sl, int C) {
   const int d = a.d, tid = threadIdx.x, cs = sl.cs, c0 = sl.c0;
   const long long nb = gridDim.x;
@@ -473,7 +475,7 @@ __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, c
   int last = 0;
   if (tid == 0) last = atomicAdd(a.ctrl + sl.slice * kLine, 1u) == static_cast<unsigned>(nb / C - 1) ? 1 : 0;
   if (!__syncthreads_or(last) || tid >= kThreads) {  // (a wider block's extra warp: see ud_cluster_reduce)
-    if (C > 1) cluster_wait_any();
+    if (C > 1 && !a.pushed) cluster_wait_any();
     return;
   }
   __threadfence();
@@ -507,7 +509,7 @@ __device__ __forceinline__ void ud_finish(const UpDownArgs& a, const UdSmem s, c
     }
   }
   if (tid == 0) a.ctrl[sl.slice * kLine] = 0;
-  if (C > 1) cluster_wait_any();
+  if (C > 1 && !a.pushed) cluster_wait_any();
 }
 
 // RP: rows padded (the down projection's accumulators); FG: the gate GEMV runs here too (dense; MoC's
