@@ -22,8 +22,9 @@ namespace {
 // down items'), with the results right in every test; not explained yet (bench/micro/NOTES.md). (They were there too
 // when an item held gate and up rows together, two copies on one mbarrier.)
 // Consumers (8 warps): a gate or up item's dot products against x in shared memory, a row per warp, into gu; after every gate/up item, z = SiLU(g) u; a down item's rows times z into per-thread accumulators
-// (thread t: columns [8t, 8t + 8)). The partial [R, d] outputs then take the up/down kernel's way out: the
-// cluster's reduction in distributed shared memory, fp32 atomics, the last block of a column slice adds into out.
+// (thread t: columns [8t, 8t + 8)). The partial [R, d] outputs then leave as the up/down kernel's do, except the
+// cluster's reduction: in a cluster of 2 each block pushes the other block's half of d into its shared memory
+// (ring_push_partials), fp32 atomics, the last block of a column slice adds into out.
 
 // (kRingSlotBytes, kRingMaxSlots, kRingMaxRows and the shared-memory layouts: ffn_decode_ring_plan.h)
 constexpr int kRingConsumers = kThreads;             // 8 consumer warps
