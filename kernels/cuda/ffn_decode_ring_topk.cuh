@@ -30,11 +30,11 @@ namespace {
 //      and writes its kept channels after those of the blocks below it (idx_out ascending, as the selection kernel).
 // Then each kept channel's W_up row times x (a channel per warp), z = SiLU(g) u, the kept W_down rows times z into
 // each thread's columns [8t, 8t + 8), and the dense ring kernel's way out (the partials pushed within the cluster,
-// fp32 atomics, the last block of a column slice adds into out). A block keeps at most kcap channels' rows in its kept area and xcap
-// more in the ring past the key array; kept channels past those (a block whose range holds unusually many of the
-// largest keys) read their rows from global
-// memory. The last block done with the grid's histogram, counters and keys (a ticket on a third counter) zeroes the
-// histogram and counters again: they live in the zeroed scratch (or the workspace head the prep kernel zeroes).
+// fp32 atomics, the last block of a column slice adds into out). A block keeps at most kcap channels' rows in its
+// kept area and xcap more in the ring past the key array; kept channels past those (a block whose range holds
+// unusually many of the largest keys) read their rows from global memory. The last block done with the grid's
+// histogram, counters and keys (a ticket on a third counter) zeroes the histogram and counters again: they live in
+// the zeroed scratch (or the workspace head the prep kernel zeroes).
 // The steps after the meeting are each one short pass over shared memory by every consumer warp: the first forms
 // (a grid-wide candidate list with a second meeting; a warp per candidate) left one warp's chain of dependent
 // steps on the critical path, ~9 us a layer (bench/micro/NOTES.md, twenty-second session).

@@ -35,7 +35,7 @@ struct UpDownArgs {
   const unsigned* spec;  // kMaskSpec: the selection's threshold-bin word (ffn_decode_device.cuh ld_acquire_gpu)
   unsigned spec_tag;
   unsigned spec_wait_ns;  // how long a block polls it before it gives up speculating
-  int pushed;  // the ring kernels' clusters of 2: the partials were pushed, not read by ud_cluster_reduce (no barrier to wait for)
+  int pushed;  // the ring kernels' clusters of 2: partials pushed, not read by ud_cluster_reduce (no barrier to wait)
 };
 
 __host__ __device__ inline std::size_t updown_stage_bytes(int smax, int d) {
