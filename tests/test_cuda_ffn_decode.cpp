@@ -136,7 +136,8 @@ void expect_same_selection(const std::string& what, const std::vector<std::int32
     std::set_symmetric_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(diff));
     double row_slack = 0;  // the most the row's threshold may move (the K-th value moves no more than any value)
     if (slack)
-      for (int j = 0; j < F; ++j) row_slack = std::max(row_slack, static_cast<double>((*slack)[static_cast<std::size_t>(r) * F + j]));
+      for (int j = 0; j < F; ++j)
+        row_slack = std::max(row_slack, static_cast<double>((*slack)[static_cast<std::size_t>(r) * F + j]));
     for (int j : diff) {
       ++differing;
       if (j < 0 || j >= F) {

@@ -188,9 +188,8 @@ __device__ __forceinline__ void ring_down_rows(const bf16* slot, const float* z,
     ring_down_fma<RP>(*reinterpret_cast<const uint4*>(slot + static_cast<std::size_t>(jj) * d + c), z, jj * RP, acc);
 }
 
-// The way out (after the consumers' barrier: every item consumed). Each consumer thread holds the block's partial
-// outputs of columns [8t, 8t + 8) of each row.
-// Clusters of 1: added into acc (fp32 atomics).
+// Clusters of 1 (consumers, after their barrier: every item consumed): each thread's partial outputs of columns
+// [8t, 8t + 8) of each row added into acc (fp32 atomics).
 template <int RP>
 __device__ __forceinline__ void ring_partials(const float (&acc)[RP][8], float* gacc, int R, int d) {
   const int c = threadIdx.x * 8;
@@ -256,8 +255,7 @@ __device__ __forceinline__ void ring_push_partials(const float (&acc)[RP][8], fl
 
 // Every thread (the producer warp too): the last blocks' pass into out, as in the up/down kernel (their loops run on
 // the first kThreads threads), over this block's half of d where the partials were pushed (C == 2). misc: 16 ints.
-__device__ __forceinline__ void ring_out(bf16* out, float* acc, unsigned* ctrl, int R, int d, int C, unsigned char* smem,
-                                         int* misc) {
+__device__ __forceinline__ void ring_out(bf16* out, float* acc, unsigned* ctrl, int R, int d, int C, int* misc) {
   UpDownArgs u{};
   u.pushed = C > 1 ? 1 : 0;
   u.out = out;
@@ -266,7 +264,6 @@ __device__ __forceinline__ void ring_out(bf16* out, float* acc, unsigned* ctrl, 
   u.R = R;
   u.d = d;
   UdSmem us{};
-  us.part = reinterpret_cast<float*>(smem);  // (unused: no ud_cluster_reduce here)
   us.misc = misc;
   UdSlice sl{0, d, 0};
   if (C > 1) {
@@ -380,7 +377,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingArgs a) {
     if (push) ring_push_partials<RP>(acc, a.acc, a.R, d, rx, rxbar);
     else ring_partials<RP>(acc, a.acc, a.R, d);
   }
-  ring_out(a.out, a.acc, a.ctrl, a.R, a.d, a.C, smem, misc);
+  ring_out(a.out, a.acc, a.ctrl, a.R, a.d, a.C, misc);
 }
 
 }  // namespace

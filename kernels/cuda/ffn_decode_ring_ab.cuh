@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingAbArgs a) {
     if (push) ring_push_partials<RP>(acc, a.acc, a.R, d, rx, rxbar);
     else ring_partials<RP>(acc, a.acc, a.R, d);
   }
-  ring_out(a.out, a.acc, a.ctrl, a.R, a.d, a.C, smem, misc);
+  ring_out(a.out, a.acc, a.ctrl, a.R, a.d, a.C, misc);
 }
 
 }  // namespace
