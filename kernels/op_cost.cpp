@@ -74,6 +74,11 @@ OpCost decode_qkv(const Tensor& x, const Tensor& norm_w, const Tensor& wq_t, con
                             2 * b * kvh * hd * es(k_cache),
           2 * b * rows * d + 4 * b * d + 6 * (q.numel() + b * kvh * hd)};
 }
+OpCost lm_head_argmax(const Tensor& x, const Tensor& w, const Tensor& logits, const Tensor& next) {
+  const OpCost a = gemm(x, false, w, true, logits, 0.0f);
+  const OpCost b = sample(logits, next);
+  return {"lm_head_argmax", a.bytes + b.bytes, a.flops + b.flops};
+}
 OpCost swiglu_forward(const Tensor& g, const Tensor& u, const Tensor* s, const Tensor& z) {
   return {"swiglu_forward", nb(g) + nb(u) + nb(s) + nb(z), 6 * g.numel()};
 }

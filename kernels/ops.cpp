@@ -105,6 +105,13 @@ void Ops::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const Ten
   kv_cache_write(k, v, pos, k_cache, v_cache);
 }
 
+void Ops::lm_head_argmax(const Tensor& x, const Tensor& w, Tensor& logits, Tensor& next) {
+  gemm(x, false, w, true, logits);
+  Tensor counter = empty({1}, DType::i32, workspace_tag());  // (sample's draw counter: unused at temperature 0)
+  fill(counter, 0.0f);
+  sample(logits, 0.0f, 0, counter, next);
+}
+
 std::unique_ptr<Ops> make_cpu_ops(std::size_t memory_limit_bytes) {
   return std::make_unique<cpu::CpuOps>(memory_limit_bytes);
 }

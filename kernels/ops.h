@@ -264,6 +264,10 @@ class Ops {
   // softmax(logits[i] / temperature) with a counter-based RNG keyed by (seed, i, counter[0]).
   virtual void sample(const Tensor& logits, float temperature, std::uint64_t seed, const Tensor& counter,
                       Tensor& next) = 0;
+  // Greedy decoding's last step as one op: logits = x w^T (x [rows, d], w [V, d] stored [out, in], logits f32
+  // [rows, V]) and next[i] = argmax(logits[i]) (ties: lowest id), as gemm then sample at temperature 0. The
+  // default composes them (the CPU twin); the CUDA backend's LM-head GEMV keeps each row's running argmax.
+  virtual void lm_head_argmax(const Tensor& x, const Tensor& w, Tensor& logits, Tensor& next);
   // t[i] += by for an i32 tensor (positions and counters that graphs advance on the device).
   virtual void increment(Tensor& t, int by) = 0;
 

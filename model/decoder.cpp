@@ -29,14 +29,16 @@ Tensor Decoder::prefill(const std::vector<std::int32_t>& prompt, int prompt_len)
   return logits;
 }
 
-void Decoder::step_ops() {
-  model_->decode_step(tokens_, pos_, cache_, logits_);
+bool Decoder::step_ops() {
+  const bool sampled =
+      model_->decode_step(tokens_, pos_, cache_, logits_, sampling_.temperature <= 0.0f ? &next_ : nullptr);
   model_->ops().increment(pos_, 1);
+  return sampled;
 }
 
-void Decoder::sample_ops() {
+void Decoder::sample_ops(bool sampled) {
   Ops& o = model_->ops();
-  o.sample(logits_, sampling_.temperature, sampling_.seed, counter_, next_);
+  if (!sampled) o.sample(logits_, sampling_.temperature, sampling_.seed, counter_, next_);
   o.copy(tokens_, next_);
   o.increment(counter_, 1);
 }
@@ -50,10 +52,7 @@ const Tensor& Decoder::step(const std::vector<std::int32_t>& tokens) {
 }
 
 std::unique_ptr<OpGraph> Decoder::capture_step() {
-  return model_->ops().capture([this] {
-    step_ops();
-    sample_ops();
-  });
+  return model_->ops().capture([this] { sample_ops(step_ops()); });
 }
 
 std::vector<std::vector<std::int32_t>> Decoder::generate(const std::vector<std::int32_t>& prompt, int prompt_len,
@@ -84,8 +83,7 @@ std::vector<std::vector<std::int32_t>> Decoder::generate(const std::vector<std::
     if (graph) {
       graph->replay();
     } else {
-      step_ops();
-      sample_ops();
+      sample_ops(step_ops());
     }
     ++pos_host_;
     collect();

@@ -35,8 +35,11 @@ class Decoder {
   void advance() { ++pos_host_; }
 
  private:
-  void step_ops();        // decode step on tokens_ at pos_, then advance pos_
-  void sample_ops();      // next_ <- sample(logits_); tokens_ <- next_; counter_++
+  // Decode step on tokens_ at pos_, then advance pos_; greedy: next_ <- argmax(logits_) with the LM head where the
+  // model can (returns whether it did).
+  bool step_ops();
+  // next_ <- sample(logits_) (unless `sampled`: step_ops did it); tokens_ <- next_; counter_++
+  void sample_ops(bool sampled = false);
 
   Transformer* model_;
   SamplingConfig sampling_;

@@ -516,7 +516,8 @@ Tensor Transformer::prefill(const Tensor& tokens, int batch, int seq, KvCache& c
   return head_logits(xf, false);
 }
 
-void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& cache, Tensor& logits) {
+bool Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& cache, Tensor& logits,
+                              Tensor* greedy_next) {
   Ops& o = *ops_;
   const int b = cache.batch, d = cfg_.hidden, h = cfg_.heads, kvh = cfg_.kv_heads, hd = cfg_.head_dim();
   const DType act = cfg_.act_dtype;
@@ -569,7 +570,12 @@ void Transformer::decode_step(const Tensor& tokens, const Tensor& pos, KvCache& 
   }
   ScopedRange sr(ranges_, "head");
   o.rmsnorm_forward(x, final_norm_->value, cfg_.norm_eps, xn, rstd);
+  if (greedy_next && proj_transposed_) {  // the LM head [vocab, d] and the argmax as one op
+    o.lm_head_argmax(xn, lm_head_->value, logits, *greedy_next);
+    return true;
+  }
   proj(xn, *lm_head_, logits);
+  return false;
 }
 
 }  // namespace moc

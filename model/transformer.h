@@ -84,8 +84,10 @@ class Transformer {
   KvCache make_kv_cache(int batch, int max_seq);
   Tensor prefill(const Tensor& tokens, int batch, int seq, KvCache& cache);
   // One token per sequence: tokens i32 [batch] at positions pos i32 [batch] -> logits [batch, vocab].
-  // Reads only tensors, so it can be captured in an OpGraph and replayed.
-  void decode_step(const Tensor& tokens, const Tensor& pos, KvCache& cache, Tensor& logits);
+  // Reads only tensors, so it can be captured in an OpGraph and replayed. With greedy_next, also greedy_next[i] =
+  // argmax(logits[i]) where the LM head can give it (Ops::lm_head_argmax, the decode layout): returns whether it did.
+  bool decode_step(const Tensor& tokens, const Tensor& pos, KvCache& cache, Tensor& logits,
+                   Tensor* greedy_next = nullptr);
 
   // The FFN of a layer (tests inspect MoC selections); unused in a mixture-of-experts model.
   const Ffn& ffn(int layer) const { return ffns_[static_cast<std::size_t>(layer)]; }

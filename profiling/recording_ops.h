@@ -125,6 +125,9 @@ class RecordingOps final : public Ops {
   void adamw_step(const std::vector<ParamSlot>& slots, const AdamWParams& p) override {
     run("adamw_step", [&] { return cost::adamw_step(slots); }, [&] { inner_.adamw_step(slots, p); });
   }
+  void lm_head_argmax(const Tensor& x, const Tensor& w, Tensor& logits, Tensor& next) override {
+    run("lm_head_argmax", [&] { return cost::lm_head_argmax(x, w, logits, next); }, [&] { inner_.lm_head_argmax(x, w, logits, next); });
+  }
   void sample(const Tensor& logits, float temperature, std::uint64_t seed, const Tensor& counter, Tensor& next) override {
     run("sample", [&] { return cost::sample(logits, next); }, [&] { inner_.sample(logits, temperature, seed, counter, next); });
   }

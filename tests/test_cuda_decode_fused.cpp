@@ -120,5 +120,61 @@ TEST(GpuDecodeFused, GemvMatchesCpuGemm) {
           }
 }
 
+// Ops::lm_head_argmax (greedy decoding's LM head with each row's argmax kept in the GEMV): the logits as the CPU's
+// gemm, next as the first maximum of the GPU's own logits (ties: lowest id; a row of NaN gives 0, as sample).
+// 1-8 rows (the one-row and the tensor-core kernels), odd vocabularies, rows that tie exactly (copies of one weight
+// row), a NaN row, several calls in a row on the same words (each call leaves them zero).
+TEST(GpuDecodeFused, LmHeadArgmaxMatchesGemmThenSample) {
+  MOC_GPU_OR_SKIP(gpu);
+  auto cpu = make_cpu_ops();
+  const auto seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto first_max = [](const std::vector<float>& l, int row, int V) {
+    int bi = 0;
+    bool any = false;
+    for (int j = 0; j < V; ++j) {
+      const float v = l[static_cast<std::size_t>(row) * V + j];
+      if (std::isnan(v)) continue;
+      if (!any || v > l[static_cast<std::size_t>(row) * V + bi]) bi = j;
+      any = true;
+    }
+    return bi;
+  };
+  for (int k : {8, 2048, 5464})
+    for (int V : {1, 37, 5461, 32000})
+      for (int m : {1, 2, 3, 4, 8}) {
+        std::ostringstream os;
+        os << "m " << m << " k " << k << " V " << V;
+        SCOPED_TRACE(os.str());
+        std::vector<float> wv = randn(rng, static_cast<std::size_t>(V) * k, 1.0f / std::sqrt(static_cast<float>(k)));
+        if (V >= 37) {  // three copies of one row, scaled up: an exact tie, likely the maximum
+          const int j = V / 2;
+          for (int c = 0; c < k; ++c) {
+            const float v = 4.0f * wv[static_cast<std::size_t>(j) * k + c];
+            for (int r : {j, j + 1, V - 1}) wv[static_cast<std::size_t>(r) * k + c] = v;
+          }
+        }
+        auto w = twin(*gpu, *cpu, {V, k}, DType::bf16, wv, weights_tag());
+        Twin logits = twin_poison(*gpu, *cpu, {m, V}, DType::f32);
+        Tensor next = gpu->empty({m}, DType::i32, workspace_tag());
+        for (int call = 0; call < 3; ++call) {
+          SCOPED_TRACE("call " + std::to_string(call));
+          std::vector<float> xv = randn(rng, static_cast<std::size_t>(m) * k, 1.0f);
+          if (call == 2 && m > 1)
+            for (int c = 0; c < k; ++c) xv[static_cast<std::size_t>(k) + c] = std::nanf("");  // row 1: NaN logits
+          auto x = twin(*gpu, *cpu, {m, k}, DType::bf16, xv);
+          gpu->upload_i32(next, std::vector<std::int32_t>(static_cast<std::size_t>(m), -7));
+          gpu->lm_head_argmax(x.g, w.g, logits.g, next);
+          cpu->gemm(x.c, false, w.c, true, logits.c);
+          const auto lg = gpu->download_f32(logits.g);
+          if (!(call == 2 && m > 1)) expect_close("logits", lg, cpu->download_f32(logits.c), 2e-3);
+          const auto got = gpu->download_i32(next);
+          for (int r = 0; r < m; ++r)
+            EXPECT_EQ(got[static_cast<std::size_t>(r)], first_max(lg, r, V)) << "row " << r;
+        }
+      }
+}
+
 }  // namespace
 }  // namespace moc

@@ -418,7 +418,7 @@ TEST(GpuProfiling, DecodePointOfThe1bModelDropsNothingAndAttributesEveryKernel) 
     if (k.op == "attention_decode") attn[k.step] += k.op_bytes;
   }
   for (const char* op : {"gemm", "rmsnorm_forward", "attention_decode", "ffn_decode.gate", "ffn_decode.select",
-                         "ffn_decode.up_down", "sample"})
+                         "ffn_decode.up_down", "lm_head_argmax"})
     EXPECT_TRUE(ops_declared.count(op)) << op;
   ASSERT_EQ(attn.size(), 8u);
   EXPECT_EQ(attn[1] - attn[0], 24LL * 2 * 4 * spec.model.kv_heads * spec.model.head_dim() * 2)

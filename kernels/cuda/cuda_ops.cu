@@ -3,6 +3,7 @@
 #include "kernels/op_cost.h"
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -376,7 +377,8 @@ CudaOps::~CudaOps() {
   gemm_plans_.clear();
   for (cudaEvent_t ev : marks_) cudaEventDestroy(ev);
   if (gemm_ws_) alloc_.release(gemm_ws_, gemm_ws_bytes_, workspace_tag());
-  if (zero_ws_) alloc_.release(zero_ws_, zero_ws_bytes_, workspace_tag());
+  for (int s = 0; s < kZeroSlots; ++s)
+    if (zero_ws_[s]) alloc_.release(zero_ws_[s], zero_ws_bytes_[s], workspace_tag());
   for (const auto& [p, n] : zero_ws_old_) alloc_.release(p, n, workspace_tag());
   if (flush_buf_) cudaFree(flush_buf_);
   if (lt_) cublasLtDestroy(lt_);
@@ -385,17 +387,19 @@ CudaOps::~CudaOps() {
 
 void CudaOps::synchronize() { MOC_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-void* CudaOps::zeroed_scratch(std::size_t bytes) {
-  if (zero_ws_ && bytes <= zero_ws_bytes_) return zero_ws_stream_ == stream_ ? zero_ws_ : nullptr;
+void* CudaOps::zeroed_scratch(std::size_t bytes, int slot) {
+  void*& ws = zero_ws_[slot];
+  std::size_t& ws_bytes = zero_ws_bytes_[slot];
+  if (ws && bytes <= ws_bytes) return zero_ws_stream_[slot] == stream_ ? ws : nullptr;
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   MOC_CUDA_CHECK(cudaStreamIsCapturing(stream_, &cap));
   if (cap != cudaStreamCaptureStatusNone) return nullptr;  // no allocation or memset node inside a graph
   // The old region stays allocated: a graph captured with it may be replayed later (it stays zero there).
-  if (zero_ws_) zero_ws_old_.emplace_back(zero_ws_, zero_ws_bytes_);
-  zero_ws_bytes_ = (bytes + 4095) / 4096 * 4096;
-  zero_ws_ = alloc_.allocate(zero_ws_bytes_, workspace_tag());
-  zero_ws_stream_ = stream_;
-  MOC_CUDA_CHECK(cudaMemsetAsync(zero_ws_, 0, zero_ws_bytes_, stream_));
+  if (ws) zero_ws_old_.emplace_back(ws, ws_bytes);
+  ws_bytes = (bytes + 4095) / 4096 * 4096;
+  ws = alloc_.allocate(ws_bytes, workspace_tag());
+  zero_ws_stream_[slot] = stream_;
+  MOC_CUDA_CHECK(cudaMemsetAsync(ws, 0, ws_bytes, stream_));
   return nullptr;  // this call runs without it (its first kernel would follow the memset, not a kernel)
 }
 
@@ -529,6 +533,18 @@ void CudaOps::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const
   MOC_OP_COST(cost::decode_qkv(x, norm_w, wq_t, wk_t, wv_t, pos, q, k_cache));
   if (decode_qkv_fused(cur(), x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache)) return;
   Ops::decode_qkv(x, norm_w, eps, wq_t, wk_t, wv_t, pos, theta, q, k_cache, v_cache);
+}
+
+void CudaOps::lm_head_argmax(const Tensor& x, const Tensor& w, Tensor& logits, Tensor& next) {
+  MOC_OP_COST(cost::lm_head_argmax(x, w, logits, next));
+  static const bool off = [] {  // EXPERIMENT exp50: MOCBENCH_X_GREEDY=0 composes (gemm, then sample)
+    const char* e = std::getenv("MOCBENCH_X_GREEDY");
+    return e && e[0] == '0';
+  }();
+  const bool fits = !off && x.rank() == 2 && x.dim(0) >= 1 && x.dim(0) <= 8;
+  void* best = fits ? zeroed_scratch(static_cast<std::size_t>(x.dim(0)) * 8, 1) : nullptr;
+  if (best && gemv_rows_argmax(cur(), x, w, logits, next, best)) return;
+  Ops::lm_head_argmax(x, w, logits, next);  // (no words yet: the first call outside a capture allocates them)
 }
 
 void CudaOps::attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& pos,

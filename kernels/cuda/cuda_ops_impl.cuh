@@ -107,7 +107,7 @@ class CudaOps final : public Ops {
   double mark_ms(int id) override;
   void clear_marks() override;
   int sm_count() const { return sm_count_; }
-  void* zeroed_scratch(std::size_t bytes);  // kernels.h: zeroed_scratch(Ops&, bytes)
+  void* zeroed_scratch(std::size_t bytes, int slot = 0);  // kernels.h: zeroed_scratch(Ops&, bytes)
 
   void upload(Tensor& dst, const void* host) override;
   void download(const Tensor& src, void* host) override;
@@ -158,6 +158,7 @@ class CudaOps final : public Ops {
   void sample(const Tensor& logits, float temperature, std::uint64_t seed, const Tensor& counter,
               Tensor& next) override;
   void increment(Tensor& t, int by) override;
+  void lm_head_argmax(const Tensor& x, const Tensor& w, Tensor& logits, Tensor& next) override;
 
  private:
   cudaStream_t cur() const { return stream_; }
@@ -175,11 +176,13 @@ class CudaOps final : public Ops {
   std::size_t gemm_ws_bytes_ = 0;
   void* flush_buf_ = nullptr;  // flush_caches_impl: twice the L2 (cudaMalloc'ed, outside the allocator)
   std::size_t flush_bytes_ = 0;
-  void* zero_ws_ = nullptr;  // zeroed_scratch(): kept zero by the ops that use it
-  std::size_t zero_ws_bytes_ = 0;
+  // zeroed_scratch(): kept zero by the ops that use it; slot 0 the decode FFN's, slot 1 the LM head's argmax words
+  static constexpr int kZeroSlots = 2;
+  void* zero_ws_[kZeroSlots] = {};
+  std::size_t zero_ws_bytes_[kZeroSlots] = {};
   // Regions a larger request replaced: kept until the ops go, since a captured graph may still use one.
   std::vector<std::pair<void*, std::size_t>> zero_ws_old_;
-  cudaStream_t zero_ws_stream_ = nullptr;
+  cudaStream_t zero_ws_stream_[kZeroSlots] = {};
   using GemmKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool, int, int, int, int, int, int>;
   std::map<GemmKey, std::unique_ptr<GemmPlan>> gemm_plans_;
   std::vector<cudaEvent_t> marks_;  // mark() events; the first marks_used_ belong to the current timeline
@@ -262,6 +265,11 @@ void skinny_gemm(cudaStream_t stream, int sm_count, const Tensor& a, const Tenso
 // write of Ops::decode_qkv (false: a dtype, alignment or size that kernel does not take; the caller composes).
 bool gemv_rows_fits(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c);
 void gemv_rows(cudaStream_t stream, const Tensor& a, const Tensor& b, Tensor& c, float alpha, float beta);
+// The LM head's GEMV (1-8 rows, f32 logits) keeping each row's argmax (ties: lowest id) in a 64-bit word of `best`
+// per row (zero on entry and exit), then a one-block kernel writing next and zeroing the words (false: a call
+// gemv_rows does not take; the caller composes).
+bool gemv_rows_argmax(cudaStream_t stream, const Tensor& x, const Tensor& w, Tensor& logits, Tensor& next,
+                      void* best);
 bool decode_qkv_fused(cudaStream_t stream, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t,
                       const Tensor& wk_t, const Tensor& wv_t, const Tensor& pos, float theta, Tensor& q,
                       Tensor& k_cache, Tensor& v_cache);

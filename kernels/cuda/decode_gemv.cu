@@ -45,7 +45,7 @@ constexpr int kBlocksPerSm = 3;
 constexpr int kRopeTable = 64;   // head_dim <= 128
 constexpr std::size_t kMaxSmem = 200 * 1024;
 
-enum Epi : int { kStore = 0, kQkv = 1 };
+enum Epi : int { kStore = 0, kQkv = 1, kArgmax = 2 };  // kArgmax: kStore (f32, alpha 1, beta 0) and each row's argmax
 
 struct RopeTable {
   double f[kRopeTable];  // theta^(-2i/hd), computed as CpuOps::rope does
@@ -66,6 +66,8 @@ struct Args {
   void* out;  // [R, n]
   int out_f32;
   float alpha, beta;
+  // kArgmax: per row of x, the largest argmax_key of its outputs (red.max; zero on entry)
+  unsigned long long* best;
   // kQkv
   bf16* q;   // [R, h, hd]
   bf16* kc;  // [R, kvh, max_seq, hd]
@@ -196,6 +198,23 @@ __device__ __forceinline__ void qkv_store(const Args& a, int r, int head, int i,
   }
 }
 
+// An output's argmax key: the value's order in the high word (a NaN below every number, -0 as +0) and the
+// complement of its column in the low one, so that the largest key is the first maximum (sample's rule).
+__device__ __forceinline__ unsigned long long argmax_key(float v, int col) {
+  unsigned k = 0u;  // NaN
+  if (!(v != v)) {
+    const unsigned b = v == 0.0f ? 0u : __float_as_uint(v);
+    k = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  }
+  return (static_cast<unsigned long long>(k) << 32) | (0xFFFFFFFFu - static_cast<unsigned>(col));
+}
+__device__ __forceinline__ void red_max(unsigned long long* p, unsigned long long v) {
+  asm volatile("red.relaxed.gpu.global.max.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ unsigned long long shfl_xor_u64(unsigned long long v, int o) {
+  return __shfl_xor_sync(0xffffffffu, v, o);
+}
+
 // One row of x (batch 1): one output row per warp, kWU words per lane in flight, FMAs on the CUDA cores -- at
 // one row this reaches the floor sooner than the mma tiles, whose 16-row tiles leave too few warps (H100).
 // kQkv: warps 2w and 2w + 1 own rows i and i + hd/2 of one head and meet in shared memory.
@@ -254,6 +273,19 @@ __device__ __forceinline__ void row_body(const Args& a) {
   if constexpr (EPI == kStore) {
     if (!active || lane != 0) return;
     store_out(a, static_cast<std::size_t>(row), acc);
+  } else if constexpr (EPI == kArgmax) {  // logits written as kStore's (alpha 1, beta 0: f32 acc), one red per block
+    __shared__ unsigned long long wbest[kWarps];
+    if (lane == 0) {
+      if (active) static_cast<float*>(a.out)[row] = acc;
+      wbest[warp] = active ? argmax_key(acc, row) : 0ull;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned long long m = wbest[0];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) m = max(m, wbest[w]);
+      if (m) red_max(a.best, m);
+    }
   } else {
     if (lane == 0) res[warp] = round_bf16(acc);
     __syncthreads();
@@ -279,6 +311,7 @@ __device__ __forceinline__ void gemv_body(const Args& a) {
   const bool xrow = g < a.R;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   uint4 A[kU], B[kU];
+  unsigned long long kbest = 0ull;  // kArgmax: lanes 0-7 of warps 0-3, row `lane`
   auto load = [&](int t, int s0) {
     const int ra = slot_row<EPI>(a, t, g), rb = slot_row<EPI>(a, t, g + 8);
     const bf16* pa = row_ptr(a, ra < 0 ? 0 : ra);
@@ -331,6 +364,19 @@ __device__ __forceinline__ void gemv_body(const Args& a) {
           store_out(a, static_cast<std::size_t>(r) * a.n + row, slot_sum(s, r));
         }
       }
+    } else if constexpr (EPI == kArgmax) {
+      if (tid < kGroup * 8) {  // (slot s, row r) = (tid / 8, tid % 8): the block's best per row over its tiles
+        const int s = tid >> 3, r = tid & 7, row = slot_row<EPI>(a, t, s);
+        unsigned long long key = 0ull;
+        if (r < a.R && row >= 0) {
+          const float v = slot_sum(s, r);
+          static_cast<float*>(a.out)[static_cast<std::size_t>(r) * a.n + row] = v;
+          key = argmax_key(v, row);
+        }
+        key = max(key, shfl_xor_u64(key, 8));  // the warp's 4 slots of row r
+        key = max(key, shfl_xor_u64(key, 16));
+        if (lane < 8) kbest = max(kbest, key);  // lanes 0-7 of warps 0-3
+      }
     } else {
       if (tid < 8 * 8) {  // (slot s < 8, row r): the pair (s, s + 8) of sequence r
         const int s = tid >> 3, r = tid & 7;
@@ -342,12 +388,28 @@ __device__ __forceinline__ void gemv_body(const Args& a) {
     }
     __syncthreads();  // red is reused by the next tile
   }
+  if constexpr (EPI == kArgmax) {
+    if (tid < 32 * 4 && lane < a.R && kbest) red_max(a.best + lane, kbest);
+  }
 }
 
 // Four kernels (four names in a profile): the plain GEMV and the fused QKV, each for one row and on mma tiles.
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_gemv_mma(const Args a) { gemv_body<kStore>(a); }
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_qkv_mma(const Args a) { gemv_body<kQkv>(a); }
 __global__ void __launch_bounds__(kThreads) k_gemv_row(const Args a) { row_body<kStore>(a); }
+// The LM head with each row's argmax kept (Ops::lm_head_argmax), then k_argmax_finish.
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_head_mma(const Args a) { gemv_body<kArgmax>(a); }
+__global__ void __launch_bounds__(kThreads) k_head_row(const Args a) { row_body<kArgmax>(a); }
+// next[r] from row r's word (0 where nothing was kept, as the argmax kernels), which is zeroed for the next call.
+__global__ void k_argmax_finish(unsigned long long* best, int R, std::int32_t* next) {
+  pdl_trigger();
+  pdl_wait();
+  const int r = threadIdx.x;
+  if (r >= R) return;
+  const unsigned long long w = best[r];
+  next[r] = w ? static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<unsigned>(w)) : 0;
+  best[r] = 0ull;
+}
 // The batch-1 QKV at 4 blocks per SM (ptxas: 64 registers, 4 bytes spilled) instead of the 3 its 69 registers allowed:
 // up to 528 of its 768 blocks (1b) resident at once, more of its weights streamed before the wait; decode batch 1
 // -0.5 / -1.5 / -0.7% per token (dense / MoC / 2:8, one H100 call, bench/micro/NOTES.md fifteenth session).
@@ -372,15 +434,17 @@ void launch(cudaStream_t st, const Args& a) {
   const std::size_t smem = EPI == kQkv || a.R == 1 ? static_cast<std::size_t>(a.R) * a.d * sizeof(bf16) : 0;
   if (a.R == 1) {
     const dim3 grid(static_cast<unsigned>(ceil_div(a.units, EPI == kQkv ? kWarps / 2 : kWarps)));
-    auto kernel = EPI == kQkv ? k_qkv_row : k_gemv_row;
+    auto kernel = EPI == kQkv ? k_qkv_row : EPI == kArgmax ? k_head_row : k_gemv_row;
     allow_smem(kernel, smem);
-    launch_pdl(EPI == kQkv ? "k_qkv_row" : "k_gemv_row", kernel, grid, dim3(kThreads), smem, st, a);
+    launch_pdl(EPI == kQkv ? "k_qkv_row" : EPI == kArgmax ? "k_head_row" : "k_gemv_row", kernel, grid, dim3(kThreads),
+               smem, st, a);
     return;
   }
   const dim3 grid(static_cast<unsigned>(std::max(1, std::min(a.tiles, kBlocksPerSm * sm_count()))));
-  auto kernel = EPI == kQkv ? k_qkv_mma : k_gemv_mma;
+  auto kernel = EPI == kQkv ? k_qkv_mma : EPI == kArgmax ? k_head_mma : k_gemv_mma;
   allow_smem(kernel, smem);
-  launch_pdl(EPI == kQkv ? "k_qkv_mma" : "k_gemv_mma", kernel, grid, dim3(kThreads), smem, st, a);
+  launch_pdl(EPI == kQkv ? "k_qkv_mma" : EPI == kArgmax ? "k_head_mma" : "k_gemv_mma", kernel, grid, dim3(kThreads),
+             smem, st, a);
 }
 
 }  // namespace
@@ -414,6 +478,32 @@ void gemv_rows(cudaStream_t st, const Tensor& a, const Tensor& b, Tensor& c, flo
   g.alpha = alpha;
   g.beta = beta;
   gemv::launch<gemv::kStore>(st, g);
+}
+
+bool gemv_rows_argmax(cudaStream_t st, const Tensor& x, const Tensor& w, Tensor& logits, Tensor& next, void* best) {
+  if (logits.dtype() != DType::f32 || logits.rank() != 2 || !gemv_rows_fits(x, false, w, true, logits)) return false;
+  if (logits.rows() != x.rows() || logits.cols() != w.rows()) return false;
+  if (next.dtype() != DType::i32 || next.numel() != x.rows() || !best) return false;
+  if (w.rows() > (std::int64_t(1) << 31) - 1) return false;  // a column's complement in 32 bits
+  gemv::Args g{};
+  g.x = x.data<__nv_bfloat16>();
+  g.w0 = g.w1 = g.w2 = w.data<__nv_bfloat16>();
+  g.n = g.n0 = static_cast<int>(w.rows());
+  g.n1 = 0;
+  g.R = static_cast<int>(x.rows());
+  g.d = static_cast<int>(x.cols());
+  g.tiles = (g.n + gemv::kGroup - 1) / gemv::kGroup;
+  g.units = g.n;
+  g.early = w.tag().category == MemCategory::weights ? 1 : 0;
+  g.out = logits.raw();
+  g.out_f32 = 1;
+  g.alpha = 1.0f;
+  g.beta = 0.0f;
+  g.best = static_cast<unsigned long long*>(best);
+  gemv::launch<gemv::kArgmax>(st, g);
+  launch_pdl("k_argmax_finish", gemv::k_argmax_finish, dim3(1), dim3(32), 0, st, g.best, g.R,
+             next.data<std::int32_t>());
+  return true;
 }
 
 bool decode_qkv_fused(cudaStream_t st, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& wq_t,
