@@ -30,15 +30,18 @@ Tensor Decoder::prefill(const std::vector<std::int32_t>& prompt, int prompt_len)
 }
 
 bool Decoder::step_ops() {
+  // Greedy: the LM head's argmax goes straight into tokens_ (the embedding read them at the step's start), the next
+  // step's input, as sample_ops' copy would put it there.
   const bool sampled =
-      model_->decode_step(tokens_, pos_, cache_, logits_, sampling_.temperature <= 0.0f ? &next_ : nullptr);
+      model_->decode_step(tokens_, pos_, cache_, logits_, sampling_.temperature <= 0.0f ? &tokens_ : nullptr);
   model_->ops().increment(pos_, 1);
   return sampled;
 }
 
 void Decoder::sample_ops(bool sampled) {
+  if (sampled) return;  // step_ops' LM head wrote tokens_ (greedy: counter_ is never read)
   Ops& o = model_->ops();
-  if (!sampled) o.sample(logits_, sampling_.temperature, sampling_.seed, counter_, next_);
+  o.sample(logits_, sampling_.temperature, sampling_.seed, counter_, next_);
   o.copy(tokens_, next_);
   o.increment(counter_, 1);
 }
@@ -71,8 +74,8 @@ std::vector<std::vector<std::int32_t>> Decoder::generate(const std::vector<std::
                             static_cast<std::int64_t>(i) * prompt_len + prompt_len));
   }
   plog.reset();
-  auto collect = [&] {
-    auto ids = o.download_i32(next_);
+  auto collect = [&] {  // (tokens_: what the step sampled, by the LM head or by sample_ops' copy)
+    auto ids = o.download_i32(tokens_);
     for (int i = 0; i < b; ++i) out[static_cast<std::size_t>(i)].push_back(ids[static_cast<std::size_t>(i)]);
   };
   sample_ops();

@@ -35,10 +35,10 @@ class Decoder {
   void advance() { ++pos_host_; }
 
  private:
-  // Decode step on tokens_ at pos_, then advance pos_; greedy: next_ <- argmax(logits_) with the LM head where the
+  // Decode step on tokens_ at pos_, then advance pos_; greedy: tokens_ <- argmax(logits_) with the LM head where the
   // model can (returns whether it did).
   bool step_ops();
-  // next_ <- sample(logits_) (unless `sampled`: step_ops did it); tokens_ <- next_; counter_++
+  // next_ <- sample(logits_); tokens_ <- next_; counter_++ -- nothing when `sampled` (step_ops did it).
   void sample_ops(bool sampled = false);
 
   Transformer* model_;
