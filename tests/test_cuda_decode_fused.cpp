@@ -142,20 +142,20 @@ TEST(GpuDecodeFused, LmHeadArgmaxMatchesGemmThenSample) {
     return bi;
   };
   for (int k : {8, 2048, 5464})
-    for (int V : {1, 37, 5461, 32000})
+    for (int V : {1, 37, 5461, 32000}) {
+      std::vector<float> wv = randn(rng, static_cast<std::size_t>(V) * k, 1.0f / std::sqrt(static_cast<float>(k)));
+      if (V >= 37) {  // three copies of one row, scaled up: an exact tie, likely the maximum
+        const int j = V / 2;
+        for (int c = 0; c < k; ++c) {
+          const float v = 4.0f * wv[static_cast<std::size_t>(j) * k + c];
+          for (int r : {j, j + 1, V - 1}) wv[static_cast<std::size_t>(r) * k + c] = v;
+        }
+      }
+      auto w = twin(*gpu, *cpu, {V, k}, DType::bf16, wv, weights_tag());
       for (int m : {1, 2, 3, 4, 8}) {
         std::ostringstream os;
         os << "m " << m << " k " << k << " V " << V;
         SCOPED_TRACE(os.str());
-        std::vector<float> wv = randn(rng, static_cast<std::size_t>(V) * k, 1.0f / std::sqrt(static_cast<float>(k)));
-        if (V >= 37) {  // three copies of one row, scaled up: an exact tie, likely the maximum
-          const int j = V / 2;
-          for (int c = 0; c < k; ++c) {
-            const float v = 4.0f * wv[static_cast<std::size_t>(j) * k + c];
-            for (int r : {j, j + 1, V - 1}) wv[static_cast<std::size_t>(r) * k + c] = v;
-          }
-        }
-        auto w = twin(*gpu, *cpu, {V, k}, DType::bf16, wv, weights_tag());
         Twin logits = twin_poison(*gpu, *cpu, {m, V}, DType::f32);
         Tensor next = gpu->empty({m}, DType::i32, workspace_tag());
         for (int call = 0; call < 3; ++call) {
@@ -174,6 +174,7 @@ TEST(GpuDecodeFused, LmHeadArgmaxMatchesGemmThenSample) {
             EXPECT_EQ(got[static_cast<std::size_t>(r)], first_max(lg, r, V)) << "row " << r;
         }
       }
+    }
 }
 
 }  // namespace

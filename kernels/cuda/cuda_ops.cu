@@ -3,7 +3,6 @@
 #include "kernels/op_cost.h"
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -537,11 +536,7 @@ void CudaOps::decode_qkv(const Tensor& x, const Tensor& norm_w, float eps, const
 
 void CudaOps::lm_head_argmax(const Tensor& x, const Tensor& w, Tensor& logits, Tensor& next) {
   MOC_OP_COST(cost::lm_head_argmax(x, w, logits, next));
-  static const bool off = [] {  // EXPERIMENT exp50: MOCBENCH_X_GREEDY=0 composes (gemm, then sample)
-    const char* e = std::getenv("MOCBENCH_X_GREEDY");
-    return e && e[0] == '0';
-  }();
-  const bool fits = !off && x.rank() == 2 && x.dim(0) >= 1 && x.dim(0) <= 8;
+  const bool fits = x.rank() == 2 && x.dim(0) >= 1 && x.dim(0) <= 8;
   void* best = fits ? zeroed_scratch(static_cast<std::size_t>(x.dim(0)) * 8, 1) : nullptr;
   if (best && gemv_rows_argmax(cur(), x, w, logits, next, best)) return;
   Ops::lm_head_argmax(x, w, logits, next);  // (no words yet: the first call outside a capture allocates them)

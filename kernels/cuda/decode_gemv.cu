@@ -3,6 +3,11 @@
 //
 // - gemv_rows: C[m, n] = alpha x[m, :] W^T + beta C for m <= 8 (C bf16 or f32): the o projection with its
 //   residual add (beta 1) and the LM head (f32 logits). CudaOps::gemm sends such calls here, not to cuBLASLt.
+// - gemv_rows_argmax: greedy decoding's LM head (Ops::lm_head_argmax): gemv_rows' f32 logits, and each block's
+//   best (value, lowest column) per row folded into a zeroed 64-bit word per row with one red.max; a one-block
+//   kernel then writes next and zeroes the words. Replaces the logits' second read by argmax_vec_kernel (one
+//   kernel, 128 KB a row at 32k vocabulary): decode -0.4 / 0.0 / -0.8% a token at batch 1 and -0.4 / -0.6 /
+//   -0.4% at batch 4 (dense / MoC / 2:8, H200, bench/micro/NOTES.md thirty-sixth session).
 // - decode_qkv: RMSNorm in the prologue, q | k | v = xn [Wq; Wk; Wv]^T as one GEMV over the three matrices,
 //   RoPE and the K/V-cache write in the epilogue (Ops::decode_qkv): one kernel where the composed ops take
 //   seven (a norm, three GEMVs, two RoPEs, a cache write).
@@ -393,7 +398,8 @@ __device__ __forceinline__ void gemv_body(const Args& a) {
   }
 }
 
-// Four kernels (four names in a profile): the plain GEMV and the fused QKV, each for one row and on mma tiles.
+// Six kernels (six names in a profile): the plain GEMV, the fused QKV and the LM head with its argmax, each for one
+// row and on mma tiles.
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_gemv_mma(const Args a) { gemv_body<kStore>(a); }
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_qkv_mma(const Args a) { gemv_body<kQkv>(a); }
 __global__ void __launch_bounds__(kThreads) k_gemv_row(const Args a) { row_body<kStore>(a); }
