@@ -80,13 +80,16 @@ std::vector<std::vector<std::int32_t>> Decoder::generate(const std::vector<std::
   };
   sample_ops();
   collect();
+  // With use_graph the first step runs as it is and the graph is captured after it: a capture allocates nothing
+  // (the CUDA ops' zeroed scratch -- the decode FFN's accumulator, the LM head's argmax words -- comes into being
+  // on a call outside one; a captured step without it composes the slower ops).
   std::unique_ptr<OpGraph> graph;
-  if (use_graph) graph = capture_step();
   for (int t = 1; t < n_new; ++t) {
     if (graph) {
       graph->replay();
     } else {
       sample_ops(step_ops());
+      if (use_graph) graph = capture_step();
     }
     ++pos_host_;
     collect();
