@@ -76,8 +76,7 @@ OpCost decode_qkv(const Tensor& x, const Tensor& norm_w, const Tensor& wq_t, con
 }
 OpCost lm_head_argmax(const Tensor& x, const Tensor& w, const Tensor& logits, const Tensor& next) {
   const OpCost a = gemm(x, false, w, true, logits, 0.0f);
-  const OpCost b = sample(logits, next);
-  return {"lm_head_argmax", a.bytes + b.bytes, a.flops + b.flops};
+  return {"lm_head_argmax", a.bytes + nb(next), a.flops + logits.numel()};
 }
 OpCost swiglu_forward(const Tensor& g, const Tensor& u, const Tensor* s, const Tensor& z) {
   return {"swiglu_forward", nb(g) + nb(u) + nb(s) + nb(z), 6 * g.numel()};

@@ -84,7 +84,8 @@ OpCost attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& po
 // V row per sequence written to the caches.
 OpCost decode_qkv(const Tensor& x, const Tensor& norm_w, const Tensor& wq_t, const Tensor& wk_t, const Tensor& wv_t,
                   const Tensor& pos, const Tensor& q, const Tensor& k_cache);
-// Ops::lm_head_argmax: the LM head's gemm and the argmax's (logits written once, read once).
+// Ops::lm_head_argmax: the LM head's gemm (x and W read, the logits written) and next written -- the logits are not
+// read back (the fused GEMV compares each output as it writes it); a compare per logit.
 OpCost lm_head_argmax(const Tensor& x, const Tensor& w, const Tensor& logits, const Tensor& next);
 OpCost swiglu_forward(const Tensor& g, const Tensor& u, const Tensor* s, const Tensor& z);
 OpCost swiglu_backward(const Tensor& dz, const Tensor& g, const Tensor& u, const Tensor* s);

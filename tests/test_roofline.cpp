@@ -84,6 +84,12 @@ TEST(OpCost, SmallDecodeOpsMoveTheirTensorsOnce) {
   EXPECT_EQ(a.bytes_at(100), a.bytes + 100 * a.bytes_per_pos);
   Tensor logits = s.empty({b, 32000}, DType::f32), next = s.empty({b}, DType::i32);
   EXPECT_EQ(cost::sample(logits, next).bytes, 4 * b * 32000 + 4 * b);
+  // Greedy's LM head with the argmax fused: the gemm's bytes and next, the logits not read back.
+  Tensor head = s.empty({32000, d}, DType::bf16);
+  const OpCost lh = cost::lm_head_argmax(x, head, logits, next);
+  EXPECT_STREQ(lh.op, "lm_head_argmax");
+  EXPECT_EQ(lh.bytes, 2 * b * d + 2 * 32000 * d + 4 * b * 32000 + 4 * b);
+  EXPECT_EQ(lh.flops, 2 * b * 32000 * d + b * 32000);
   Tensor tok = s.empty({b}, DType::i32), table = s.empty({32000, d}, DType::bf16);
   EXPECT_EQ(cost::embedding_forward(tok, table, x).bytes, 4 * b + 2 * (2 * b * d));  // one row per token
   EXPECT_EQ(cost::add(x, y, x).bytes, 3 * 2 * b * d);
