@@ -51,6 +51,9 @@ constexpr int kRopeTable = 64;   // head_dim <= 128
 constexpr std::size_t kMaxSmem = 200 * 1024;
 
 enum Epi : int { kStore = 0, kQkv = 1, kArgmax = 2 };  // kArgmax: kStore (f32, alpha 1, beta 0) and each row's argmax
+// The kernels' names in a profile, by epilogue: one row of x, and 2-8 rows on mma tiles.
+constexpr const char* kRowNames[] = {"k_gemv_row", "k_qkv_row", "k_head_row"};
+constexpr const char* kMmaNames[] = {"k_gemv_mma", "k_qkv_mma", "k_head_mma"};
 
 struct RopeTable {
   double f[kRopeTable];  // theta^(-2i/hd), computed as CpuOps::rope does
@@ -442,15 +445,32 @@ void launch(cudaStream_t st, const Args& a) {
     const dim3 grid(static_cast<unsigned>(ceil_div(a.units, EPI == kQkv ? kWarps / 2 : kWarps)));
     auto kernel = EPI == kQkv ? k_qkv_row : EPI == kArgmax ? k_head_row : k_gemv_row;
     allow_smem(kernel, smem);
-    launch_pdl(EPI == kQkv ? "k_qkv_row" : EPI == kArgmax ? "k_head_row" : "k_gemv_row", kernel, grid, dim3(kThreads),
-               smem, st, a);
+    launch_pdl(kRowNames[EPI], kernel, grid, dim3(kThreads), smem, st, a);
     return;
   }
   const dim3 grid(static_cast<unsigned>(std::max(1, std::min(a.tiles, kBlocksPerSm * sm_count()))));
   auto kernel = EPI == kQkv ? k_qkv_mma : EPI == kArgmax ? k_head_mma : k_gemv_mma;
   allow_smem(kernel, smem);
-  launch_pdl(EPI == kQkv ? "k_qkv_mma" : EPI == kArgmax ? "k_head_mma" : "k_gemv_mma", kernel, grid, dim3(kThreads),
-             smem, st, a);
+  launch_pdl(kMmaNames[EPI], kernel, grid, dim3(kThreads), smem, st, a);
+}
+
+// The plain GEMV's arguments (gemv_rows; the LM head's adds its argmax words): out = alpha x W^T + beta out.
+Args plain_args(const Tensor& x, const Tensor& w, Tensor& out, float alpha, float beta) {
+  Args g{};
+  g.x = x.data<bf16>();
+  g.w0 = g.w1 = g.w2 = w.data<bf16>();
+  g.n = g.n0 = static_cast<int>(w.rows());
+  g.n1 = 0;
+  g.R = static_cast<int>(x.rows());
+  g.d = static_cast<int>(x.cols());
+  g.tiles = (g.n + kGroup - 1) / kGroup;
+  g.units = g.n;
+  g.early = w.tag().category == MemCategory::weights ? 1 : 0;
+  g.out = out.raw();
+  g.out_f32 = out.dtype() == DType::f32 ? 1 : 0;
+  g.alpha = alpha;
+  g.beta = beta;
+  return g;
 }
 
 }  // namespace
@@ -469,21 +489,7 @@ bool gemv_rows_fits(const Tensor& a, bool ta, const Tensor& b, bool tb, const Te
 }
 
 void gemv_rows(cudaStream_t st, const Tensor& a, const Tensor& b, Tensor& c, float alpha, float beta) {
-  gemv::Args g{};
-  g.x = a.data<__nv_bfloat16>();
-  g.w0 = g.w1 = g.w2 = b.data<__nv_bfloat16>();
-  g.n = g.n0 = static_cast<int>(b.rows());
-  g.n1 = 0;
-  g.R = static_cast<int>(a.rows());
-  g.d = static_cast<int>(a.cols());
-  g.tiles = (g.n + gemv::kGroup - 1) / gemv::kGroup;
-  g.units = g.n;
-  g.early = b.tag().category == MemCategory::weights ? 1 : 0;
-  g.out = c.raw();
-  g.out_f32 = c.dtype() == DType::f32 ? 1 : 0;
-  g.alpha = alpha;
-  g.beta = beta;
-  gemv::launch<gemv::kStore>(st, g);
+  gemv::launch<gemv::kStore>(st, gemv::plain_args(a, b, c, alpha, beta));
 }
 
 bool gemv_rows_argmax(cudaStream_t st, const Tensor& x, const Tensor& w, Tensor& logits, Tensor& next, void* best) {
@@ -491,20 +497,7 @@ bool gemv_rows_argmax(cudaStream_t st, const Tensor& x, const Tensor& w, Tensor&
   if (logits.rows() != x.rows() || logits.cols() != w.rows()) return false;
   if (next.dtype() != DType::i32 || next.numel() != x.rows() || !best) return false;
   if (w.rows() > (std::int64_t(1) << 31) - 1) return false;  // a column's complement in 32 bits
-  gemv::Args g{};
-  g.x = x.data<__nv_bfloat16>();
-  g.w0 = g.w1 = g.w2 = w.data<__nv_bfloat16>();
-  g.n = g.n0 = static_cast<int>(w.rows());
-  g.n1 = 0;
-  g.R = static_cast<int>(x.rows());
-  g.d = static_cast<int>(x.cols());
-  g.tiles = (g.n + gemv::kGroup - 1) / gemv::kGroup;
-  g.units = g.n;
-  g.early = w.tag().category == MemCategory::weights ? 1 : 0;
-  g.out = logits.raw();
-  g.out_f32 = 1;
-  g.alpha = 1.0f;
-  g.beta = 0.0f;
+  gemv::Args g = gemv::plain_args(x, w, logits, 1.0f, 0.0f);
   g.best = static_cast<unsigned long long*>(best);
   gemv::launch<gemv::kArgmax>(st, g);
   launch_pdl("k_argmax_finish", gemv::k_argmax_finish, dim3(1), dim3(32), 0, st, g.best, g.R,
