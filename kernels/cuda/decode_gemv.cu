@@ -32,6 +32,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops_impl.cuh"
 #include "kernels/cuda/decode_device.cuh"
+#include "kernels/cuda/select_key.cuh"
 
 namespace moc::cuda {
 namespace gemv {
@@ -206,14 +207,11 @@ __device__ __forceinline__ void qkv_store(const Args& a, int r, int head, int i,
   }
 }
 
-// An output's argmax key: the value's order in the high word (a NaN below every number, -0 as +0) and the
-// complement of its column in the low one, so that the largest key is the first maximum (sample's rule).
+// An output's argmax key: the value's order in the high word (select_key.cuh's key_of; a NaN 0, below every number,
+// -0 as +0) and the complement of its column in the low one, so that the largest key is the first maximum (sample's
+// rule).
 __device__ __forceinline__ unsigned long long argmax_key(float v, int col) {
-  unsigned k = 0u;  // NaN
-  if (!(v != v)) {
-    const unsigned b = v == 0.0f ? 0u : __float_as_uint(v);
-    k = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-  }
+  const unsigned k = v != v ? 0u : key_of(v == 0.0f ? 0.0f : v);
   return (static_cast<unsigned long long>(k) << 32) | (0xFFFFFFFFu - static_cast<unsigned>(col));
 }
 __device__ __forceinline__ void red_max(unsigned long long* p, unsigned long long v) {
