@@ -14,12 +14,14 @@
 //
 // Floor: the weight rows, read once (a 2048 x 6144 QKV: 25.2 MB, 8.4 us at 3 TB/s); everything else is a few
 // KB. At one row of x (batch 1) a warp owns one output row (FMAs, 8 words per lane in flight); at 2-8 rows
-// the layout is the decode FFN's gate kernel's: tiles of 16 weight rows on the tensor cores
-// (mma.sync m16n8k16, x's 2-8 rows as the N dimension, so the cost per weight byte does not grow with the
-// rows), a block of 8 warps splitting d per tile and a balanced range of tiles per block (3 blocks per SM);
-// in QKV a tile is 8 rows of a head and their RoPE partners hd/2 further, so one lane's registers hold both.
-// PDL: a weights-tagged W is streamed before the wait for the previous kernel (the first tile's loads), x
-// after it; QKV stages x normalized (rounded to bf16 as rmsnorm_forward writes it) in shared memory.
+// the weights go through the tensor cores (mma.sync m16n8k16, so the cost per weight byte does not grow with
+// the rows), a block of 8 warps splitting d per tile and a balanced range of tiles per block (3 blocks per SM):
+// the QKV on the decode FFN's gate kernel's tiles of 16 weight rows (x's rows as the N dimension; a tile is 8
+// rows of a head and their RoPE partners hd/2 further, so one lane's registers hold both), the plain GEMV and
+// the LM head on tiles of 8 weight rows (x's rows as the M dimension: a warp's whole slice of a 2048-wide tile
+// in its registers at once). PDL: a weights-tagged W is streamed before the wait for the previous kernel (the
+// first tile's loads), as is the QKV's norm weight (into shared memory); x and pos after it; QKV stages x
+// normalized (rounded to bf16 as rmsnorm_forward writes it) in shared memory.
 // Sums are fp32; each output is rounded once, as the CPU twin's GEMM output is, and RoPE rotates the rounded
 // q and k (as rope() does after the GEMM) in double-precision angles from the host's frequency table,
 // without fused multiply-adds. Measured history: bench/RESULTS.md (issue #26).
@@ -68,9 +70,10 @@ struct Args {
   const bf16* w1;  // rows [n0, n0 + n1)
   const bf16* w2;  // the rest
   int n0, n1, n;   // n: all rows
-  int R, d, tiles;  // tiles of kGroup rows (the mma kernels)
+  int R, d, tiles;  // the mma kernels' tiles: 16 rows (QKV), 8 (gemv8_body)
   int units;        // the one-row kernels: rows (kStore) or RoPE row pairs (kQkv)
   int early;        // W may be streamed before the wait (a weights tensor)
+  int norm_early;   // kQkv: the norm weight is a weights tensor, staged in shared memory before the wait
   // kStore
   void* out;  // [R, n]
   int out_f32;
@@ -92,25 +95,21 @@ __device__ __forceinline__ const bf16* row_ptr(const Args& a, int r) {
   return a.w2 + static_cast<std::size_t>(r - a.n0 - a.n1) * a.d;
 }
 
-// The weight row of slot s (0..15) of tile t, or -1 past the end. kStore: rows 16t .. 16t + 15. kQkv: slots
-// s and s + 8 are rows i and i + hd/2 of one head (the pair RoPE rotates; one lane's mma registers hold both).
-template <int EPI>
+// The QKV's weight row of slot s (0..15) of tile t: slots s and s + 8 are rows i and i + hd/2 of one head (the pair
+// RoPE rotates; one lane's mma registers hold both).
 __device__ __forceinline__ int slot_row(const Args& a, int t, int s) {
-  if constexpr (EPI == kQkv) {
-    const int half = a.hd / 2, tph = half / 8, head = t / tph, i0 = (t - head * tph) * 8;
-    return head * a.hd + i0 + (s & 7) + (s >> 3) * half;
-  } else {
-    const int r = t * kGroup + s;
-    return r < a.n ? r : -1;
-  }
+  const int half = a.hd / 2, tph = half / 8, head = t / tph, i0 = (t - head * tph) * 8;
+  return head * a.hd + i0 + (s & 7) + (s >> 3) * half;
 }
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 // x [R, d] RMSNorm'd into shared memory, rounded to bf16 exactly as rmsnorm_vec_kernel writes it (R <= MR).
 // Every thread calls it (two barriers).
+// nws: the norm weight already in shared memory (stage_norm_w before the wait; this function's first barrier makes
+// it visible), or null to read it from global memory here.
 template <int MR>
-__device__ void stage_x_norm(const Args& a, bf16* xs, float* red) {
+__device__ void stage_x_norm(const Args& a, bf16* xs, float* red, const bf16* nws) {
   const int nv = a.d / 8, total = a.R * nv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint4* xg = reinterpret_cast<const uint4*>(a.x);
   uint4* xw = reinterpret_cast<uint4*>(xs);
@@ -144,13 +143,14 @@ __device__ void stage_x_norm(const Args& a, bf16* xs, float* red) {
     rs[r] = static_cast<float>(1.0 / sqrt(static_cast<double>(t) / static_cast<double>(a.d) + a.eps));
   }
   const uint4* wg = reinterpret_cast<const uint4*>(a.norm);
+  const uint4* ws = reinterpret_cast<const uint4*>(nws);
 #pragma unroll 4
   for (int e = threadIdx.x; e < total; e += kThreads) {  // the words this thread staged
     const int r = e / nv;
     float rr = rs[0];
 #pragma unroll
     for (int k = 1; k < MR; ++k) rr = k == r ? rs[k] : rr;
-    const uint4 v = xw[e], w = __ldg(wg + (e - r * nv));
+    const uint4 v = xw[e], w = ws ? ws[e - r * nv] : __ldg(wg + (e - r * nv));
     const bf16* xe = reinterpret_cast<const bf16*>(&v);
     const bf16* we = reinterpret_cast<const bf16*>(&w);
     uint4 o;
@@ -160,6 +160,14 @@ __device__ void stage_x_norm(const Args& a, bf16* xs, float* red) {
     xw[e] = o;
   }
   __syncthreads();
+}
+
+// The QKV's norm weight [d] into shared memory: a weights tensor does not depend on the previous kernel, so this
+// runs before the PDL wait and takes one L2 round trip off the chain after it (decode batch 1 -2.1% dense, -0.4%
+// 2:8, MoC flat; batch 4 -1.0%: H200, bench/micro/NOTES.md thirty-seventh session).
+__device__ __forceinline__ void stage_norm_w(const Args& a, bf16* nws) {
+  const uint4* wg = reinterpret_cast<const uint4*>(a.norm);
+  for (int e = threadIdx.x; e < a.d / 8; e += kThreads) reinterpret_cast<uint4*>(nws)[e] = __ldg(wg + e);
 }
 
 // RoPE of the pair (x0, x1) = (row i, row i + hd/2) of one head at position p, as rope_kernel computes it.
@@ -187,8 +195,9 @@ __device__ __forceinline__ void store_out(const Args& a, std::size_t o, float v)
 
 // Sequence r's rows i and i + hd/2 of head `head` (of q | k | v), rounded: RoPE on q and k, q stored, k and v
 // written to cache row pos[r].
-__device__ __forceinline__ void qkv_store(const Args& a, int r, int head, int i, float x0, float x1) {
-  const int half = a.hd / 2, p = a.pos[r];
+// p: pos[r], read right after the PDL wait (beside x's staging) rather than here at the end of the chain.
+__device__ __forceinline__ void qkv_store(const Args& a, int r, int p, int head, int i, float x0, float x1) {
+  const int half = a.hd / 2;
   if (head < a.h) {
     rotate(a, i, p, x0, x1);
     bf16* qo = a.q + (static_cast<std::size_t>(r) * a.h + head) * a.hd;
@@ -252,12 +261,16 @@ __device__ __forceinline__ void row_body(const Args& a) {
       A[u] = col < a.d && active ? ld_stream(pw + col) : zero;
     }
   };
+  bf16* nws = EPI == kQkv && a.norm_early ? xs + a.d : nullptr;  // after x [1, d]
   pdl_trigger();
   if (a.early) load(0);
+  if (nws) stage_norm_w(a, nws);
   pdl_wait();
   if (!a.early) load(0);
+  int p0 = 0;
   if constexpr (EPI == kQkv) {
-    stage_x_norm<1>(a, xs, nred);
+    p0 = a.pos[0];
+    stage_x_norm<1>(a, xs, nred, nws);
   } else {  // x staged in shared memory as well: one 16-byte read per word in the loop (measured faster than L1)
     const uint4* xg = reinterpret_cast<const uint4*>(a.x);
     for (int e = threadIdx.x; e < a.d / 8; e += kThreads) reinterpret_cast<uint4*>(xs)[e] = __ldg(xg + e);
@@ -297,16 +310,19 @@ __device__ __forceinline__ void row_body(const Args& a) {
     __syncthreads();
     if (!active || (warp & 1) || lane != 0) return;  // the pair's first warp finishes it
     const int half = a.hd / 2, head = unit / half;
-    qkv_store(a, 0, head, unit - head * half, res[warp], res[warp + 1]);
+    qkv_store(a, 0, p0, head, unit - head * half, res[warp], res[warp + 1]);
   }
 }
 
-// Block b takes a balanced range of tiles; in a tile, lane (g, q) streams 8 columns of rows g and g + 8 per
-// 32-column step, the 8 warps split d, and the partial 16 x 8 blocks of dot products meet in shared memory.
-template <int EPI>
-__device__ __forceinline__ void gemv_body(const Args& a) {
+// The QKV at 2-8 rows of x. Block b takes a balanced range of tiles (kQkv: 8 rows of a head and their RoPE
+// partners); in a tile, lane (g, q) streams 8 columns of rows g and g + 8 per 32-column step, the 8 warps split
+// d, and the partial 16 x 8 blocks of dot products meet in shared memory. (8-row tiles as gemv8_body's measured
+// slower here: the 1b QKV's 6144 rows make 768 of them, two a block at 3 blocks per SM, the second asked for
+// after the first's sums -- bench/micro/NOTES.md thirty-seventh session.)
+__device__ __forceinline__ void qkv_body(const Args& a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // kQkv: [R, d], normalized
+  bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [R, d], normalized; then the norm weight [d] if norm_early
+  bf16* nws = a.norm_early ? xs + static_cast<std::size_t>(a.R) * a.d : nullptr;
   __shared__ float4 red[kWarps * 32];
   __shared__ float nred[kWarps * kMaxRows];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
@@ -317,9 +333,8 @@ __device__ __forceinline__ void gemv_body(const Args& a) {
   const bool xrow = g < a.R;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   uint4 A[kU], B[kU];
-  unsigned long long kbest = 0ull;  // kArgmax: lanes 0-7 of warps 0-3, row `lane`
   auto load = [&](int t, int s0) {
-    const int ra = slot_row<EPI>(a, t, g), rb = slot_row<EPI>(a, t, g + 8);
+    const int ra = slot_row(a, t, g), rb = slot_row(a, t, g + 8);
     const bf16* pa = row_ptr(a, ra < 0 ? 0 : ra);
     const bf16* pb = row_ptr(a, rb < 0 ? 0 : rb);
 #pragma unroll
@@ -332,11 +347,12 @@ __device__ __forceinline__ void gemv_body(const Args& a) {
   };
   pdl_trigger();
   if (a.early && t_first < t_last) load(t_first, s_beg);
+  if (nws) stage_norm_w(a, nws);
   pdl_wait();
   if (!a.early && t_first < t_last) load(t_first, s_beg);
-  if constexpr (EPI == kQkv) stage_x_norm<kMaxRows>(a, xs, nred);
-  const bf16* px = EPI == kQkv ? xs + static_cast<std::size_t>(xrow ? g : 0) * a.d
-                               : a.x + static_cast<std::size_t>(xrow ? g : 0) * a.d;
+  const int pr = tid < 8 * 8 && (tid & 7) < a.R ? a.pos[tid & 7] : 0;  // the epilogue's sequence tid & 7
+  stage_x_norm<kMaxRows>(a, xs, nred, nws);
+  const bf16* px = xs + static_cast<std::size_t>(xrow ? g : 0) * a.d;
   for (int t = t_first; t < t_last; ++t) {
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int s0 = s_beg; s0 < s_end; s0 += kU) {
@@ -346,10 +362,7 @@ __device__ __forceinline__ void gemv_body(const Args& a) {
         const int col = (s0 + u) * kTile + q * 8;
         const bool ok = s0 + u < s_end && col < a.d && xrow;
         uint4 X = zero;
-        if (ok) {
-          if constexpr (EPI == kQkv) X = *reinterpret_cast<const uint4*>(px + col);
-          else X = __ldg(reinterpret_cast<const uint4*>(px + col));
-        }
+        if (ok) X = *reinterpret_cast<const uint4*>(px + col);
         mma_tile(c, A[u], B[u], X);
       }
     }
@@ -363,16 +376,95 @@ __device__ __forceinline__ void gemv_body(const Args& a) {
       for (int w = 0; w < kWarps; ++w) v += rf[(w * 32 + ln) * 4 + rg];
       return v;
     };
-    if constexpr (EPI == kStore) {
-      if (tid < kGroup * 8) {
-        const int s = tid >> 3, r = tid & 7, row = slot_row<EPI>(a, t, s);
-        if (r < a.R && row >= 0) {
-          store_out(a, static_cast<std::size_t>(r) * a.n + row, slot_sum(s, r));
-        }
+    if (tid < 8 * 8) {  // (slot s < 8, row r): the pair (s, s + 8) of sequence r
+      const int s = tid >> 3, r = tid & 7;
+      if (r < a.R) {
+        const int row = slot_row(a, t, s), head = row / a.hd;
+        qkv_store(a, r, pr, head, row - head * a.hd, round_bf16(slot_sum(s, r)), round_bf16(slot_sum(s + 8, r)));
       }
-    } else if constexpr (EPI == kArgmax) {
-      if (tid < kGroup * 8) {  // (slot s, row r) = (tid / 8, tid % 8): the block's best per row over its tiles
-        const int s = tid >> 3, r = tid & 7, row = slot_row<EPI>(a, t, s);
+    }
+    __syncthreads();  // red is reused by the next tile
+  }
+}
+
+// The plain GEMV and the LM head at 2-8 rows of x, on tiles of 8 weight rows: x is the mma's A (its rows 0..R-1
+// of 16, the rest zero) and the 8 weight rows its B, so lane (g, q) streams 8 columns of weight row g per
+// 32-column step and a warp's kWU steps (256 columns: a 2048-wide row over the 8 warps) sit in its registers at
+// once, as in the one-row kernel -- a block's whole first tile is asked for before the PDL wait, the next tile's
+// first steps before the block's sums meet. Lane (g, q) ends with (x row g; weight slots 2q, 2q + 1) in c[0], c[1].
+// Against 16-row tiles (two 16-byte loads per lane per step, half a tile before the wait): the 1b O projection at
+// batch 4 4.9 -> 3.7 us a layer, the LM head 38.1 -> 32.7 us (94% of its floor), H200, bench/micro/NOTES.md
+// thirty-seventh session.
+__device__ __forceinline__ int slot_row8(const Args& a, int t, int s) {
+  const int r = t * 8 + s;
+  return r < a.n ? r : -1;
+}
+
+template <int EPI>
+__device__ __forceinline__ void gemv8_body(const Args& a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [R, d]
+  __shared__ float2 red[kWarps * 32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+  const long long nb = gridDim.x, b = blockIdx.x;
+  const int t_first = static_cast<int>(b * a.tiles / nb), t_last = static_cast<int>((b + 1) * a.tiles / nb);
+  const int nt = (a.d + kTile - 1) / kTile;
+  const int s_beg = warp * nt / kWarps, s_end = (warp + 1) * nt / kWarps;
+  const bool xrow = g < a.R;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  uint4 W[kWU];
+  auto load = [&](int t, int s0) {
+    const int rw = slot_row8(a, t, g);
+    const bf16* pw = row_ptr(a, rw < 0 ? 0 : rw);
+#pragma unroll
+    for (int u = 0; u < kWU; ++u) {
+      const int col = (s0 + u) * kTile + q * 8;
+      W[u] = s0 + u < s_end && col < a.d && rw >= 0 ? ld_stream(pw + col) : zero;
+    }
+  };
+  pdl_trigger();
+  if (a.early && t_first < t_last) load(t_first, s_beg);
+  pdl_wait();
+  if (!a.early && t_first < t_last) load(t_first, s_beg);
+  const uint4* xg = reinterpret_cast<const uint4*>(a.x);
+  for (int e = tid; e < a.R * (a.d / 8); e += kThreads) reinterpret_cast<uint4*>(xs)[e] = __ldg(xg + e);
+  __syncthreads();
+  const bf16* px = xs + static_cast<std::size_t>(xrow ? g : 0) * a.d;
+  unsigned long long kbest = 0ull;  // kArgmax: lanes 0-7 of warps 0-1, row `lane`
+  bool loaded = true;               // W holds tile t's first steps
+  for (int t = t_first; t < t_last; ++t) {
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // two chains of mma
+    for (int s0 = s_beg; s0 < s_end; s0 += kWU) {
+      if (!loaded) load(t, s0);
+      loaded = false;
+#pragma unroll
+      for (int u = 0; u < kWU; ++u) {
+        const int col = (s0 + u) * kTile + q * 8;
+        uint4 X = zero;
+        if (xrow && s0 + u < s_end && col < a.d) X = *reinterpret_cast<const uint4*>(px + col);
+        mma16816(c, X.x, 0u, X.y, 0u, W[u].x, W[u].y);
+        mma16816(e, X.z, 0u, X.w, 0u, W[u].z, W[u].w);
+      }
+    }
+    if (t + 1 < t_last) {  // the next tile's first steps, in flight while this one's sums meet
+      load(t + 1, s_beg);
+      loaded = true;
+    }
+    red[warp * 32 + lane] = make_float2(c[0] + e[0], c[1] + e[1]);
+    __syncthreads();
+    auto slot_sum = [&](int s, int r) {
+      const float* rf = reinterpret_cast<const float*>(red);
+      const int ln = r * 4 + (s >> 1), k = s & 1;
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += rf[(w * 32 + ln) * 2 + k];
+      return v;
+    };
+    if (tid < 8 * 8) {  // (slot s, row r) = (tid / 8, tid % 8)
+      const int s = tid >> 3, r = tid & 7, row = slot_row8(a, t, s);
+      if constexpr (EPI == kStore) {
+        if (r < a.R && row >= 0) store_out(a, static_cast<std::size_t>(r) * a.n + row, slot_sum(s, r));
+      } else {  // kArgmax: the logits as kStore's (f32, alpha 1, beta 0) and the block's best per row
         unsigned long long key = 0ull;
         if (r < a.R && row >= 0) {
           const float v = slot_sum(s, r);
@@ -381,31 +473,22 @@ __device__ __forceinline__ void gemv_body(const Args& a) {
         }
         key = max(key, shfl_xor_u64(key, 8));  // the warp's 4 slots of row r
         key = max(key, shfl_xor_u64(key, 16));
-        if (lane < 8) kbest = max(kbest, key);  // lanes 0-7 of warps 0-3
-      }
-    } else {
-      if (tid < 8 * 8) {  // (slot s < 8, row r): the pair (s, s + 8) of sequence r
-        const int s = tid >> 3, r = tid & 7;
-        if (r < a.R) {
-          const int row = slot_row<EPI>(a, t, s), head = row / a.hd;
-          qkv_store(a, r, head, row - head * a.hd, round_bf16(slot_sum(s, r)), round_bf16(slot_sum(s + 8, r)));
-        }
+        if (lane < 8) kbest = max(kbest, key);
       }
     }
     __syncthreads();  // red is reused by the next tile
   }
   if constexpr (EPI == kArgmax) {
-    if (tid < 32 * 4 && lane < a.R && kbest) red_max(a.best + lane, kbest);
+    if (tid < 8 * 8 && lane < a.R && kbest) red_max(a.best + lane, kbest);
   }
 }
-
 // Six kernels (six names in a profile): the plain GEMV, the fused QKV and the LM head with its argmax, each for one
 // row and on mma tiles.
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_gemv_mma(const Args a) { gemv_body<kStore>(a); }
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_qkv_mma(const Args a) { gemv_body<kQkv>(a); }
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_gemv_mma(const Args a) { gemv8_body<kStore>(a); }
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_qkv_mma(const Args a) { qkv_body(a); }
 __global__ void __launch_bounds__(kThreads) k_gemv_row(const Args a) { row_body<kStore>(a); }
 // The LM head with each row's argmax kept (Ops::lm_head_argmax), then k_argmax_finish.
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_head_mma(const Args a) { gemv_body<kArgmax>(a); }
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) k_head_mma(const Args a) { gemv8_body<kArgmax>(a); }
 __global__ void __launch_bounds__(kThreads) k_head_row(const Args a) { row_body<kArgmax>(a); }
 // next[r] from row r's word (0 where nothing was kept, as the argmax kernels), which is zeroed for the next call.
 __global__ void k_argmax_finish(unsigned long long* best, int R, std::int32_t* next) {
@@ -436,9 +519,10 @@ int sm_count() {
   return sms;
 }
 
+// Shared memory: x [R, d] (kQkv: normalized), then kQkv's norm weight [d] where it is staged before the wait.
 template <int EPI>
 void launch(cudaStream_t st, const Args& a) {
-  const std::size_t smem = EPI == kQkv || a.R == 1 ? static_cast<std::size_t>(a.R) * a.d * sizeof(bf16) : 0;
+  const std::size_t smem = static_cast<std::size_t>(a.R + (EPI == kQkv && a.norm_early ? 1 : 0)) * a.d * sizeof(bf16);
   if (a.R == 1) {
     const dim3 grid(static_cast<unsigned>(ceil_div(a.units, EPI == kQkv ? kWarps / 2 : kWarps)));
     auto kernel = EPI == kQkv ? k_qkv_row : EPI == kArgmax ? k_head_row : k_gemv_row;
@@ -461,7 +545,7 @@ Args plain_args(const Tensor& x, const Tensor& w, Tensor& out, float alpha, floa
   g.n1 = 0;
   g.R = static_cast<int>(x.rows());
   g.d = static_cast<int>(x.cols());
-  g.tiles = (g.n + kGroup - 1) / kGroup;
+  g.tiles = (g.n + 7) / 8;  // gemv8_body's tiles of 8 weight rows
   g.units = g.n;
   g.early = w.tag().category == MemCategory::weights ? 1 : 0;
   g.out = out.raw();
@@ -521,7 +605,7 @@ bool decode_qkv_fused(cudaStream_t st, const Tensor& x, const Tensor& norm_w, fl
   const std::int64_t b = x.rows(), d = x.cols(), h = q.dim(1), hd = q.dim(2), kvh = k_cache.dim(1);
   // hd % 16: a tile pairs 8 rows of a head with their RoPE partners hd/2 further.
   if (b < 1 || b > gemv::kMaxRows || d % 8 != 0 || hd % 16 != 0 || hd / 2 > gemv::kRopeTable) return false;
-  if (static_cast<std::size_t>(b * d) * sizeof(__nv_bfloat16) > gemv::kMaxSmem) return false;
+  if (static_cast<std::size_t>((b + 1) * d) * sizeof(__nv_bfloat16) > gemv::kMaxSmem) return false;  // x, norm w
   gemv::Args g{};
   g.x = x.data<__nv_bfloat16>();
   g.norm = norm_w.data<__nv_bfloat16>();
@@ -536,6 +620,7 @@ bool decode_qkv_fused(cudaStream_t st, const Tensor& x, const Tensor& norm_w, fl
   g.d = static_cast<int>(d);
   g.tiles = g.n / gemv::kGroup;
   g.units = g.n / 2;
+  g.norm_early = norm_w.tag().category == MemCategory::weights ? 1 : 0;
   g.early = wq_t.tag().category == MemCategory::weights && wk_t.tag().category == MemCategory::weights &&
                     wv_t.tag().category == MemCategory::weights
                 ? 1
