@@ -392,9 +392,10 @@ __device__ __forceinline__ void qkv_body(const Args& a) {
 // 32-column step and a warp's kWU steps (256 columns: a 2048-wide row over the 8 warps) sit in its registers at
 // once, as in the one-row kernel -- a block's whole first tile is asked for before the PDL wait, the next tile's
 // first steps before the block's sums meet. Lane (g, q) ends with (x row g; weight slots 2q, 2q + 1) in c[0], c[1].
-// Against 16-row tiles (two 16-byte loads per lane per step, half a tile before the wait): the 1b O projection at
-// batch 4 4.9 -> 3.7 us a layer, the LM head 38.1 -> 32.7 us (94% of its floor), H200, bench/micro/NOTES.md
-// thirty-seventh session.
+// Against 16-row tiles (two 16-byte loads per lane per step, half a tile before the wait), H200: the 1b O
+// projection at batch 4 4.9 -> 3.7 us a layer, the LM head 38.1 -> 32.7 us (94% of its floor; exclusive times of
+// one profiled step); with the QKV's norm staging, decode per token at batch 1 / 2 / 4 -0.7 / -2.6 / -1.5% dense,
+// -0.6 / -3.2 / -2.2% MoC, -2.5 / -3.0 / -1.2% 2:8 (bench/micro/NOTES.md thirty-seventh session).
 __device__ __forceinline__ int slot_row8(const Args& a, int t, int s) {
   const int r = t * 8 + s;
   return r < a.n ? r : -1;
