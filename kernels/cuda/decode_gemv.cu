@@ -163,8 +163,8 @@ __device__ void stage_x_norm(const Args& a, bf16* xs, float* red, const bf16* nw
 }
 
 // The QKV's norm weight [d] into shared memory: a weights tensor does not depend on the previous kernel, so this
-// runs before the PDL wait and takes one L2 round trip off the chain after it (decode batch 1 -2.1% dense, -0.4%
-// 2:8, MoC flat; batch 4 -1.0%: H200, bench/micro/NOTES.md thirty-seventh session).
+// runs before the PDL wait and takes one L2 round trip off the chain after it (measured alone as exp52's knob, H200:
+// decode batch 1 -2.1% dense, -0.4% 2:8, MoC flat; bench/micro/NOTES.md thirty-seventh session).
 __device__ __forceinline__ void stage_norm_w(const Args& a, bf16* nws) {
   const uint4* wg = reinterpret_cast<const uint4*>(a.norm);
   for (int e = threadIdx.x; e < a.d / 8; e += kThreads) reinterpret_cast<uint4*>(nws)[e] = __ldg(wg + e);
