@@ -96,7 +96,8 @@ TEST(GpuDecodeFused, QkvMatchesTheComposedOps) {
 }
 
 // CudaOps::gemm with trans_b at 1-8 rows runs the decode GEMV; odd output counts, both output dtypes, the
-// residual form (beta 1) and a poisoned output (beta 0); a width that is no multiple of 8 keeps cuBLASLt.
+// residual form (beta 1) and a poisoned output (beta 0); a width that is no multiple of 8 keeps cuBLASLt, as does
+// an x wider than the kernels' shared memory.
 TEST(GpuDecodeFused, GemvMatchesCpuGemm) {
   MOC_GPU_OR_SKIP(gpu);
   auto cpu = make_cpu_ops();
@@ -118,6 +119,16 @@ TEST(GpuDecodeFused, GemvMatchesCpuGemm) {
             cpu->gemm(a.c, false, w.c, true, c.c, 1.0f, beta);
             expect_close("c", gpu->download_f32(c.g), cpu->download_f32(c.c), out == DType::f32 ? 2e-3 : 1e-2);
           }
+  // x too wide for the kernels' shared memory on any device (8 x 16384 bf16: 256 KB): the composed path, still right.
+  for (int m : {2, 8}) {
+    SCOPED_TRACE("m " + std::to_string(m) + " k 16384");
+    auto a = twin_rand(*gpu, *cpu, rng, {m, 16384}, DType::bf16, 1.0f);
+    auto w = twin_rand(*gpu, *cpu, rng, {37, 16384}, DType::bf16, 1.0f / 128.0f, weights_tag());
+    Twin c = twin_poison(*gpu, *cpu, {m, 37}, DType::f32);
+    gpu->gemm(a.g, false, w.g, true, c.g, 1.0f, 0.0f);
+    cpu->gemm(a.c, false, w.c, true, c.c, 1.0f, 0.0f);
+    expect_close("c", gpu->download_f32(c.g), cpu->download_f32(c.c), 2e-3);
+  }
 }
 
 // Ops::lm_head_argmax (greedy decoding's LM head with each row's argmax kept in the GEMV): the logits as the CPU's

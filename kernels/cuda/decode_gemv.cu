@@ -509,6 +509,25 @@ __global__ void __launch_bounds__(kThreads, kQkvRowBlocksPerSm) k_qkv_row(const 
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
+// Whether `dyn` bytes of dynamic shared memory (x's rows, the QKV's norm weight) fit a block of these kernels on the
+// current device: its opt-in limit (227 KB on H100 / H200, 163 KB on A100, 99 KB on many others) less a bound on
+// their static shared memory (ptxas: 1.0-5.3 KB), and at most kMaxSmem. What does not fit stays with the composed
+// ops (cuBLASLt), rather than failing at launch.
+constexpr std::size_t kStaticSmemBound = 8 * 1024;
+bool smem_fits(std::size_t dyn) {
+  static thread_local int dev = -1;
+  static thread_local std::size_t optin = 0;
+  int cur = 0;
+  MOC_CUDA_CHECK(cudaGetDevice(&cur));
+  if (cur != dev) {
+    int v = 0;
+    MOC_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, cur));
+    optin = static_cast<std::size_t>(v);
+    dev = cur;
+  }
+  return dyn <= kMaxSmem && dyn + kStaticSmemBound <= optin;
+}
+
 int sm_count() {
   static thread_local int dev = -1, sms = 0;
   int cur = 0;
@@ -566,7 +585,7 @@ bool gemv_rows_fits(const Tensor& a, bool ta, const Tensor& b, bool tb, const Te
   if (a.rank() != 2 || b.rank() != 2) return false;
   const std::int64_t m = a.rows(), k = a.cols(), n = b.rows();
   if (m < 1 || m > gemv::kMaxRows || k < 8 || k % 8 != 0 || n < 1 || b.cols() != k) return false;
-  if (n > (std::int64_t(1) << 30) || static_cast<std::size_t>(m * k) * sizeof(__nv_bfloat16) > gemv::kMaxSmem)
+  if (n > (std::int64_t(1) << 30) || !gemv::smem_fits(static_cast<std::size_t>(m * k) * sizeof(__nv_bfloat16)))
     return false;
   return gemv::aligned16(a.raw()) && gemv::aligned16(b.raw());
 }
@@ -606,7 +625,7 @@ bool decode_qkv_fused(cudaStream_t st, const Tensor& x, const Tensor& norm_w, fl
   const std::int64_t b = x.rows(), d = x.cols(), h = q.dim(1), hd = q.dim(2), kvh = k_cache.dim(1);
   // hd % 16: a tile pairs 8 rows of a head with their RoPE partners hd/2 further.
   if (b < 1 || b > gemv::kMaxRows || d % 8 != 0 || hd % 16 != 0 || hd / 2 > gemv::kRopeTable) return false;
-  if (static_cast<std::size_t>((b + 1) * d) * sizeof(__nv_bfloat16) > gemv::kMaxSmem) return false;  // x, norm w
+  if (!gemv::smem_fits(static_cast<std::size_t>((b + 1) * d) * sizeof(__nv_bfloat16))) return false;  // x, norm w
   gemv::Args g{};
   g.x = x.data<__nv_bfloat16>();
   g.norm = norm_w.data<__nv_bfloat16>();
