@@ -314,6 +314,18 @@ __device__ __forceinline__ void row_body(const Args& a) {
   }
 }
 
+// The mma kernels' share of the work: this block's balanced range of tiles [t_first, t_last) and this warp's range
+// of 32-column steps [s_beg, s_end) of every tile (the 8 warps split d).
+struct Split {
+  int t_first, t_last, s_beg, s_end;
+};
+__device__ __forceinline__ Split split(const Args& a, int warp) {
+  const long long nb = gridDim.x, b = blockIdx.x;
+  const int nt = (a.d + kTile - 1) / kTile;
+  return {static_cast<int>(b * a.tiles / nb), static_cast<int>((b + 1) * a.tiles / nb), warp * nt / kWarps,
+          (warp + 1) * nt / kWarps};
+}
+
 // The QKV at 2-8 rows of x. Block b takes a balanced range of tiles (kQkv: 8 rows of a head and their RoPE
 // partners); in a tile, lane (g, q) streams 8 columns of rows g and g + 8 per 32-column step, the 8 warps split
 // d, and the partial 16 x 8 blocks of dot products meet in shared memory. (8-row tiles as gemv8_body's measured
@@ -326,10 +338,8 @@ __device__ __forceinline__ void qkv_body(const Args& a) {
   __shared__ float4 red[kWarps * 32];
   __shared__ float nred[kWarps * kMaxRows];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
-  const long long nb = gridDim.x, b = blockIdx.x;
-  const int t_first = static_cast<int>(b * a.tiles / nb), t_last = static_cast<int>((b + 1) * a.tiles / nb);
-  const int nt = (a.d + kTile - 1) / kTile;
-  const int s_beg = warp * nt / kWarps, s_end = (warp + 1) * nt / kWarps;
+  const Split sp = split(a, warp);
+  const int t_first = sp.t_first, t_last = sp.t_last, s_beg = sp.s_beg, s_end = sp.s_end;
   const bool xrow = g < a.R;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   uint4 A[kU], B[kU];
@@ -407,10 +417,8 @@ __device__ __forceinline__ void gemv8_body(const Args& a) {
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [R, d]
   __shared__ float2 red[kWarps * 32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
-  const long long nb = gridDim.x, b = blockIdx.x;
-  const int t_first = static_cast<int>(b * a.tiles / nb), t_last = static_cast<int>((b + 1) * a.tiles / nb);
-  const int nt = (a.d + kTile - 1) / kTile;
-  const int s_beg = warp * nt / kWarps, s_end = (warp + 1) * nt / kWarps;
+  const Split sp = split(a, warp);
+  const int t_first = sp.t_first, t_last = sp.t_last, s_beg = sp.s_beg, s_end = sp.s_end;
   const bool xrow = g < a.R;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   uint4 W[kWU];
