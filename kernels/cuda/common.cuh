@@ -25,6 +25,36 @@ inline void check(cudaError_t e, const char* call, const char* file, int line) {
 // After a <<<...>>> launch: launch-configuration errors, named after the kernel.
 #define MOC_CUDA_LAUNCHED(kernel_name) ::moc::cuda::check(cudaGetLastError(), "launch of " kernel_name, __FILE__, __LINE__)
 
+// The current device's limits the decode kernels plan by, queried once per device (every launch may ask).
+struct DeviceLimits {
+  int dev = 0, sms = 0;
+  std::size_t smem_optin = 0, smem_sm = 0;
+  double dram_gbs = 0;  // peak DRAM bandwidth, GB/s: 2 transfers a memory clock x the bus width
+};
+inline DeviceLimits device_limits() {
+  static std::mutex mu;
+  static std::map<int, DeviceLimits> cache;
+  int dev = 0;
+  MOC_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(dev);
+  if (it != cache.end()) return it->second;
+  DeviceLimits lim;
+  lim.dev = dev;
+  int v = 0;
+  MOC_CUDA_CHECK(cudaDeviceGetAttribute(&lim.sms, cudaDevAttrMultiProcessorCount, dev));
+  MOC_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  lim.smem_optin = static_cast<std::size_t>(v);
+  MOC_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  lim.smem_sm = static_cast<std::size_t>(v);
+  int khz = 0, bits = 0;
+  MOC_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev));
+  MOC_CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev));
+  lim.dram_gbs = 2.0 * khz * 1e3 * (bits / 8.0) / 1e9;
+  cache[dev] = lim;
+  return lim;
+}
+
 inline cudaStream_t stream_of(Ops& ops) { return static_cast<cudaStream_t>(ops.stream()); }
 
 inline void require(bool ok, const char* op, const std::string& what) {

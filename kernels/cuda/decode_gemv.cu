@@ -522,30 +522,7 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 // their static shared memory (ptxas: 1.0-5.3 KB), and at most kMaxSmem. What does not fit stays with the composed
 // ops (cuBLASLt), rather than failing at launch.
 constexpr std::size_t kStaticSmemBound = 8 * 1024;
-bool smem_fits(std::size_t dyn) {
-  static thread_local int dev = -1;
-  static thread_local std::size_t optin = 0;
-  int cur = 0;
-  MOC_CUDA_CHECK(cudaGetDevice(&cur));
-  if (cur != dev) {
-    int v = 0;
-    MOC_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, cur));
-    optin = static_cast<std::size_t>(v);
-    dev = cur;
-  }
-  return dyn <= kMaxSmem && dyn + kStaticSmemBound <= optin;
-}
-
-int sm_count() {
-  static thread_local int dev = -1, sms = 0;
-  int cur = 0;
-  MOC_CUDA_CHECK(cudaGetDevice(&cur));
-  if (cur != dev) {
-    MOC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cur));
-    dev = cur;
-  }
-  return sms;
-}
+bool smem_fits(std::size_t dyn) { return dyn <= kMaxSmem && dyn + kStaticSmemBound <= device_limits().smem_optin; }
 
 // Shared memory: x [R, d] (kQkv: normalized), then kQkv's norm weight [d] where it is staged before the wait.
 template <int EPI>
@@ -558,7 +535,7 @@ void launch(cudaStream_t st, const Args& a) {
     launch_pdl(kRowNames[EPI], kernel, grid, dim3(kThreads), smem, st, a);
     return;
   }
-  const dim3 grid(static_cast<unsigned>(std::max(1, std::min(a.tiles, kBlocksPerSm * sm_count()))));
+  const dim3 grid(static_cast<unsigned>(std::max(1, std::min(a.tiles, kBlocksPerSm * device_limits().sms))));
   auto kernel = EPI == kQkv ? k_qkv_mma : EPI == kArgmax ? k_head_mma : k_gemv_mma;
   allow_smem(kernel, smem);
   launch_pdl(kMmaNames[EPI], kernel, grid, dim3(kThreads), smem, st, a);

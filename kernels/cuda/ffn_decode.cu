@@ -86,34 +86,6 @@ Layout make_layout(const Problem& p) {
   return L;
 }
 
-struct DeviceLimits {
-  int dev = 0, sms = 0;
-  std::size_t smem_optin = 0, smem_sm = 0;
-  double dram_gbs = 0;  // peak DRAM bandwidth, GB/s: 2 transfers a memory clock x the bus width
-};
-DeviceLimits device_limits() {
-  static std::mutex mu;
-  static std::map<int, DeviceLimits> cache;
-  int dev = 0;
-  MOC_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(dev);
-  if (it != cache.end()) return it->second;
-  DeviceLimits lim;
-  lim.dev = dev;
-  int v = 0;
-  MOC_CUDA_CHECK(cudaDeviceGetAttribute(&lim.sms, cudaDevAttrMultiProcessorCount, dev));
-  MOC_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  lim.smem_optin = static_cast<std::size_t>(v);
-  MOC_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-  lim.smem_sm = static_cast<std::size_t>(v);
-  int khz = 0, bits = 0;
-  MOC_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev));
-  MOC_CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev));
-  lim.dram_gbs = 2.0 * khz * 1e3 * (bits / 8.0) / 1e9;
-  cache[dev] = lim;
-  return lim;
-}
 // SMs a launch's grid may cover: all, or one fewer when one is left to the selection kernel (Options::spare_sm).
 int grid_sms(bool spare) {
   const int sms = device_limits().sms;
