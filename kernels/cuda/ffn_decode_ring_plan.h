@@ -182,7 +182,7 @@ inline RingAbPlan ring_ab_plan(int d, int F, int rows, int ga, int gb, int rp, i
 // channels on average, the most loaded of 132 some 15-16 (a binomial estimate, not counted on the device); putting
 // the rows past kcap into the ring made decode 0.9919 -> 0.9781 ms (H200, bench/micro/NOTES.md twenty-third session).
 // `leave`: bytes of the opt-in limit left unused where a kept slot still fits in the rest (kRingTopkLeave at the
-// launch: kcap 13 at the 1b layer).
+// launch: kcap 14 at the 1b layer).
 struct RingTopkPlan {
   int cpg = 0, nb = 1, nmax = 0, S = 0, kcap = -1, xcap = 0, xoff = 0;
   bool keys_fit = false;
@@ -190,14 +190,15 @@ struct RingTopkPlan {
   bool ok() const { return cpg >= 1 && S >= 1 && kcap >= 0 && nb <= kRingMaxGrid && keys_fit; }
 };
 // The launch leaves room for one block of the next kernel of the decode step beside each top-K block (which otherwise
-// takes the SM's whole shared memory): the batch-1 QKV GEMV's (1.3 KB static, 4 d bytes of x and the norm weight, the
-// 1 KB the runtime reserves a block: 10.5 KB at d 2048; its 64 registers fit beside the top-K block's 288 x 122), so
-// that it is resident and streams its weights before its wait while the top-K block is still working. H200, MoC decode
-// at batch 1, this build against the one without the room (the same kernels): 0.9714 -> 0.9602 ms a token, dense and
-// 2:8 unchanged; 16 KB measured the same as 8 KB, 32 KB slower (bench/micro/NOTES.md, twenty-eighth session). 16 KB
-// since the QKV stages its norm weight too (8 KB left 8.2 KB of the SM free at the 1b layer, the block needing 10.5:
-// bench/micro/NOTES.md thirty-seventh session; a test checks the room at the 1b layer).
-constexpr std::size_t kRingTopkLeave = 16u * 1024u;
+// takes the SM's whole shared memory): the batch-1 QKV GEMV's (1.3 KB static, 2 d bytes of x, the 1 KB the runtime
+// reserves a block: 6.4 KB at d 2048; its 64 registers fit beside the top-K block's 288 x 122), so that it is
+// resident and streams its weights before its wait while the top-K block is still working. H200, MoC decode at batch
+// 1, this build against the one without the room (the same kernels): 0.9714 -> 0.9602 ms a token, dense and 2:8
+// unchanged; 16 KB measured the same as 8 KB, 32 KB slower (bench/micro/NOTES.md, twenty-eighth session). Since the
+// QKV stages its norm weight too its block needs 10.5 KB at d 2048 and 8 KB leaves 8.2 free: it no longer fits, yet
+// 16 KB (kcap 13, room for it) measured slower still, 0.9377 -> 0.9396 ms (H200, thirty-eighth session): the kept
+// slot is worth more than the early start.
+constexpr std::size_t kRingTopkLeave = 8u * 1024u;
 inline RingTopkPlan ring_topk_plan(int d, int F, int nb, int slots, std::size_t optin, std::size_t leave = 0) {
   RingTopkPlan pl;
   const unsigned row = static_cast<unsigned>(d) * 2u;
