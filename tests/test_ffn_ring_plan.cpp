@@ -101,7 +101,7 @@ TEST(FfnRingPlan, TheOneBLayerGetsThePlansItWasMeasuredWith) {
   EXPECT_EQ(tk.smem, ring_topk_smem(3, kD, 42, 15, 9).total);
   EXPECT_LE(tk.smem, kOptin);
   EXPECT_GT(tk.smem + static_cast<std::size_t>(kD) * 4 + 8, kOptin) << "one more kept row would not fit";
-  // The launch leaves room beside each block for one block of the next kernel (kRingTopkLeave): one kept slot fewer.
+  // The launch leaves 8 KB of the limit unused beside each block (kRingTopkLeave): one kept slot fewer.
   const RingTopkPlan tl = ring_topk_plan(kD, kF, kSms, 3, kOptin, kRingTopkLeave);
   EXPECT_TRUE(tl.ok());
   EXPECT_EQ(tl.kcap, 14);
