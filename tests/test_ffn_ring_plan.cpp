@@ -101,13 +101,19 @@ TEST(FfnRingPlan, TheOneBLayerGetsThePlansItWasMeasuredWith) {
   EXPECT_EQ(tk.smem, ring_topk_smem(3, kD, 42, 15, 9).total);
   EXPECT_LE(tk.smem, kOptin);
   EXPECT_GT(tk.smem + static_cast<std::size_t>(kD) * 4 + 8, kOptin) << "one more kept row would not fit";
-  // The launch leaves 8 KB of the limit unused beside each block (kRingTopkLeave): one kept slot fewer.
+  // The launch leaves room beside each block for one block of the next kernel (kRingTopkLeave): one kept slot fewer,
+  // and the SM (228 KB; the top-K block's 1 KB of static shared memory and the 1 KB the runtime reserves a block) holds
+  // the batch-1 QKV block beside it: 2 d bytes of x (its norm weight staged in x's place), ~1.3 KB static (ptxas),
+  // 1 KB reserved.
   const RingTopkPlan tl = ring_topk_plan(kD, kF, kSms, 3, kOptin, kRingTopkLeave);
   EXPECT_TRUE(tl.ok());
   EXPECT_EQ(tl.kcap, 14);
   EXPECT_EQ(tl.xcap, 9);
   EXPECT_LE(tl.smem + kRingTopkLeave, kOptin);
   EXPECT_EQ(tl.smem, ring_topk_smem(3, kD, 42, 14, 9).total);
+  constexpr std::size_t kSmPerSm = 233472, kRingStatic = 1024, kReserved = 1024;
+  constexpr std::size_t kQkvBlock = 2 * kD + 2048 + kReserved;  // 2048: a bound on its static shared memory (1312)
+  EXPECT_GE(kSmPerSm - (tl.smem + kRingStatic + kReserved), kQkvBlock) << "the next layer's QKV block must fit";
   // Where the room would leave no kept slot, the plan takes the whole limit instead (the room is a nicety).
   const std::size_t one_slot = ring_topk_smem(3, kD, 42, 1, 9).total;
   const RingTopkPlan tight = ring_topk_plan(kD, kF, kSms, 3, one_slot + 100, kRingTopkLeave);

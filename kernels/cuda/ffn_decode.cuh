@@ -137,9 +137,8 @@ struct Options {
   // 1: decode 0.9730 -> 0.9685 ms a token, one layer 19.7 -> 19.4 us; 3 or 8 more channels a block were slower, 2 or
   // 4 fewer the same (bench/RESULTS.md part 25). false: off (A/B).
   bool topk_ring_prefetch = true;
-  // Bytes of shared memory its blocks leave free (where a kept slot still fits), room for a block of the next kernel
-  // beside each where that block is small enough (ffn_decode_ring_plan.h kRingTopkLeave, which says when it is).
-  // 0: the whole SM (A/B).
+  // Bytes of shared memory its blocks leave free (where a kept slot still fits), so that a block of the next kernel
+  // can be resident beside each (ffn_decode_ring_plan.h kRingTopkLeave). 0: the whole SM (A/B).
   int topk_ring_leave = static_cast<int>(kRingTopkLeave);
 };
 

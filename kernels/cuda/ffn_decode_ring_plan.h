@@ -189,15 +189,16 @@ struct RingTopkPlan {
   std::size_t smem = 0;
   bool ok() const { return cpg >= 1 && S >= 1 && kcap >= 0 && nb <= kRingMaxGrid && keys_fit; }
 };
-// The launch leaves 8 KB of the opt-in limit unused beside each top-K block (which otherwise takes the SM's whole
-// shared memory). It was room for one block of the next kernel of the decode step: the batch-1 QKV GEMV's (1.3 KB
-// static, 2 d bytes of x, the 1 KB the runtime reserves a block: 6.4 KB at d 2048; its 64 registers fit beside the
-// top-K block's 288 x 122), resident and streaming its weights before its wait while the top-K block still works.
-// H200, MoC decode at batch 1, that build against the one without the room (the same kernels): 0.9714 -> 0.9602 ms a
-// token, dense and 2:8 unchanged; 16 KB measured the same as 8 KB, 32 KB slower (bench/micro/NOTES.md, twenty-eighth
-// session). Since the QKV stages its norm weight too its block needs 10.5 KB at d 2048 and 8 KB leaves 8.2 free, so it
-// no longer fits; 16 KB (room for it again, kcap 13 instead of 14) measured slower still, 0.9377 -> 0.9396 ms (H200,
-// bench/micro/NOTES.md thirty-eighth session): the kept slot is worth more than the early start.
+// The launch leaves room for one block of the next kernel of the decode step beside each top-K block (which otherwise
+// takes the SM's whole shared memory): the batch-1 QKV GEMV's (1.3 KB static, 2 d bytes of x -- its norm weight,
+// staged before the wait, in x's place --, the 1 KB the runtime reserves a block: 6.4 KB at d 2048; its 64 registers
+// fit beside the top-K block's 288 x 122), so that it is resident and streams its weights before its wait while the
+// top-K block still works. H200, MoC decode at batch 1, this build against the one without the room (the same
+// kernels): 0.9714 -> 0.9602 ms a token, dense and 2:8 unchanged; 16 KB measured the same as 8 KB, 32 KB slower
+// (bench/micro/NOTES.md, twenty-eighth session). While the QKV staged its norm weight beside x (10.5 KB, 8.2 free)
+// 16 KB (kcap 13 instead of 14) measured slower still, 0.9377 -> 0.9396 ms: the kept slot is worth more than the
+// early start -- and the QKV's norm weight moved into x's place instead (bench/micro/NOTES.md thirty-eighth session;
+// a test checks the room at the 1b layer).
 constexpr std::size_t kRingTopkLeave = 8u * 1024u;
 inline RingTopkPlan ring_topk_plan(int d, int F, int nb, int slots, std::size_t optin, std::size_t leave = 0) {
   RingTopkPlan pl;
