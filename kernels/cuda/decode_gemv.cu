@@ -173,13 +173,13 @@ __device__ __forceinline__ void stage_norm_w(const Args& a, bf16* nws) {
 
 // One row of x RMSNorm'd over the norm weight that stage_norm_w put at xs before the wait (norm_early 2): x's words in
 // registers across the sum of squares, then xs[e] = x[e] rstd w[e] in place -- each word read and written by the
-// thread that staged it, so no barrier before. The same sums in the same order as stage_x_norm<1>, so the same bits;
-// the block needs 2 d bytes of shared memory fewer (2 d instead of 4 d), so the batch-1 QKV block fits beside a top-K
-// ring block again (ffn_decode_ring_plan.h kRingTopkLeave). H200, decode batch 1 against the separate buffer (2 rounds
-// interleaved, ms per token): dense 0.9710 -> 0.9588, MoC 0.9549 -> 0.9464, 2:8 0.8764 -> 0.8626 (bench/RESULTS.md
-// part 37). One word a thread (d <= 2048, the 1b model): more would hold x's words beside the weight registers the
-// kernel keeps across its prologue (a dispatch up to 4 words: 80 bytes of stack instead of 40); wider rows keep the
-// separate buffer.
+// thread that staged it, so no barrier before. The same arithmetic in the same order as stage_x_norm<1> (by reading;
+// the tests compare with the CPU twin within bf16 rounding). The block needs 2 d bytes of shared memory fewer (2 d
+// instead of 4 d), so the batch-1 QKV block fits beside a top-K ring block again (ffn_decode_ring_plan.h
+// kRingTopkLeave). H200, decode batch 1 against the separate buffer (2 rounds interleaved, ms per token): dense
+// 0.9710 -> 0.9588, MoC 0.9549 -> 0.9464, 2:8 0.8764 -> 0.8626 (bench/RESULTS.md part 37). One word a thread (d <=
+// 2048, the 1b model): more would hold x's words beside the weight registers the kernel keeps across its prologue (a
+// dispatch up to 4 words: 80 bytes of stack instead of 40); wider rows keep the separate buffer.
 constexpr int kNormInPlaceWords = 1;  // 16-byte words of x a thread holds: d <= 8 * 256 = 2048
 template <int NW>
 __device__ void stage_x_norm_over_w(const Args& a, bf16* xs, float* red) {
