@@ -74,7 +74,7 @@ struct Args {
   int units;        // the one-row kernels: rows (kStore) or RoPE row pairs (kQkv)
   int early;        // W may be streamed before the wait (a weights tensor)
   int norm_early;   // kQkv: the norm weight is a weights tensor, staged in shared memory before the wait: 1 after
-                    // x [R, d]; 2 (one row, d <= 8 kThreads kNormInPlaceWords) in x's place, x then normalized over it
+                    // x [R, d]; 2 (one row, d <= kNormInPlaceMaxD) in x's place, x then normalized over it
   // kStore
   void* out;  // [R, n]
   int out_f32;
@@ -171,34 +171,30 @@ __device__ __forceinline__ void stage_norm_w(const Args& a, bf16* nws) {
   for (int e = threadIdx.x; e < a.d / 8; e += kThreads) reinterpret_cast<uint4*>(nws)[e] = __ldg(wg + e);
 }
 
-// One row of x RMSNorm'd over the norm weight that stage_norm_w put at xs before the wait (norm_early 2): x's words in
-// registers across the sum of squares, then xs[e] = x[e] rstd w[e] in place -- each word read and written by the
-// thread that staged it, so no barrier before. The same arithmetic in the same order as stage_x_norm<1> (by reading;
-// the tests compare with the CPU twin within bf16 rounding). The block needs 2 d bytes of shared memory fewer (2 d
-// instead of 4 d), so the batch-1 QKV block fits beside a top-K ring block again (ffn_decode_ring_plan.h
-// kRingTopkLeave). H200, decode batch 1 against the separate buffer (2 rounds interleaved, ms per token): dense
-// 0.9710 -> 0.9588, MoC 0.9549 -> 0.9464, 2:8 0.8764 -> 0.8626 (bench/RESULTS.md part 37). One word a thread (d <=
-// 2048, the 1b model): more would hold x's words beside the weight registers the kernel keeps across its prologue (a
-// dispatch up to 4 words: 80 bytes of stack instead of 40); wider rows keep the separate buffer.
-constexpr int kNormInPlaceWords = 1;  // 16-byte words of x a thread holds: d <= 8 * 256 = 2048
-template <int NW>
+// One row of x RMSNorm'd over the norm weight that stage_norm_w put at xs before the wait (norm_early 2): each
+// thread's word of x (d <= kNormInPlaceMaxD: one word a thread) in registers across the sum of squares, then
+// xs[e] = x[e] rstd w[e] in place -- the word read and written by the thread that staged it, so no barrier before.
+// The same arithmetic in the same order as stage_x_norm<1> (by reading; the tests compare with the CPU twin within
+// bf16 rounding). The block needs 2 d bytes of shared memory fewer (2 d instead of 4 d), so the batch-1 QKV block
+// fits beside a top-K ring block again (ffn_decode_ring_plan.h kRingTopkLeave). H200, decode batch 1 against the
+// separate buffer (2 rounds interleaved, ms per token): dense 0.9710 -> 0.9588, MoC 0.9549 -> 0.9464, 2:8 0.8764 ->
+// 0.8626 (bench/RESULTS.md part 37). One word a thread (the 1b model's d 2048): more would hold x's words beside the
+// weight registers the kernel keeps across its prologue (a dispatch up to 4 words: 80 bytes of stack instead of 40);
+// wider rows keep the separate buffer.
+constexpr int kNormInPlaceMaxD = 8 * kThreads;
 __device__ void stage_x_norm_over_w(const Args& a, bf16* xs, float* red) {
-  const int nv = a.d / 8, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nv = a.d / 8, e = threadIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;  // word e of x
   const uint4* xg = reinterpret_cast<const uint4*>(a.x);
   uint4* xw = reinterpret_cast<uint4*>(xs);
-  uint4 v[NW];
+  uint4 v;  // assigned apart from its declaration: as measured (a const initializer puts the load in a branch)
+  v = e < nv ? __ldg(xg + e) : make_uint4(0u, 0u, 0u, 0u);
   float ss = 0.0f;
+  if (e < nv) {
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+    float sq = 0.0f;
 #pragma unroll
-  for (int j = 0; j < NW; ++j) {
-    const int e = threadIdx.x + j * kThreads;
-    v[j] = e < nv ? __ldg(xg + e) : make_uint4(0u, 0u, 0u, 0u);
-    if (e < nv) {
-      const unsigned u[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
-      float sq = 0.0f;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) sq += bf_lo(u[k]) * bf_lo(u[k]) + bf_hi(u[k]) * bf_hi(u[k]);
-      ss += sq;
-    }
+    for (int k = 0; k < 4; ++k) sq += bf_lo(u[k]) * bf_lo(u[k]) + bf_hi(u[k]) * bf_hi(u[k]);
+    ss += sq;
   }
   ss = warp_sum(ss);
   if (lane == 0) red[warp] = ss;
@@ -207,19 +203,15 @@ __device__ void stage_x_norm_over_w(const Args& a, bf16* xs, float* red) {
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) t += red[w];
   const float rr = static_cast<float>(1.0 / sqrt(static_cast<double>(t) / static_cast<double>(a.d) + a.eps));
+  if (e < nv) {
+    const uint4 w = xw[e];
+    const bf16* xe = reinterpret_cast<const bf16*>(&v);
+    const bf16* we = reinterpret_cast<const bf16*>(&w);
+    uint4 o;
+    bf16* oe = reinterpret_cast<bf16*>(&o);
 #pragma unroll
-  for (int j = 0; j < NW; ++j) {
-    const int e = threadIdx.x + j * kThreads;
-    if (e < nv) {
-      const uint4 w = xw[e];
-      const bf16* xe = reinterpret_cast<const bf16*>(&v[j]);
-      const bf16* we = reinterpret_cast<const bf16*>(&w);
-      uint4 o;
-      bf16* oe = reinterpret_cast<bf16*>(&o);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) oe[k] = __float2bfloat16_rn(__bfloat162float(xe[k]) * rr * __bfloat162float(we[k]));
-      xw[e] = o;
-    }
+    for (int k = 0; k < 8; ++k) oe[k] = __float2bfloat16_rn(__bfloat162float(xe[k]) * rr * __bfloat162float(we[k]));
+    xw[e] = o;
   }
   __syncthreads();
 }
@@ -326,7 +318,7 @@ __device__ __forceinline__ void row_body(const Args& a) {
   if constexpr (EPI == kQkv) {
     p0 = a.pos[0];
     if (a.norm_early == 2) {
-      stage_x_norm_over_w<kNormInPlaceWords>(a, xs, nred);
+      stage_x_norm_over_w(a, xs, nred);
     } else {
       stage_x_norm<1>(a, xs, nred, nws);
     }
@@ -688,7 +680,7 @@ bool decode_qkv_fused(cudaStream_t st, const Tensor& x, const Tensor& norm_w, fl
   g.units = g.n / 2;
   g.norm_early = norm_w.tag().category == MemCategory::weights ? 1 : 0;
   // One row of x: the norm weight in x's place, x normalized over it from registers (half the shared memory).
-  if (g.norm_early && b == 1 && d / 8 <= gemv::kThreads * gemv::kNormInPlaceWords) g.norm_early = 2;
+  if (g.norm_early && b == 1 && d <= gemv::kNormInPlaceMaxD) g.norm_early = 2;
   g.early = wq_t.tag().category == MemCategory::weights && wk_t.tag().category == MemCategory::weights &&
                     wv_t.tag().category == MemCategory::weights
                 ? 1
