@@ -632,6 +632,7 @@ void launch_ring_topk(const Problem& p, const Buffers& B, Chain& ch, const Optio
   a.xcap = pl.xcap;
   a.xoff = pl.xoff;
   a.prefetch = opt.topk_ring_prefetch ? 1 : 0;
+  a.spec = opt.topk_ring_spec ? 1 : 0;
   launch_ex(kernel, static_cast<unsigned>(pl.nb), kRingThreads, pl.smem, ch.st, C, ch.next(), a);
   MOC_CUDA_LAUNCHED("k_updown");
 }

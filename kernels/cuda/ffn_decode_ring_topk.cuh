@@ -23,9 +23,12 @@ namespace {
 //      key), need (channels to take from it) and cnt (channels in it). Its channels above tb -- and those in tb when
 //      need == cnt -- are kept; where need < cnt, each of its channels in tb is a candidate, ranked against every key
 //      by all of the consumer threads (larger key first, then the lower channel: the selection kernel's rule,
-//      ffn_topk.cuh) and kept below K. Meanwhile the producer warp, idle since its W_gate rows, lists the kept
-//      channels and the candidates in channel order and copies their W_up and W_down rows into the kept area (a lane
-//      a channel, one mbarrier per channel); a candidate ranked out is skipped (its rows waited for, unused).
+//      ffn_topk.cuh) and kept below K. Meanwhile the producer warp, idle since its W_gate rows, copies the W_up and
+//      W_down rows of the channels that may be kept (the kept ones and the candidates) into the kept area (a lane a
+//      channel, one mbarrier per channel): by default its list of them is in key order and the rows of its first
+//      entries, as many as the block keeps on average, are asked for as soon as the grid has met, the rest once the
+//      channels are classified (Options::topk_ring_spec; off: the list in channel order, every row asked for after
+//      the classification); a candidate ranked out is skipped (its rows waited for, unused).
 //   3. (only when idx_out is asked) each block publishes its kept count, meets the grid again on a second counter,
 //      and writes its kept channels after those of the blocks below it (idx_out ascending, as the selection kernel).
 // Then each kept channel's W_up row times x (a channel per warp), z = SiLU(g) u, the kept W_down rows times z into
@@ -60,6 +63,8 @@ struct RingTopkArgs : RingIo {
   int xcap;  // and then in the ring, after the key array (idle once the gate items are consumed)
   int xoff;  // bytes: where in the ring (16-aligned, past the key array)
   int prefetch;  // Options::topk_ring_prefetch
+  int spec;      // Options::topk_ring_spec: 0, the kept list in channel order (tr_list_rows); s > 0, in key order
+                 // with the rows of its first mpf + s - 1 entries asked for once the grid has met (tr_spec_rows)
 };
 
 // Ring slots of the top-K kernel (Options::topk_ring_slots). At the 1b layer a block's 41-42 W_gate rows are 6 items
@@ -101,7 +106,7 @@ __device__ __forceinline__ void tr_grid_meet(unsigned* ctr, unsigned nb) {
 }
 
 // Named barriers of the consumers' hand-over to the producer warp (1 is consumers_sync).
-constexpr int kTrClassified = 2, kTrListed = 3, kTrKeys = 4;
+constexpr int kTrClassified = 2, kTrListed = 3, kTrKeys = 4, kTrMet = 5;
 // channel state bytes
 constexpr unsigned char kTrOut = 0, kTrKept = 1, kTrCandidate = 2, kTrKeptCandidate = 3;
 
@@ -128,6 +133,76 @@ __device__ __forceinline__ void tr_prefetch_likely(const RingTopkArgs& a, const 
     }
   }
   __syncwarp();
+}
+
+// Producer warp (Options::topk_ring_spec): once the consumers have the block's keys (barrier kTrKeys), the block's
+// channels in key order (the larger key first, then the lower channel) into list [n] -- whatever the threshold, the
+// channels that may be kept are its first entries (a key above or in the threshold bin is above or in it for every
+// larger key) -- and, with Options::topk_ring_prefetch, the rows of its first mpf (the block's expected kept count)
+// asked of L2 as tr_prefetch_likely does; then, once the grid has met (barrier kTrMet: every block's W_gate stream is
+// done), the rows of its first ns = mpf + spec - 1 entries copied into kept_row(e) without waiting for the threshold.
+// Returns ns (also in info[8]: the consumers wait for those copies even where fewer channels may be kept). H200, MoC
+// decode at batch 1 against the channel-ordered list (ms per token, 3 rounds interleaved, two calls): ns = mpf 0.9515
+// -> 0.9442 and 0.9526 -> 0.9452 (-0.8%), mpf - 1 0.9441, mpf + 1 0.9476, mpf + 2 0.9501; the same mpf rows copied
+// before the meeting instead were slower (+3.6%: they compete with the other blocks' W_gate streams) --
+// bench/micro/NOTES.md thirty-ninth session.
+template <class KeptRow>
+__device__ __forceinline__ int tr_spec_rows(const RingTopkArgs& a, const unsigned* ks, int* list, int* info,
+                                            unsigned long long* kfull, const KeptRow& kept_row, int c0, int n,
+                                            int lane, unsigned row_bytes) {
+  const int d = a.d;
+  named_sync<kTrKeys, kRingThreads>();
+  const int mpf = static_cast<int>((static_cast<long long>(n) * a.k + a.F - 1) / a.F);
+  const int ns = max(0, min(min(mpf + a.spec - 1, n), a.kcap));
+  const unsigned long long pol = l2_stream_policy();
+  for (int j = lane; j < n; j += 32) {
+    const unsigned kj = ks[j];
+    int r = 0;
+    for (int i = 0; i < n; ++i) {
+      const unsigned ki = ks[i];
+      r += (ki > kj || (ki == kj && i < j)) ? 1 : 0;
+    }
+    list[r] = j;
+    if (a.prefetch && r < mpf) {
+      prefetch_l2(a.wu + static_cast<std::size_t>(c0 + j) * d, row_bytes);
+      prefetch_l2(a.wd + static_cast<std::size_t>(c0 + j) * d, row_bytes);
+    }
+  }
+  if (lane == 0) info[8] = ns;
+  __syncwarp();
+  named_sync<kTrMet, kRingThreads>();
+  for (int e = lane; e < ns; e += 32) {
+    const int ch = c0 + list[e];
+    bf16* dst = kept_row(e);
+    mbar_expect_tx(kfull + e, 2u * row_bytes);
+    bulk_copy(dst, a.wu + static_cast<std::size_t>(ch) * d, row_bytes, kfull + e, pol);
+    bulk_copy(dst + d, a.wd + static_cast<std::size_t>(ch) * d, row_bytes, kfull + e, pol);
+  }
+  return ns;
+}
+
+// Producer warp after tr_spec_rows, the channels classified (barrier kTrClassified): how many may be kept (state not
+// kTrOut: the key-ordered list's first entries), and the rows of entries [ns, min(that, kall)) asked for. Returns
+// that count.
+template <class KeptRow>
+__device__ __forceinline__ int tr_spec_rest(const RingTopkArgs& a, const unsigned char* state, const int* list,
+                                            unsigned long long* kfull, const KeptRow& kept_row, int kall, int ns,
+                                            int c0, int n, int lane, unsigned row_bytes) {
+  const int d = a.d;
+  int known = 0;
+  for (int j0 = 0; j0 < n; j0 += 32) {
+    const int j = j0 + lane;
+    known += __popc(__ballot_sync(0xffffffffu, j < n && state[j] != kTrOut));
+  }
+  const unsigned long long pol = l2_stream_policy();
+  for (int e = ns + lane; e < min(known, kall); e += 32) {
+    const int ch = c0 + list[e];
+    bf16* dst = kept_row(e);
+    mbar_expect_tx(kfull + e, 2u * row_bytes);
+    bulk_copy(dst, a.wu + static_cast<std::size_t>(ch) * d, row_bytes, kfull + e, pol);
+    bulk_copy(dst + d, a.wd + static_cast<std::size_t>(ch) * d, row_bytes, kfull + e, pol);
+  }
+  return known;
 }
 
 // Producer warp, the channels classified (barrier kTrClassified): the block's channels that may be kept (state not
@@ -350,15 +425,20 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
   if (warp == kRingConsumers / 32) {
     // Producer: the W_gate rows do not depend on the previous kernel, so no wait.
     if (lane == 0) ring_produce_rows(ring, full, empty, S, a.wg, c0, n, a.cpg, d);
-    // Then, once the consumers have classified the block's channels (barrier kTrClassified), the rows of every channel
-    // that may be kept -- above the threshold bin, or in it (a candidate the consumers are ranking meanwhile) -- are
-    // listed in channel order and asked for (a channel a lane); the list goes back on barrier kTrListed. Asked for
-    // before the ranking, not after: decode 1.0098 -> 0.9952 ms (H200, bench/micro/NOTES.md twenty-third session).
+    // Then the rows of every channel that may be kept -- above the threshold bin, or in it (a candidate the consumers
+    // are ranking meanwhile) -- are asked for (a channel a lane): by default the block's channels in key order, the
+    // first ones once the grid has met (tr_spec_rows), the rest once the consumers have classified them (barrier
+    // kTrClassified, tr_spec_rest); with Options::topk_ring_spec off, all of them then, listed in channel order
+    // (tr_list_rows). The list goes back on barrier kTrListed. Asked for before the ranking, not after: decode 1.0098
+    // -> 0.9952 ms (H200, bench/micro/NOTES.md twenty-third session).
     // (bar.sync / bar.arrive are .aligned: the warp reaches them converged, lane 0 back from its copies.)
     __syncwarp();
-    if (a.prefetch) tr_prefetch_likely(a, ks, c0, n, lane, row_bytes);
+    int ns = 0;
+    if (a.spec) ns = tr_spec_rows(a, ks, list, info, kfull, kept_row, c0, n, lane, row_bytes);
+    else if (a.prefetch) tr_prefetch_likely(a, ks, c0, n, lane, row_bytes);
     named_sync<kTrClassified, kRingThreads>();
-    const int e0 = tr_list_rows(a, state, list, kfull, kept_row, kall, c0, n, lane, row_bytes);
+    const int e0 = a.spec ? tr_spec_rest(a, state, list, kfull, kept_row, kall, ns, c0, n, lane, row_bytes)
+                          : tr_list_rows(a, state, list, kfull, kept_row, kall, c0, n, lane, row_bytes);
     if (lane == 0) info[4] = e0;
     __syncwarp();
     named_arrive<kTrListed, kRingThreads>();
@@ -392,9 +472,10 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     }
     if (tid == 0) info[6] = 0;  // below: this block's channels to rank within the threshold bin
     consumers_sync<kRingConsumers>();
-    if (a.prefetch) named_arrive<kTrKeys, kRingThreads>();  // the keys ks[] for the producer's prefetch (above)
+    if (a.prefetch || a.spec) named_arrive<kTrKeys, kRingThreads>();  // the keys ks[] for the producer (above)
     stamp.mark_synced(step::StageId::gate);
     tr_grid_meet(ctr + kTrHist * kLine, nb);
+    if (a.spec) named_arrive<kTrMet, kRingThreads>();  // the grid has met: the producer's copies (tr_spec_rows)
     // 2. The threshold bin from the grid's histogram and, into the idle ring, its keys (one L2 round trip); the
     // block's channels classified by it; the producer lists them and asks for their rows while the consumers rank
     // the candidates; 3. (idx_out asked) the kept channels published.
@@ -431,10 +512,12 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     // barrier below every copy has landed and the down loop is loads and FMAs only. (One warp's wait suffices: the
     // mbarrier's phase completion makes the copy visible to the waiting warp, and the barrier after the loop orders
     // that for every consumer thread.)
-    for (int e = warp; e < known; e += kRingConsumers / 32) {
+    const int upto = a.spec ? max(known, info[8]) : known;  // tr_spec_rows' copies past `known` waited for too
+    for (int e = warp; e < upto; e += kRingConsumers / 32) {
       const int j = list[e];
       const bool in_smem = e < kall;
       if (in_smem) mbar_wait(kfull + e, 0u);
+      if (e >= known) continue;
       if (state[j] == kTrCandidate) {  // ranked out
         if (lane == 0) {
           zs[e] = 0.0f;
