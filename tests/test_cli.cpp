@@ -130,6 +130,27 @@ TEST_F(Cli, RunListShowExportCompare) {
     EXPECT_EQ(pts[0].index, 10) << "topk/moc is the eleventh point of the sweep";
   }
   EXPECT_EQ(mocbench("run " + kSmoke + " --only mode=nothing --db " + db).code, 2);
+  // Values of one axis are alternatives (a comma list, or the axis again); different axes must all match.
+  {
+    auto points_of = [&](const std::string& filters) {
+      const auto r = mocbench("run " + kSmoke + " --dry-run " + filters);
+      EXPECT_EQ(r.code, 0) << filters << ": " << r.out;
+      std::vector<std::string> ids;
+      std::istringstream in(r.out);
+      for (std::string line; std::getline(in, line);)
+        if (line.rfind('#', 0) == 0) ids.push_back(line.substr(0, line.find(' ')));
+      return ids;
+    };
+    const std::vector<std::string> decode_topk{"#2", "#3", "#10"};  // decode dense / moc, topk moc
+    EXPECT_EQ(points_of("--only mode=decode,topk"), decode_topk);
+    EXPECT_EQ(points_of("--only mode=decode --only mode=topk"), decode_topk);
+    EXPECT_EQ(points_of("--only mode=decode,topk --only ffn=moc"), (std::vector<std::string>{"#3", "#10"}));
+    EXPECT_EQ(points_of("--only mode=decode --only ffn=moc,dense --only batch=2"),
+              (std::vector<std::string>{"#2", "#3"}));
+    EXPECT_EQ(mocbench("run " + kSmoke + " --dry-run --only mode=decode --only ffn=moc_2:8").code, 2)
+        << "different axes must all match: no decode point is 2:8";
+    EXPECT_EQ(mocbench("run " + kSmoke + " --dry-run --only mode=").code, 2) << "no value";
+  }
   EXPECT_EQ(mocbench("--help").code, 0);
   EXPECT_EQ(mocbench("run --help").code, 0);
   // A word that is no command is refused as such, with or without --help (not the main help, exit 0).

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -20,6 +21,8 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -332,23 +335,35 @@ ExitCode load_points(const std::string& path, const RunOptions& opt, RunPlan& pl
   return {};
 }
 
-// --only axis=value ...: the points whose axes (or mode) have every value asked for.
+// --only axis=value ...: the points that, on every axis (or mode) named, have one of the values asked for there --
+// `axis=a,b` and `--only axis=a --only axis=b` alike ask for a or b; different axes must all match. (A value that
+// itself holds a comma matches as written, too.)
 ExitCode apply_only(const std::string& path, const RunOptions& opt, std::vector<ScenarioPoint>& points) {
   if (opt.only.empty()) return {};
+  std::vector<std::pair<std::string, std::vector<std::string>>> axes;  // axis -> the values asked for, in order
   for (const auto& f : opt.only) {
     const auto eq = f.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      std::fprintf(stderr, "mocbench: --only expects axis=value (e.g. --only mode=decode), got '%s'\n", f.c_str());
+    if (eq == std::string::npos || eq == 0 || eq + 1 == f.size()) {
+      std::fprintf(stderr, "mocbench: --only expects axis=value or axis=v1,v2 (e.g. --only mode=decode --only "
+                           "batch=1,4), got '%s'\n", f.c_str());
       return 2;
+    }
+    const std::string key = f.substr(0, eq), val = f.substr(eq + 1);
+    auto it = std::find_if(axes.begin(), axes.end(), [&](const auto& a) { return a.first == key; });
+    if (it == axes.end()) it = axes.insert(axes.end(), {key, {}});
+    it->second.push_back(val);
+    for (std::size_t b = 0; b <= val.size();) {
+      const std::size_t e = std::min(val.find(',', b), val.size());
+      if (e > b && e - b < val.size()) it->second.push_back(val.substr(b, e - b));
+      b = e + 1;
     }
   }
   std::vector<ScenarioPoint> kept;
   for (const auto& p : points) {
     bool match = true;
-    for (const auto& f : opt.only) {
-      const std::string key = f.substr(0, f.find('=')), val = f.substr(f.find('=') + 1);
+    for (const auto& [key, vals] : axes) {
       const std::string* have = key == "mode" ? &p.mode : p.axis(key);
-      match = match && have && *have == val;
+      match = match && have && std::find(vals.begin(), vals.end(), *have) != vals.end();
     }
     if (match) kept.push_back(p);
   }
