@@ -22,7 +22,9 @@ void add_run_command(CLI::App& app, std::vector<Command>& out) {
   c->add_flag("--dry-run", o->opt.dry_run, "Print the expanded points and exit");
   auto* q = c->add_flag("--quiet", o->quiet, "No progress or summary");
   c->add_flag("--json", o->json, "One JSON object per point on stdout")->excludes(q);
-  c->add_option("--only", o->opt.only, "Run only the points with axis=value; axis=v1,v2 (or the axis given again): any of those values; different axes must all match");
+  c->add_option("--only", o->opt.only,
+                "Run only the points with axis=value; axis=v1,v2 (or the axis given again): any of those values; "
+                "different axes must all match");
   // 1 MiB .. 2^40 MiB (1 EiB): a negative or larger value is refused, never wrapped into another limit.
   c->add_option("--cpu-memory-limit-mib", o->mem_mib,
                 "CPU backend memory limit (points beyond it are stored as oom; default: the memory available less "
