@@ -112,6 +112,18 @@ constexpr unsigned char kTrOut = 0, kTrKept = 1, kTrCandidate = 2, kTrKeptCandid
 
 // The kernel's stages, in its order (each run by the threads the kernel calls it on; d = a.d).
 
+// Channel j's place in the block's key order: how many of its n channels come before it (a larger key, or the same
+// key and a lower channel).
+__device__ __forceinline__ int tr_local_rank(const unsigned* ks, int n, int j) {
+  const unsigned kj = ks[j];
+  int r = 0;
+  for (int i = 0; i < n; ++i) {
+    const unsigned ki = ks[i];
+    r += (ki > kj || (ki == kj && i < j)) ? 1 : 0;
+  }
+  return r;
+}
+
 // Producer warp (Options::topk_ring_prefetch): once the consumers have the block's keys ks [n] (barrier kTrKeys), the
 // W_up / W_down rows of its mpf channels of largest key -- as many as it keeps on average -- into L2, so that most kept
 // rows come from L2 once the selection is known.
@@ -121,13 +133,7 @@ __device__ __forceinline__ void tr_prefetch_likely(const RingTopkArgs& a, const 
   named_sync<kTrKeys, kRingThreads>();
   const int mpf = static_cast<int>((static_cast<long long>(n) * a.k + a.F - 1) / a.F);
   for (int j = lane; j < n; j += 32) {
-    const unsigned kj = ks[j];
-    int r = 0;  // channels of the block ahead of j (larger key, or the same key and lower)
-    for (int i = 0; i < n; ++i) {
-      const unsigned ki = ks[i];
-      r += (ki > kj || (ki == kj && i < j)) ? 1 : 0;
-    }
-    if (r < mpf) {
+    if (tr_local_rank(ks, n, j) < mpf) {
       prefetch_l2(a.wu + static_cast<std::size_t>(c0 + j) * d, row_bytes);
       prefetch_l2(a.wd + static_cast<std::size_t>(c0 + j) * d, row_bytes);
     }
@@ -156,12 +162,7 @@ __device__ __forceinline__ int tr_spec_rows(const RingTopkArgs& a, const unsigne
   const int ns = max(0, min(min(mpf + a.spec - 1, n), a.kcap));
   const unsigned long long pol = l2_stream_policy();
   for (int j = lane; j < n; j += 32) {
-    const unsigned kj = ks[j];
-    int r = 0;
-    for (int i = 0; i < n; ++i) {
-      const unsigned ki = ks[i];
-      r += (ki > kj || (ki == kj && i < j)) ? 1 : 0;
-    }
+    const int r = tr_local_rank(ks, n, j);
     list[r] = j;
     if (a.prefetch && r < mpf) {
       prefetch_l2(a.wu + static_cast<std::size_t>(c0 + j) * d, row_bytes);
