@@ -352,11 +352,10 @@ ExitCode apply_only(const std::string& path, const RunOptions& opt, std::vector<
     auto it = std::find_if(axes.begin(), axes.end(), [&](const auto& a) { return a.first == key; });
     if (it == axes.end()) it = axes.insert(axes.end(), {key, {}});
     it->second.push_back(val);
-    for (std::size_t b = 0; b <= val.size();) {
-      const std::size_t e = std::min(val.find(',', b), val.size());
-      if (e > b && e - b < val.size()) it->second.push_back(val.substr(b, e - b));
-      b = e + 1;
-    }
+    if (val.find(',') == std::string::npos) continue;
+    std::istringstream pieces(val);
+    for (std::string v; std::getline(pieces, v, ',');)
+      if (!v.empty()) it->second.push_back(v);
   }
   std::vector<ScenarioPoint> kept;
   for (const auto& p : points) {
