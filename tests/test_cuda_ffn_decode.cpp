@@ -991,15 +991,16 @@ TEST(GpuFfnDecode, TopKRingAgreesWithTheKernels) {
     }
     if (idx[1] == idx[0]) expect_same_out("ring against the kernels", outs[1], outs[0], L.out0, L.dt);
     if (!c.ring) continue;
-    // 0: the default slots, without idx_out; 8 + s: s slots with Options::topk_ring_spec off (the kept list in
-    // channel order: the same channels, the down projection summed in another order)
+    // 0: the default slots, without idx_out; 8 + s: s slots with Options::topk_ring_spec on (the kept list in key
+    // order, its first rows copied before the threshold is known: the same channels, the down projection summed in
+    // another order)
     for (int v : {0, 1, 2, 4, 8, 9}) {
       const int slots = v & 7;
       SCOPED_TRACE("slots " + std::to_string(slots) + (slots ? ", idx_out" : ", no idx_out") +
-                   (v & 8 ? ", kept list in channel order" : ""));
+                   (v & 8 ? ", kept list in key order" : ""));
       cuda::ffn::Options opt;
       opt.topk_ring_slots = slots;
-      opt.topk_ring_spec = (v & 8) == 0;
+      opt.topk_ring_spec = (v & 8) != 0;
       Tensor ig = poisoned_idx(*gpu, L.R, kept);
       p.idx_out = slots ? ig.data<std::uint16_t>() : nullptr;
       const std::vector<float> o = launch_out(*gpu, L, p, ws.raw(), bytes, st, opt);

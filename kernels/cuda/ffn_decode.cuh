@@ -137,12 +137,14 @@ struct Options {
   // 1: decode 0.9730 -> 0.9685 ms a token, one layer 19.7 -> 19.4 us; 3 or 8 more channels a block were slower, 2 or
   // 4 fewer the same (bench/RESULTS.md part 25). false: off (A/B).
   bool topk_ring_prefetch = true;
-  // Its list of the channels that may be kept in key order (larger first), whose first ceil(n K / F) entries' rows it
-  // copies into shared memory as soon as the grid has met, before the threshold is known (the others' once the
-  // channels are classified); the order of the down projection's sum changes, not which channels are kept. H200, MoC
-  // decode at batch 1: -0.8% a token in two calls (bench/RESULTS.md part 38). false: the list in channel order, every
-  // row asked for once the channels are classified (A/B).
-  bool topk_ring_spec = true;
+  // true: its list of the channels that may be kept in key order (larger first), whose first ceil(n K / F) entries'
+  // rows it copies into shared memory as soon as the grid has met, before the threshold is known (the others' once
+  // the channels are classified); the order of the down projection's sum changes, not which channels are kept.
+  // false (default): the list in channel order, every row asked for once the channels are classified. H200, MoC at
+  // batch 1, true against false: decode -0.8% a token in two calls on one machine (bench/RESULTS.md part 38), +0.3%
+  // and +0.7% in two calls on another, where one FFN layer alone took 19.6 us against 18.5 in both (part 39) -- off
+  // until a GPU shows it paying in both modes.
+  bool topk_ring_spec = false;
   // Bytes of shared memory its blocks leave free (where a kept slot still fits), so that a block of the next kernel
   // can be resident beside each (ffn_decode_ring_plan.h kRingTopkLeave). 0: the whole SM (A/B).
   int topk_ring_leave = static_cast<int>(kRingTopkLeave);

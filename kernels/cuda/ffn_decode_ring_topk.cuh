@@ -25,10 +25,10 @@ namespace {
 //      by all of the consumer threads (larger key first, then the lower channel: the selection kernel's rule,
 //      ffn_topk.cuh) and kept below K. Meanwhile the producer warp, idle since its W_gate rows, copies the W_up and
 //      W_down rows of the channels that may be kept (the kept ones and the candidates) into the kept area (a lane a
-//      channel, one mbarrier per channel): by default its list of them is in key order and the rows of its first
-//      entries, as many as the block keeps on average, are asked for as soon as the grid has met, the rest once the
-//      channels are classified (Options::topk_ring_spec; off: the list in channel order, every row asked for after
-//      the classification); a candidate ranked out is skipped (its rows waited for, unused).
+//      channel, one mbarrier per channel): by default its list of them is in channel order, every row asked for
+//      once the channels are classified; with Options::topk_ring_spec the list is in key order and the rows of its
+//      first entries, as many as the block keeps on average, are asked for as soon as the grid has met, the rest
+//      after the classification; a candidate ranked out is skipped (its rows waited for, unused).
 //   3. (only when idx_out is asked) each block publishes its kept count, meets the grid again on a second counter,
 //      and writes its kept channels after those of the blocks below it (idx_out ascending, as the selection kernel).
 // Then each kept channel's W_up row times x (a channel per warp), z = SiLU(g) u, the kept W_down rows times z into
@@ -427,11 +427,11 @@ __global__ void __launch_bounds__(kRingThreads, 1) k_updown(RingTopkArgs a) {
     // Producer: the W_gate rows do not depend on the previous kernel, so no wait.
     if (lane == 0) ring_produce_rows(ring, full, empty, S, a.wg, c0, n, a.cpg, d);
     // Then the rows of every channel that may be kept -- above the threshold bin, or in it (a candidate the consumers
-    // are ranking meanwhile) -- are asked for (a channel a lane): by default the block's channels in key order, the
-    // first ones once the grid has met (tr_spec_rows), the rest once the consumers have classified them (barrier
-    // kTrClassified, tr_spec_rest); with Options::topk_ring_spec off, all of them then, listed in channel order
-    // (tr_list_rows). The list goes back on barrier kTrListed. Asked for before the ranking, not after: decode 1.0098
-    // -> 0.9952 ms (H200, bench/micro/NOTES.md twenty-third session).
+    // are ranking meanwhile) -- are asked for (a channel a lane): by default all of them once the consumers have
+    // classified them (barrier kTrClassified), listed in channel order (tr_list_rows); with Options::topk_ring_spec
+    // the block's channels in key order, the first ones once the grid has met (tr_spec_rows), the rest after the
+    // classification (tr_spec_rest). The list goes back on barrier kTrListed. Asked for before the ranking, not
+    // after: decode 1.0098 -> 0.9952 ms (H200, bench/micro/NOTES.md twenty-third session).
     // (bar.sync / bar.arrive are .aligned: the warp reaches them converged, lane 0 back from its copies.)
     __syncwarp();
     int ns = 0;
